@@ -1,0 +1,1 @@
+"""The custom Celery beat scheduler: cron matches, durable timers and sweeps."""

@@ -1,0 +1,36 @@
+"""Bearer-token authentication and Space scoping (CONTRACT §2.1, API-auth)."""
+
+from __future__ import annotations
+
+import flask
+import sqlalchemy as sa
+
+from host_api import db
+from host_api.errors import ApiError
+from models import resources as res_models
+from workers.services import tokens
+
+PUBLIC_ENDPOINTS = {"meta.healthz", "meta.openapi", "static"}
+
+
+def authenticate() -> None:
+    """``before_request`` hook: resolve the token to its Space into ``flask.g.space``.
+
+    Missing/unknown token → ``401 unauthenticated``; a token of another Space than the URL's
+    ``{space}`` → ``404 not_found`` (never reveal that the Space exists).
+    """
+    if flask.request.endpoint in PUBLIC_ENDPOINTS:
+        return
+    header = flask.request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError("unauthenticated", "missing or malformed Authorization: Bearer <token> header")
+    token_hash = tokens.hash_token(token.strip())
+    with db.session() as session:
+        space = session.scalar(sa.select(res_models.Token.space).where(res_models.Token.token_hash == token_hash))
+    if space is None:
+        raise ApiError("unauthenticated", "unknown token")
+    url_space = (flask.request.view_args or {}).get("space")
+    if url_space is not None and url_space != space:
+        raise ApiError("not_found", "no such resource or route")
+    flask.g.space = space

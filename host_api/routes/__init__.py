@@ -1,0 +1,1 @@
+"""HTTP routes, one blueprint per concept; handlers stay thin (parse, call a service, render)."""

@@ -1,0 +1,7 @@
+"""Routes of this concept; filled in by its issue."""
+
+from __future__ import annotations
+
+import flask
+
+bp = flask.Blueprint("runs", __name__)

@@ -1,0 +1,78 @@
+"""Declarative base, portable column types and the constraint naming convention.
+
+The schema runs on Postgres in production and on SQLite in ``takohost dev``; every type
+here works on both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Root of every mapped class; its ``metadata`` is what Alembic compares against."""
+
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class ScalarText(sa.types.TypeDecorator):
+    """A ``str`` of Unicode scalar values stored as its UTF-8 bytes.
+
+    Instance ids, step names and event types may contain any scalar value, U+0000 included
+    (seed 000: "idは1〜256 Unicodeスカラー値"); Postgres ``text`` cannot hold NUL, ``bytea``
+    can, and equality/uniqueness on the bytes equals equality on the strings.
+    """
+
+    impl = sa.LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: sa.Dialect) -> bytes | None:
+        return None if value is None else value.encode("utf-8")
+
+    def process_result_value(self, value: bytes | None, dialect: sa.Dialect) -> str | None:
+        return None if value is None else bytes(value).decode("utf-8")
+
+
+class UTCDateTime(sa.types.TypeDecorator):
+    """A timezone-aware UTC ``datetime`` on every backend (SQLite drops the zone)."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def __init__(self, timezone: bool = True) -> None:
+        super().__init__(timezone=True)
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: sa.Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: sa.Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+
+#: JSON stored as text (Postgres ``json``, not ``jsonb``): ``jsonb`` rejects ``\u0000`` in strings,
+#: which documents may contain. Python ``None`` is SQL NULL ("no document").
+JSONText = sa.JSON(none_as_null=True)
+
+
+def utcnow() -> dt.datetime:
+    """The current time as an aware UTC datetime."""
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,20 @@
+"""The one root of domain errors shared by services, workers and the API (STYLE §4).
+
+``code`` is the snake_case code of CONTRACT §2.4; the HTTP layer maps codes to statuses
+in one table (``host_api.errors``). No HTTP knowledge here.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """A rule said no. ``code`` (CONTRACT §2.4), human ``message``, optional ``details``."""
+
+    def __init__(self, code: str, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+    def __repr__(self) -> str:
+        return f"DomainError({self.code!r}, {self.message!r})"

@@ -1,0 +1,139 @@
+"""Workflow instances, steps, history, inbox and timers (DESIGN "Tables"; CONTRACT §4–6).
+
+Postgres is the truth: replay reads ``steps`` by name, the history is written in the same
+transaction as the state it records, and timers are rows fired by beat.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, JSONText, ScalarText, UTCDateTime, utcnow
+
+#: The seed's seven statuses (DW-status), exactly.
+STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
+TERMINAL_STATUSES = ("complete", "errored", "terminated")
+#: The seed's five failure reasons, exactly.
+FAILURE_REASONS = ("run_threw", "step_failed", "step_limit_exceeded", "lifetime_exceeded",
+                   "step_definition_mismatch")
+
+
+class Instance(Base):
+    """One instance id of one DurableWorkflow UID.
+
+    ``epoch`` is the fencing token: bumped when a replay context starts and whenever the
+    owner is fenced (terminate, delete); every commit of a context is conditional on it.
+    ``stopping`` is set (``terminate``/``delete``) while the host proves the stop of a running
+    context; it is not a public status. ``params`` is SQL NULL when the instance has none.
+    """
+
+    __tablename__ = "instances"
+    __table_args__ = (
+        sa.UniqueConstraint("workflow_uid", "instance_id"),
+        sa.Index("ix_instances_status", "status", "updated_at"),
+        sa.Index("ix_instances_workflow_created", "workflow_uid", "created_at", "pk"),
+    )
+
+    pk: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    workflow_uid: Mapped[str] = mapped_column(sa.String(36))
+    space: Mapped[str] = mapped_column(sa.String(63))
+    instance_id: Mapped[str] = mapped_column(ScalarText)
+    status: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    epoch: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    params: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    output: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    error: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    version_uid: Mapped[str | None] = mapped_column(sa.String(36), nullable=True)
+    stopping: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
+    step_count: Mapped[int] = mapped_column(sa.Integer, default=0)
+    next_event_id: Mapped[int] = mapped_column(sa.Integer, default=1)
+    next_sequence: Mapped[int] = mapped_column(sa.BigInteger, default=1)
+    inbox_count: Mapped[int] = mapped_column(sa.Integer, default=0)
+    inbox_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    lifetime_ends_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    terminal_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Step(Base):
+    """One durable step of an instance, keyed by name (seed: replay is by step name).
+
+    ``kind`` ∈ do/sleep/wait; ``state`` ∈ pending/succeeded/failed; ``config`` keeps the
+    first stored settings (retry policy, seconds, wait type/timeout); ``result`` is SQL NULL
+    for "no document"; ``wake_at``/``timeout_at`` are the fixed deadlines.
+    """
+
+    __tablename__ = "steps"
+    __table_args__ = (sa.UniqueConstraint("instance_pk", "name"),)
+
+    pk: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(ScalarText)
+    kind: Mapped[str] = mapped_column(sa.String(8))
+    state: Mapped[str] = mapped_column(sa.String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0)
+    result: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    error: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    config: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    wake_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    timeout_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class HistoryEvent(Base):
+    """One SWF-style history event (CONTRACT §6); ``event_id`` counts 1, 2, 3 … per instance."""
+
+    __tablename__ = "history_events"
+    __table_args__ = (sa.UniqueConstraint("instance_pk", "event_id"),)
+
+    pk: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
+    event_id: Mapped[int] = mapped_column(sa.Integer)
+    event_type: Mapped[str] = mapped_column(sa.String(32))
+    attributes: Mapped[dict] = mapped_column(JSONText)
+    event_timestamp: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class InboxEvent(Base):
+    """An accepted, not yet consumed event (seed: sendEvent; CONTRACT §2.5 inbox).
+
+    ``canonical_bytes`` is the RFC 8785 size of the stored ``{type, payload?}`` that counts
+    toward the 1 MiB queue limit.
+    """
+
+    __tablename__ = "inbox_events"
+    __table_args__ = (
+        sa.UniqueConstraint("instance_pk", "sequence"),
+        sa.Index("ix_inbox_events_instance_type", "instance_pk", "type", "sequence"),
+    )
+
+    pk: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
+    sequence: Mapped[int] = mapped_column(sa.BigInteger)
+    type: Mapped[str] = mapped_column(ScalarText)
+    payload: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    canonical_bytes: Mapped[int] = mapped_column(sa.Integer)
+    accepted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Timer(Base):
+    """A durable timer fired by beat: ``kind`` ∈ wake (sleep), retry, timeout (wait), lifetime."""
+
+    __tablename__ = "timers"
+    __table_args__ = (sa.UniqueConstraint("instance_pk", "kind"),)
+
+    pk: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    due_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,28 @@
+"""Alembic environment: online migrations against ``sqlalchemy.url``."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context
+
+import models
+
+config = context.config
+target_metadata = models.Base.metadata
+
+
+def run_migrations_online() -> None:
+    """Run the migrations in one transaction (SQLite: batch mode)."""
+    connectable = sa.create_engine(config.get_main_option("sqlalchemy.url"), poolclass=sa.pool.NullPool)
+    with connectable.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+run_migrations_online()

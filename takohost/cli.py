@@ -1,0 +1,110 @@
+"""The ``takohost`` command (CONTRACT §9): operate the host from the shell.
+
+Heavy modules (Celery, SQLAlchemy, Flask) are imported inside each command so that
+``takohost --help`` stays fast and user code never pays for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+@click.group()
+def main() -> None:
+    """takohost: a durable-workflow and cron host."""
+
+
+@main.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the Alembic migrations to TAKOHOST_DATABASE_URL."""
+    from models import migrate
+    from takohost import config
+
+    migrate.upgrade(config.load_settings().database_url)
+    click.echo("database is at the latest revision")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8080, show_default=True, type=int, help="Port to bind.")
+@click.option("--workers", "num_workers", default=2, show_default=True, type=int,
+              help="gunicorn worker processes.")
+def api(host: str, port: int, num_workers: int) -> None:
+    """Serve the HTTP API with gunicorn."""
+    from gunicorn.app.base import BaseApplication
+
+    from host_api.app import create_app
+
+    class _Server(BaseApplication):
+        def load_config(self) -> None:
+            self.cfg.set("bind", f"{host}:{port}")
+            self.cfg.set("workers", num_workers)
+            self.cfg.set("threads", 4)
+            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("accesslog", None)
+            self.cfg.set("timeout", 120)
+
+        def load(self):  # noqa: ANN202 - gunicorn API
+            return create_app()
+
+    _Server().run()
+
+
+@main.command()
+@click.option("--concurrency", default=2, show_default=True, type=int,
+              help="Worker processes running replay contexts, Operations and cron deliveries.")
+@click.option("--loglevel", default="INFO", show_default=True)
+def worker(concurrency: int, loglevel: str) -> None:
+    """Run a Celery worker."""
+    from workers.celery_app import app
+
+    app.worker_main(["worker", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
+                     "-Q", app.conf.task_default_queue, "--without-gossip", "--without-mingle",
+                     "--without-heartbeat"])
+
+
+@main.command()
+@click.option("--loglevel", default="INFO", show_default=True)
+def beat(loglevel: str) -> None:
+    """Run the custom beat scheduler (cron matches, timers, sweeps)."""
+    from workers.celery_app import app
+
+    app.start(["beat", f"--loglevel={loglevel}", "--scheduler", "beat.scheduler:HostScheduler"])
+
+
+@main.group()
+def token() -> None:
+    """Bearer tokens."""
+
+
+@token.command("create")
+@click.option("--space", required=True, help="Space the token grants (created if needed).")
+def token_create(space: str) -> None:
+    """Create a token for SPACE and print it alone on stdout."""
+    from models import db as models_db
+    from models.errors import DomainError
+    from workers.services import tokens
+
+    try:
+        with models_db.session_scope() as session:
+            value = tokens.create_token_txn(session, space=space)
+    except DomainError as exc:
+        raise click.ClickException(f"{exc.code}: {exc.message}") from None
+    click.echo(value)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

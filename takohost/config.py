@@ -1,0 +1,63 @@
+"""Host configuration read from the environment (CONTRACT §9).
+
+Every setting is an environment variable; production values are fixed here. Settings whose
+name contains ``TEST`` exist only so that tests can compress time (documented in README.md,
+"Test-only settings"); they must never be set in production.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/takohost"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved host settings.
+
+    Attributes:
+        database_url: SQLAlchemy URL of the source of truth (``TAKOHOST_DATABASE_URL``).
+        redis_url: Redis URL for leases (``TAKOHOST_REDIS_URL``).
+        broker_url: Celery broker URL (``TAKOHOST_BROKER_URL``, default: ``redis_url``).
+        namespace: prefix of every Redis key and Celery queue of this host
+            (``TAKOHOST_NAMESPACE``, default ``takohost``); lets several hosts (or test
+            sessions) share one Redis.
+        lease_ttl_ms: replay-context lease time-to-live in milliseconds (``15000``).
+        sweep_interval_s: seconds between beat sweeps (``5``).
+        validation_timeout_s: seconds a WorkerVersion import may take (``10``).
+    """
+
+    database_url: str
+    redis_url: str
+    broker_url: str
+    namespace: str
+    lease_ttl_ms: int
+    sweep_interval_s: float
+    validation_timeout_s: float
+
+    @property
+    def queue(self) -> str:
+        """The Celery queue name of this host (``{namespace}.tasks``)."""
+        return f"{self.namespace}.tasks"
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return default if raw in (None, "") else float(raw)
+
+
+def load_settings() -> Settings:
+    """Read :class:`Settings` from the environment (no caching: tests change it)."""
+    redis_url = os.environ.get("TAKOHOST_REDIS_URL") or DEFAULT_REDIS_URL
+    return Settings(
+        database_url=os.environ.get("TAKOHOST_DATABASE_URL") or DEFAULT_DATABASE_URL,
+        redis_url=redis_url,
+        broker_url=os.environ.get("TAKOHOST_BROKER_URL") or redis_url,
+        namespace=os.environ.get("TAKOHOST_NAMESPACE") or "takohost",
+        lease_ttl_ms=int(_float("TAKOHOST_LEASE_TTL_MS", 15000)),
+        sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
+        validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
+    )

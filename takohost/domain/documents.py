@@ -1,0 +1,281 @@
+"""Documents: validation and RFC 8785 canonical bytes (CONTRACT §5 DW-doc; pure, no I/O).
+
+Seed 000: "全document（params、step結果、event payload、output）はplainまたはnull-prototypeの
+object rootで最大1024 own property、RFC 8785 canonical UTF-8で最大1048576 bytes。内部はnull、
+boolean、有限数、Unicode文字列、同条件のobjectまたは穴のない通常配列に限る。…循環…を拒否する。
+共有する非循環objectはよい。getterやtoJSONを実行せず…直列化する。"
+
+Python rendering (CONTRACT §5):
+
+* root: exactly ``dict`` with ``str`` keys, or ``None`` where "none" is allowed;
+* inside: ``None``, ``bool``, ``int`` within ±(2**53−1) (``bool`` is a boolean, never an int),
+  finite ``float``, ``str``, exact ``dict`` with ``str`` keys, exact ``list``;
+* every ``str`` (values and keys) consists of Unicode scalar values: no U+D800–U+DFFF;
+* every ``dict``, the root and each nested one, has at most ``MAX_KEYS`` (1024) keys;
+* cycles are invalid; shared non-cyclic sub-objects are fine and count once per occurrence;
+* tuples, sets, bytes, ``dict``/``list`` subclasses (``OrderedDict``), ``int``/``float``/``str``
+  subclasses, NaN/±inf and every other type are invalid;
+* size = length of the RFC 8785 canonical UTF-8 form, at most ``MAX_DOCUMENT_BYTES``.
+
+Nothing user-defined is ever called: every value is classified by ``type(x) is …`` before it is
+touched, containers are snapshotted with the C-level ``list(d.items())`` / ``list(l)``, and error
+messages never ``repr`` a value of a foreign type.
+
+Host decision (not in the seed): containers may nest at most ``MAX_DEPTH`` (512) levels, the root
+being level 1; deeper is ``InvalidDocument``. The walk here is iterative and would handle any
+depth, but the stdlib tools the rest of the host uses on stored documents (``json.loads``,
+``json.dumps``, ``pickle``, ``==``) recurse once per level against the interpreter's recursion
+limit (1000 frames by default), so a deeper document could be accepted and then crash a replay.
+
+``rfc8785`` serialises every string and float (its escaping and ECMAScript number formatting
+are right: checked against Node's ``JSON.stringify`` on the field cases and random doubles).
+Containers are written by an iterative loop here instead of ``rfc8785.dumps(root)``, because the
+package recurses once per level and accepts values we reject (``OrderedDict``, tuples, ``str``
+subclasses), so it only ever sees scalars.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import rfc8785
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_KEYS",
+    "MAX_SAFE_INTEGER",
+    "DocumentTooLargeError",
+    "InvalidDocument",
+    "canonical_document",
+]
+
+MAX_DOCUMENT_BYTES = 1_048_576
+MAX_KEYS = 1024
+MAX_DEPTH = 512
+MAX_SAFE_INTEGER = 2**53 - 1
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Serialising stops once this many bytes are written; beyond it a reported size is a lower bound.
+_EXACT_SIZE_LIMIT = 4 * MAX_DOCUMENT_BYTES
+
+# A container's children as (JSON pointer token, value): dict items sorted the RFC 8785 way
+# (by UTF-16 code units), list items as (index, value).
+_Children = list[tuple[str | int, object]]
+
+
+class InvalidDocument(ValueError):
+    """The value is not a document (maps to ``invalid_params`` for params and payloads).
+
+    ``pointer`` is the RFC 6901 JSON pointer of the offending place (``""`` is the root,
+    ``"/a/3"`` is item 3 of key ``a``); ``message`` says what is wrong there.
+    """
+
+    def __init__(self, pointer: str, message: str) -> None:
+        super().__init__(pointer, message)
+        self.pointer = pointer
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.message} (at JSON pointer {self.pointer!r})"
+
+
+class DocumentTooLargeError(ValueError):
+    """The canonical form exceeds ``MAX_DOCUMENT_BYTES`` (maps to ``document_too_large``).
+
+    ``size`` is the canonical size in bytes when ``exact``; otherwise serialisation stopped
+    early (beyond 4 MiB) and ``size`` is a lower bound.
+    """
+
+    def __init__(self, size: int, exact: bool = True) -> None:
+        super().__init__(size, exact)
+        self.size = size
+        self.exact = exact
+
+    def __str__(self) -> str:
+        amount = f"{self.size}" if self.exact else f"more than {self.size}"
+        return f"document is {amount} bytes in RFC 8785 form; the limit is {MAX_DOCUMENT_BYTES}"
+
+
+def canonical_document(value: object, *, allow_none: bool) -> bytes | None:
+    """Validate a document and return its RFC 8785 canonical UTF-8 bytes.
+
+    ``value`` is the Python value (a ``dict`` root); ``allow_none`` says whether ``None`` means
+    "no document" here (step results, outputs, binding params/payload defaults), in which case
+    ``None`` is returned. ``len(result)`` is the document's size in bytes (CONTRACT §5).
+
+    Raises ``InvalidDocument`` (→ ``invalid_params``) and, for a valid document whose canonical
+    form exceeds ``MAX_DOCUMENT_BYTES``, ``DocumentTooLargeError`` (→ ``document_too_large``).
+    Validity is decided first: an invalid and oversized value raises ``InvalidDocument``.
+    """
+    if value is None:
+        if allow_none:
+            return None
+        raise InvalidDocument("", "a document is required here; None is not a document")
+    if type(value) is not dict:
+        raise InvalidDocument("", f"the document root must be a dict, not {_type_name(value)}")
+    snapshots = _validate(value)
+    return _serialize(value, snapshots)
+
+
+def _validate(root: dict) -> dict[int, _Children]:
+    """Check every value under ``root``; return the children snapshot of each container by id.
+
+    Iterative depth-first walk. ``on_path`` holds the ids of the containers on the current path
+    (a repeat is a cycle); ``heights`` memoises finished containers so a shared sub-object is
+    walked once and only its height is re-checked against ``MAX_DEPTH`` where it reappears.
+    """
+    snapshots: dict[int, _Children] = {id(root): _children(root, [])}
+    heights: dict[int, int] = {}
+    on_path: set[int] = {id(root)}
+    # frame = [container id, children, next index, tallest child height, token from parent]
+    frames: list[list] = [[id(root), snapshots[id(root)], 0, 0, None]]
+    while frames:
+        frame = frames[-1]
+        children = frame[1]
+        index = frame[2]
+        if index == len(children):
+            frames.pop()
+            on_path.discard(frame[0])
+            height = frame[3] + 1
+            heights[frame[0]] = height
+            if frames and frames[-1][3] < height:
+                frames[-1][3] = height
+            continue
+        frame[2] = index + 1
+        token, child = children[index]
+        kind = type(child)
+        if kind is not dict and kind is not list:
+            _check_scalar(child, frames, token)
+            continue
+        child_id = id(child)
+        if child_id in on_path:
+            raise InvalidDocument(_pointer(frames, token), "cycle: a container contains itself")
+        height = heights.get(child_id)
+        if height is None:
+            if len(frames) + 1 > MAX_DEPTH:
+                raise InvalidDocument(_pointer(frames, token), f"nesting deeper than {MAX_DEPTH}")
+            grandchildren = _children(child, frames, token)
+            snapshots[child_id] = grandchildren
+            on_path.add(child_id)
+            frames.append([child_id, grandchildren, 0, 0, token])
+            continue
+        if len(frames) + height > MAX_DEPTH:
+            raise InvalidDocument(_pointer(frames, token), f"nesting deeper than {MAX_DEPTH}")
+        if frame[3] < height:
+            frame[3] = height
+    return snapshots
+
+
+def _children(container: dict | list, frames: list[list], token: str | int | None = None) -> _Children:
+    """Snapshot a container's children; for a dict also check its keys and sort them."""
+    if type(container) is list:
+        return list(enumerate(container))
+    items = list(container.items())
+    if len(items) > MAX_KEYS:
+        raise InvalidDocument(
+            _pointer(frames, token), f"an object has {len(items)} keys; at most {MAX_KEYS} are allowed"
+        )
+    for key, _ in items:
+        if type(key) is not str:
+            raise InvalidDocument(
+                _pointer(frames, token), f"object keys must be str, found a {_type_name(key)} key"
+            )
+        if _LONE_SURROGATE.search(key) is not None:
+            raise InvalidDocument(
+                _pointer(frames, token), "an object key contains a lone surrogate (U+D800..U+DFFF)"
+            )
+    # RFC 8785 §3.2.3: members sorted by the UTF-16 code units of their names.
+    items.sort(key=lambda item: item[0].encode("utf-16-be"))
+    return items
+
+
+def _check_scalar(value: object, frames: list[list], token: str | int) -> None:
+    """Raise ``InvalidDocument`` unless ``value`` is a document scalar."""
+    kind = type(value)
+    if kind is str:
+        if _LONE_SURROGATE.search(value) is None:  # type: ignore[arg-type]
+            return
+        problem = "a string contains a lone surrogate (U+D800..U+DFFF)"
+    elif kind is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+            return
+        problem = "an integer outside ±(2**53-1)"
+    elif kind is float:
+        if math.isfinite(value):  # type: ignore[arg-type]
+            return
+        problem = f"a non-finite number ({value})"
+    elif value is None or kind is bool:
+        return
+    else:
+        problem = f"a value of type {_type_name(value)} is not allowed in a document"
+    raise InvalidDocument(_pointer(frames, token), problem)
+
+
+def _serialize(root: dict, snapshots: dict[int, _Children]) -> bytes:
+    """Write the RFC 8785 form of a validated document from its snapshots, iteratively."""
+    parts: list[bytes] = [b"{"]
+    size = 1
+    key_bytes: dict[str, bytes] = {}
+    # entry = [is_object, children, next index]
+    stack: list[list] = [[True, snapshots[id(root)], 0]]
+    while stack:
+        entry = stack[-1]
+        is_object, children, index = entry
+        if index == len(children):
+            parts.append(b"}" if is_object else b"]")
+            size += 1
+            stack.pop()
+            continue
+        entry[2] = index + 1
+        if index:
+            parts.append(b",")
+            size += 1
+        token, child = children[index]
+        if is_object:
+            encoded_key = key_bytes.get(token)  # type: ignore[arg-type]
+            if encoded_key is None:
+                encoded_key = key_bytes[token] = rfc8785.dumps(token) + b":"  # type: ignore[index]
+            parts.append(encoded_key)
+            size += len(encoded_key)
+        kind = type(child)
+        if kind is dict or kind is list:
+            parts.append(b"{" if kind is dict else b"[")
+            size += 1
+            stack.append([kind is dict, snapshots[id(child)], 0])
+            continue
+        if kind is str and len(child) > _EXACT_SIZE_LIMIT:  # type: ignore[arg-type]
+            raise DocumentTooLargeError(size + len(child) + 2, exact=False)  # type: ignore[arg-type]
+        encoded = _scalar_bytes(child, kind)
+        parts.append(encoded)
+        size += len(encoded)
+        if size > _EXACT_SIZE_LIMIT:
+            raise DocumentTooLargeError(size, exact=False)
+    if size > MAX_DOCUMENT_BYTES:
+        raise DocumentTooLargeError(size)
+    return b"".join(parts)
+
+
+def _scalar_bytes(value: object, kind: type) -> bytes:
+    """RFC 8785 bytes of a validated scalar."""
+    if value is None:
+        return b"null"
+    if kind is bool:
+        return b"true" if value else b"false"
+    if kind is int:
+        return str(value).encode("ascii")  # a safe integer: the same digits as ECMAScript
+    return rfc8785.dumps(value)  # type: ignore[arg-type]  # str or finite float
+
+
+def _pointer(frames: list[list], token: str | int | None) -> str:
+    """RFC 6901 pointer of ``token`` inside the container on top of ``frames``."""
+    tokens = [frame[4] for frame in frames[1:]]
+    if token is not None:
+        tokens.append(token)
+    return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+def _type_name(value: object) -> str:
+    """The type's name, read without running a metaclass ``__name__`` property."""
+    return type.__dict__["__name__"].__get__(type(value))

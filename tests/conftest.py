@@ -1,0 +1,101 @@
+"""Test session set-up: a fresh Postgres database with the migrations applied, a private
+Redis namespace, and fixtures for tokens, the Flask client and real host processes.
+
+Environment (all optional): ``TAKOHOST_TEST_PG`` (admin URL of the local Postgres, default
+``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), ``TAKOHOST_REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+_RUN = uuid.uuid4().hex[:10]
+ADMIN_URL = os.environ.get("TAKOHOST_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+DB_NAME = f"takohost_test_{_RUN}"
+DB_URL = ADMIN_URL.rsplit("/", 1)[0] + "/" + DB_NAME
+
+# Settings are read from the environment at import time by the Celery app: set them first.
+os.environ["TAKOHOST_DATABASE_URL"] = DB_URL
+os.environ["TAKOHOST_NAMESPACE"] = f"tkt{_RUN}"
+os.environ.setdefault("TAKOHOST_REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
+
+
+def _admin() -> sa.Engine:
+    return sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+
+
+@pytest.fixture(scope="session")
+def db_url() -> str:
+    """URL of this session's fresh database, migrated to head (never ``create_all``)."""
+    from models import migrate
+
+    with _admin().connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{DB_NAME}"'))
+    migrate.upgrade(DB_URL)
+    yield DB_URL
+    from models import db as models_db
+
+    models_db.dispose_all()
+    with _admin().connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)'))
+
+
+@pytest.fixture()
+def space_token(db_url: str) -> tuple[str, str]:
+    """A new Space and a token for it: ``(space, token)``."""
+    from models import db as models_db
+    from workers.services import tokens
+
+    space = f"s{uuid.uuid4().hex[:12]}"
+    with models_db.session_scope(db_url) as session:
+        token = tokens.create_token_txn(session, space=space)
+    return space, token
+
+
+@pytest.fixture(scope="session")
+def app(db_url: str):
+    """The Flask app on this session's database."""
+    from host_api.app import create_app
+
+    return create_app()
+
+
+@pytest.fixture()
+def client(app):
+    """A Flask test client (in-process; e2e tests use a real server)."""
+    return app.test_client()
+
+
+@pytest.fixture(scope="session")
+def worker(db_url: str):
+    """One real Celery worker process for the session (``takohost worker``)."""
+    from tests.support import processes
+
+    process = processes.start_worker(concurrency=2)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def beat_process(db_url: str):
+    """One real beat process for the session (``takohost beat``)."""
+    from tests.support import processes
+
+    process = processes.start_beat()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def api_server(db_url: str):
+    """One real API server process (gunicorn) for the session: its base URL is ``.extra['url']``."""
+    from tests.support import processes
+
+    process = processes.start_api()
+    yield process
+    process.stop()

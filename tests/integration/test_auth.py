@@ -1,0 +1,55 @@
+"""API-auth: tokens, Spaces, 401/404 and the public endpoints (CONTRACT §2.1)."""
+
+from __future__ import annotations
+
+
+def test_healthz_needs_no_token(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.get_json() == {"ok": True}
+
+
+def test_missing_token_is_401_unauthenticated(client, space_token):
+    space, _ = space_token
+    response = client.get(f"/v2/spaces/{space}/resources")
+    assert response.status_code == 401
+    assert response.get_json()["error"]["code"] == "unauthenticated"
+
+
+def test_unknown_token_is_401(client, space_token):
+    space, _ = space_token
+    response = client.get(f"/v2/spaces/{space}/resources", headers={"Authorization": "Bearer nope"})
+    assert response.status_code == 401
+    assert response.get_json()["error"]["code"] == "unauthenticated"
+
+
+def test_token_of_another_space_is_404_not_found(client, space_token, db_url):
+    from models import db as models_db
+    from workers.services import tokens
+
+    space, _ = space_token
+    with models_db.session_scope(db_url) as session:
+        other = tokens.create_token_txn(session, space="other-space")
+    response = client.get(f"/v2/spaces/{space}/resources", headers={"Authorization": f"Bearer {other}"})
+    assert response.status_code == 404
+    assert response.get_json()["error"]["code"] == "not_found"
+
+
+def test_tokens_are_stored_hashed(space_token, db_url):
+    import sqlalchemy as sa
+
+    from models import db as models_db
+    from models import resources
+
+    space, token = space_token
+    with models_db.session_scope(db_url) as session:
+        stored = session.scalars(sa.select(resources.Token.token_hash).where(resources.Token.space == space)).all()
+    assert stored and token not in stored
+    assert all(len(h) == 64 for h in stored)
+
+
+def test_unknown_route_is_json_404(client, space_token):
+    space, token = space_token
+    response = client.get(f"/v2/spaces/{space}/nope", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 404
+    assert response.is_json
