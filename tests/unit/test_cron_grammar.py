@@ -28,7 +28,16 @@ ACCEPTED = [
     ("5-59/15 * * * *", {5, 20, 35, 50}, HOURS, DAYS, MONTHS, WEEKDAYS, False, False),
     ("10-20/30 * * * *", {10}, HOURS, DAYS, MONTHS, WEEKDAYS, False, False),
     ("0-59/60 * * * *", {0}, HOURS, DAYS, MONTHS, WEEKDAYS, False, False),
-    ("*/2,1-5/2 * * * *", frozenset(range(0, 60, 2)) | {1, 3, 5}, HOURS, DAYS, MONTHS, WEEKDAYS, False, False),
+    (
+        "*/2,1-5/2 * * * *",
+        frozenset(range(0, 60, 2)) | {1, 3, 5},
+        HOURS,
+        DAYS,
+        MONTHS,
+        WEEKDAYS,
+        False,
+        False,
+    ),
     ("0 9-17 * * 1-5", {0}, set(range(9, 18)), DAYS, MONTHS, {1, 2, 3, 4, 5}, False, True),
     ("0 0 */2 * *", {0}, {0}, set(range(1, 32, 2)), MONTHS, WEEKDAYS, True, False),
     ("0 0 1-31 * *", {0}, {0}, DAYS, MONTHS, WEEKDAYS, True, False),  # restricted: text is not '*'
@@ -372,5 +381,7 @@ def test_matches_between_bounds() -> None:
 def test_format_rfc3339() -> None:
     assert cron.format_rfc3339(datetime(2026, 10, 5, 12, 5, tzinfo=UTC)) == "2026-10-05T12:05:00Z"
     tokyo = timezone(timedelta(hours=9))
-    assert cron.format_rfc3339(datetime(2026, 10, 5, 21, 5, 7, 999999, tzinfo=tokyo)) == "2026-10-05T12:05:07Z"
+    assert (
+        cron.format_rfc3339(datetime(2026, 10, 5, 21, 5, 7, 999999, tzinfo=tokyo)) == "2026-10-05T12:05:07Z"
+    )
     assert cron.format_rfc3339(datetime(999, 1, 2, 3, 4, 5, tzinfo=UTC)) == "0999-01-02T03:04:05Z"
