@@ -24,9 +24,32 @@ def get_engine(url: str) -> sa.Engine:
         kwargs: dict[str, object] = {"future": True}
         if url.startswith("postgresql"):
             kwargs.update(pool_size=5, max_overflow=10, pool_pre_ping=True)
+        if url.startswith("sqlite"):
+            kwargs.update(connect_args={"timeout": 30, "check_same_thread": False})
         engine = sa.create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
         _engines[key] = engine
     return engine
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    """Embedded default (``takohost dev``): WAL so API, worker and beat processes can share
+    the file, a generous busy timeout, and enforced foreign keys (cascading purges)."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def insert(session: orm.Session, table: object) -> sa.Insert:
+    """A dialect-specific ``INSERT`` that supports ``on_conflict_do_nothing`` on both
+    Postgres and SQLite (the embedded default)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = session.get_bind().dialect.name
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
 
 
 def database_url() -> str:

@@ -22,6 +22,16 @@ def main() -> None:
     """takohost: a durable-workflow and cron host."""
 
 
+@main.command()
+@click.option("--port", default=8080, show_default=True, type=int, help="API port.")
+@click.option("--data-dir", default=".takohost", show_default=True, help="Where state is kept.")
+def dev(port: int, data_dir: str) -> None:
+    """Run API, worker and beat on the embedded default (no Postgres, no Redis)."""
+    from takohost import devmode
+
+    raise SystemExit(devmode.run(port=port, data_dir=data_dir))
+
+
 @main.group()
 def db() -> None:
     """Database schema commands."""
