@@ -116,5 +116,7 @@ def token_create(space: str) -> None:
     click.echo(value)
 
 
+from takohost import cli_client as _cli_client  # noqa: E402,F401 - registers deploy/instances/status/runs
+
 if __name__ == "__main__":  # pragma: no cover
     main()

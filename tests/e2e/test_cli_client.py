@@ -1,0 +1,249 @@
+"""The ``takohost`` CLI client against the real host (API + worker + beat processes): deploy,
+every ``instances`` command with ``--json``, and the error paths (issue 6 item 3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from tests.support import processes
+
+
+@dataclass
+class Cli:
+    """Runs ``python -m takohost.cli …`` against one host URL, Space and token."""
+
+    url: str
+    space: str
+    token: str
+
+    def run(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "TAKOHOST_URL": self.url,
+            "TAKOHOST_SPACE": self.space,
+            "TAKOHOST_TOKEN": self.token,
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "takohost.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+
+    def ok(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """Run and require exit status 0 (failing with the command's output otherwise)."""
+        result = self.run(*args, timeout=timeout)
+        assert result.returncode == 0, f"{args} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        assert "Traceback" not in result.stderr
+        return result
+
+    def json(self, *args: str, timeout: float = 180) -> dict:
+        """Run with ``--json`` and return the one JSON document printed on stdout."""
+        return json.loads(self.ok(*args, "--json", timeout=timeout).stdout)
+
+    def fails(self, *args: str) -> str:
+        """Run, require exit status 1 without a traceback, and return the first stderr line."""
+        result = self.run(*args)
+        assert result.returncode == 1, f"{args} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        assert "Traceback" not in result.stderr + result.stdout
+        return result.stderr.splitlines()[0]
+
+    def wait_status(self, workflow: str, instance_id: str, wanted: str, *, timeout: float = 60) -> dict:
+        """Poll ``instances status --json`` until ``status == wanted``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self.json("instances", "status", workflow, instance_id)
+            if answer["status"] == wanted:
+                return answer
+            assert time.monotonic() < deadline, f"{instance_id!r} is {answer}, not {wanted!r}"
+            time.sleep(0.5)
+
+
+@pytest.fixture()
+def cli(api_server, worker, beat_process, space_token) -> Cli:
+    space, token = space_token
+    return Cli(url=api_server.extra["url"], space=space, token=token)
+
+
+ECHO = textwrap.dedent(
+    """
+    class Echo:
+        def __init__(self, env):
+            self.greeting = env.GREETING
+
+        def run(self, event, step):
+            got = step.wait_for_event("go", {"type": "go", "timeoutSeconds": 3600})
+            return {"greeting": self.greeting, "params": event.get("params"), "got": got}
+    """
+)
+
+SECOND = textwrap.dedent(
+    """
+    class Second:
+        def __init__(self, env):
+            self.env = env
+
+        def run(self, event, step):
+            return {"echo": env_names(self.env)}
+
+
+    def env_names(env):
+        return sorted(name for name in vars(env))
+    """
+)
+
+
+def write_project(root: pathlib.Path, *, toml: str, modules: dict[str, str]) -> pathlib.Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "takohost.toml").write_text(textwrap.dedent(toml), encoding="utf-8")
+    for name, source in modules.items():
+        (root / name).write_text(source, encoding="utf-8")
+    return root
+
+
+ECHO_TOML = """
+    [worker]
+    name = "echo"
+    [vars]
+    GREETING = "hello"
+    [[workflows]]
+    name = "echo-flow"
+    class = "Echo"
+    binding = "ECHO"
+"""
+
+
+def test_deploy_is_idempotent_and_updates_in_place(cli: Cli, tmp_path: pathlib.Path) -> None:
+    project = write_project(tmp_path / "echo", toml=ECHO_TOML, modules={"main.py": ECHO})
+    first = cli.json("deploy", str(project))
+    assert first["space"] == cli.space
+    assert first["worker"]["name"] == "echo"
+    assert first["deployment"]["name"] == "echo-deployment"
+    assert first["version"]["name"].startswith("echo-")
+    assert [(w["name"], w["className"], w["binding"]) for w in first["workflows"]] == [
+        ("echo-flow", "Echo", "ECHO")
+    ]
+
+    again = cli.ok("deploy", str(project))  # same content: nothing new
+    assert "up to date" in again.stderr
+    assert json.loads(cli.ok("deploy", str(project), "--json").stdout) == first
+
+    # New code and a new workflow with a binding: a new Version, the same Deployment updated.
+    (project / "main.py").write_text(ECHO + "\n" + SECOND, encoding="utf-8")
+    (project / "takohost.toml").write_text(
+        textwrap.dedent(ECHO_TOML)
+        + '[[workflows]]\nname = "second-flow"\nclass = "Second"\nbinding = "SECOND"\n',
+        encoding="utf-8",
+    )
+    second = cli.json("deploy", str(project))
+    assert second["worker"] == first["worker"]
+    assert second["deployment"] == first["deployment"]
+    assert second["version"]["uid"] != first["version"]["uid"]
+    assert [w["name"] for w in second["workflows"]] == ["echo-flow", "second-flow"]
+    cli.ok("instances", "create", "second-flow", "--id", "s-1")
+    done = json.loads(cli.ok("status", "second-flow", "s-1", "--watch", "--timeout", "90", "--json").stdout)
+    assert done["status"] == "complete"
+    assert done["output"] == {"echo": ["ECHO", "GREETING", "SECOND"]}
+
+
+def test_instances_commands_round_trip_an_awkward_id(cli: Cli, tmp_path: pathlib.Path) -> None:
+    cli.ok("deploy", str(write_project(tmp_path / "echo", toml=ECHO_TOML, modules={"main.py": ECHO})))
+    awkward = "order/42 ?%#😀 ."
+    created = cli.json("instances", "create", "echo-flow", "--id", awkward, "--params", '{"n": 1}')
+    assert created == {"id": awkward}
+    assert cli.fails("instances", "create", "echo-flow", "--id", awkward).startswith(
+        "error: instance_exists: "
+    )
+
+    cli.wait_status("echo-flow", awkward, "waiting")
+    listed = cli.json("instances", "list", "echo-flow")
+    assert [row["id"] for row in listed["instances"]] == [awkward]
+    assert cli.json("instances", "list", "echo-flow", "--status", "complete") == {"instances": []}
+    table = cli.ok("instances", "list", "echo-flow").stdout
+    assert "waiting" in table and "1 instance(s)" in table
+
+    sent = cli.json("instances", "send-event", "echo-flow", awkward, "go", "--payload", '{"ok": true}')
+    assert sent == {"accepted": True, "id": awkward, "type": "go"}
+    final = json.loads(cli.ok("status", "echo-flow", awkward, "--watch", "--timeout", "90", "--json").stdout)
+    assert final == {
+        "id": awkward,
+        "status": "complete",
+        "output": {"greeting": "hello", "params": {"n": 1}, "got": {"ok": True}},
+    }
+    watched = cli.ok("instances", "status", "echo-flow", awkward, "--watch", "--timeout", "30")
+    assert "complete" in watched.stdout
+
+    history = cli.json("instances", "history", "echo-flow", awkward)["events"]
+    types = [event["eventType"] for event in history]
+    assert types[0] == "InstanceCreated" and types[-1] == "InstanceCompleted"
+    assert "EventAccepted" in types and "WaitStarted" in types
+    assert [event["eventId"] for event in history] == list(range(1, len(history) + 1))
+    assert "InstanceCompleted" in cli.ok("instances", "history", "echo-flow", awkward).stdout
+
+    assert cli.fails("instances", "send-event", "echo-flow", awkward, "go").startswith(
+        "error: instance_terminal: "
+    )
+
+
+def test_terminate(cli: Cli, tmp_path: pathlib.Path) -> None:
+    cli.ok("deploy", str(write_project(tmp_path / "echo", toml=ECHO_TOML, modules={"main.py": ECHO})))
+    cli.ok("instances", "create", "echo-flow", "--id", "t-1")
+    cli.wait_status("echo-flow", "t-1", "waiting")
+    assert cli.json("instances", "terminate", "echo-flow", "t-1") == {"id": "t-1", "status": "terminated"}
+    assert cli.json("instances", "terminate", "echo-flow", "t-1") == {"id": "t-1", "status": "terminated"}
+    assert cli.json("status", "echo-flow", "t-1")["status"] == "terminated"
+
+
+def test_error_paths_print_code_and_message(cli: Cli, tmp_path: pathlib.Path) -> None:
+    cli.ok("deploy", str(write_project(tmp_path / "echo", toml=ECHO_TOML, modules={"main.py": ECHO})))
+    assert cli.fails("instances", "status", "echo-flow", "nobody").startswith("error: unknown_instance: ")
+    assert cli.fails("instances", "status", "no-such-flow", "x") == (
+        f"error: not_found: no DurableWorkflow named 'no-such-flow' in Space {cli.space!r}"
+    )
+    assert cli.fails("instances", "create", "echo-flow", "--params", '{"a": 1, "a": 2}').startswith(
+        "error: invalid_json: "
+    )
+    # Rejected by the host: the id is 257 characters.
+    assert cli.fails("instances", "create", "echo-flow", "--id", "x" * 257).startswith(
+        "error: invalid_request: "
+    )
+
+    bad_token = Cli(url=cli.url, space=cli.space, token="not-a-token")
+    assert bad_token.fails("instances", "list", "echo-flow").startswith("error: unauthenticated: ")
+    nowhere = Cli(url=f"http://127.0.0.1:{processes.free_port()}", space=cli.space, token=cli.token)
+    assert (
+        nowhere.fails("instances", "list", "echo-flow")
+        == f"error: unreachable: cannot reach the host at {nowhere.url}"
+    )
+
+
+def test_deploy_reports_the_failed_operation(cli: Cli, tmp_path: pathlib.Path) -> None:
+    project = write_project(
+        tmp_path / "broken",
+        toml='[worker]\nname = "broken"\n',
+        modules={"main.py": "import definitely_not_a_module_anywhere\n"},
+    )
+    result = cli.run("deploy", str(project))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    first = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(first) == 1
+    assert "definitely_not_a_module_anywhere" in first[0]
+    assert "while: create WorkerVersion broken-" in result.stderr
+
+    bad_manifest = write_project(
+        tmp_path / "typo", toml='[worker]\nname = "typo"\nmian = "main.py"\n', modules={"main.py": ""}
+    )
+    line = cli.fails("deploy", str(bad_manifest))
+    assert line.startswith("error: invalid_manifest: ") and "worker.mian: unknown key" in line

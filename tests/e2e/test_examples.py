@@ -1,0 +1,201 @@
+"""The examples, deployed with the CLI and driven to their terminal state on the real host
+(API + worker + beat processes), as their READMEs tell a user to (issue 6 item 4)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+import re
+import shutil
+import time
+
+import pytest
+
+from tests.e2e.test_cli_client import Cli
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture()
+def cli(api_server, worker, beat_process, space_token) -> Cli:
+    space, token = space_token
+    return Cli(url=api_server.extra["url"], space=space, token=token)
+
+
+def copy_example(name: str, tmp_path: pathlib.Path, replacements: dict[str, str]) -> pathlib.Path:
+    """A copy of ``examples/NAME`` with ``takohost.toml`` edited (each ``old`` must occur)."""
+    target = tmp_path / name
+    shutil.copytree(EXAMPLES / name, target)
+    toml = (target / "takohost.toml").read_text(encoding="utf-8")
+    for old, new in replacements.items():
+        assert old in toml, old
+        toml = toml.replace(old, new)
+    (target / "takohost.toml").write_text(toml, encoding="utf-8")
+    return target
+
+
+def step_names(history: list[dict]) -> list[str]:
+    """The step names mentioned by StepCompleted events, in order."""
+    names = []
+    for event in history:
+        if event["eventType"] == "StepCompleted":
+            attributes = event.get("attributes") or {}
+            names.append(attributes.get("name") or attributes.get("stepName") or json.dumps(attributes))
+    return names
+
+
+def test_orders_runs_to_complete(cli: Cli) -> None:
+    summary = cli.json("deploy", str(EXAMPLES / "orders"))
+    assert [w["name"] for w in summary["workflows"]] == ["order-fulfilment"]
+    params = {
+        "orderId": "A-1001",
+        "customer": "ada@example.com",
+        "paymentMethod": "pm_card_ok",
+        "items": [{"sku": "TEA-01", "qty": 2, "unitPrice": 1250}],
+    }
+    assert cli.json(
+        "instances", "create", "order-fulfilment", "--id", "A-1001", "--params", json.dumps(params)
+    ) == {"id": "A-1001"}
+    cli.wait_status("order-fulfilment", "A-1001", "waiting")
+    cli.ok(
+        "instances",
+        "send-event",
+        "order-fulfilment",
+        "A-1001",
+        "shipped",
+        "--payload",
+        '{"carrier": "DHL", "trackingNumber": "00340434161094042557"}',
+    )
+    final = json.loads(
+        cli.ok("status", "order-fulfilment", "A-1001", "--watch", "--timeout", "90", "--json").stdout
+    )
+    assert final["status"] == "complete"
+    output = final["output"]
+    assert output["status"] == "complete"
+    assert (output["orderId"], output["amount"], output["currency"]) == ("A-1001", 2500, "EUR")
+    assert output["trackingNumber"] == "00340434161094042557"
+    assert output["chargeId"].startswith("ch_")
+
+    history = cli.json("instances", "history", "order-fulfilment", "A-1001")["events"]
+    types = [event["eventType"] for event in history]
+    assert types[0] == "InstanceCreated" and types[-1] == "InstanceCompleted"
+    names = " ".join(step_names(history))
+    # The SWF e-commerce shape: verify, charge, (wait for shipment), record completion, in order.
+    assert names.index("verify order") < names.index("charge card") < names.index("record completion")
+
+    # A completed order takes no more events: the API's code and message, no traceback.
+    line = cli.fails("instances", "send-event", "order-fulfilment", "A-1001", "shipped")
+    assert line.startswith("error: instance_terminal: ")
+
+
+def test_approvals_reminds_then_applies_after_the_hold(cli: Cli, tmp_path: pathlib.Path) -> None:
+    project = copy_example(
+        "approvals",
+        tmp_path,
+        {
+            "REMIND_AFTER_SECONDS = 86400": "REMIND_AFTER_SECONDS = 2",
+            "MAX_REMINDERS = 3": "MAX_REMINDERS = 50",
+        },
+    )
+    cli.ok("deploy", str(project))
+    params = {
+        "requestId": "CR-7",
+        "title": "Raise the API rate limit",
+        "requester": "ada",
+        "approvers": ["grace", "alan"],
+        "holdSeconds": 1,
+    }
+    cli.ok("instances", "create", "approval-request", "--id", "CR-7", "--params", json.dumps(params))
+
+    deadline = time.monotonic() + 60
+    while "reminder #1" not in " ".join(
+        step_names(cli.json("instances", "history", "approval-request", "CR-7")["events"])
+    ):
+        assert time.monotonic() < deadline, "no reminder was sent"
+        time.sleep(1)
+
+    cli.ok(
+        "instances",
+        "send-event",
+        "approval-request",
+        "CR-7",
+        "decision",
+        "--payload",
+        '{"approved": true, "by": "grace", "comment": "ok"}',
+    )
+    final = json.loads(
+        cli.ok("status", "approval-request", "CR-7", "--watch", "--timeout", "90", "--json").stdout
+    )
+    assert final["status"] == "complete"
+    assert final["output"]["status"] == "applied"
+    assert final["output"]["by"] == "grace"
+    assert final["output"]["reminders"] >= 1
+
+    history = cli.json("instances", "history", "approval-request", "CR-7")["events"]
+    types = [event["eventType"] for event in history]
+    assert "WaitTimedOut" in types and "SleepScheduled" in types and "SleepCompleted" in types
+    assert "apply change" in " ".join(step_names(history))
+
+
+def test_approvals_rejection(cli: Cli) -> None:
+    cli.ok("deploy", str(EXAMPLES / "approvals"))
+    cli.ok(
+        "instances", "create", "approval-request", "--id", "CR-8", "--params", '{"title": "Drop the table"}'
+    )
+    cli.wait_status("approval-request", "CR-8", "waiting")
+    cli.ok(
+        "instances",
+        "send-event",
+        "approval-request",
+        "CR-8",
+        "decision",
+        "--payload",
+        '{"approved": false, "by": "alan"}',
+    )
+    final = json.loads(
+        cli.ok("status", "approval-request", "CR-8", "--watch", "--timeout", "90", "--json").stdout
+    )
+    assert final["output"] == {"requestId": "CR-8", "status": "rejected", "by": "alan", "reminders": 0}
+
+
+def test_nightly_report_cron_starts_a_workflow(cli: Cli, tmp_path: pathlib.Path) -> None:
+    project = copy_example("nightly-report", tmp_path, {'cron = "0 2 * * *"': 'cron = "* * * * *"'})
+    summary = cli.json("deploy", str(project))
+    assert [(t["name"], t["cron"]) for t in summary["triggers"]] == [("nightly-report-schedule", "* * * * *")]
+
+    deadline = time.monotonic() + 130  # up to a minute to the next match, then its delivery
+    while not (listed := cli.json("instances", "list", "daily-report")["instances"]):
+        assert time.monotonic() < deadline, "the trigger started no instance"
+        time.sleep(2)
+    instance_id = listed[0]["id"]
+    match = re.fullmatch(r"report-(\d{4}-\d{2}-\d{2}T\d{2}:\d{2})Z", instance_id)
+    assert match, instance_id
+    scheduled = dt.datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M").replace(tzinfo=dt.UTC)
+    assert abs((dt.datetime.now(dt.UTC) - scheduled).total_seconds()) < 300
+
+    final = json.loads(
+        cli.ok("status", "daily-report", instance_id, "--watch", "--timeout", "90", "--json").stdout
+    )
+    assert final["status"] == "complete"
+    period = final["output"]["period"]
+    assert period["end"] == scheduled.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert final["output"]["published"] is False
+    assert "orders:" in final["output"]["report"]
+
+    # The match that started it is in the trigger's runs ledger, delivered ok.
+    deadline = time.monotonic() + 30
+    while True:
+        runs = cli.json("runs", "nightly-report-schedule")["runs"]
+        delivered = [run for run in runs if any(d["outcome"] == "ok" for d in run.get("deliveries", []))]
+        if delivered:
+            break
+        assert time.monotonic() < deadline, f"no match was delivered ok: {runs}"
+        time.sleep(1)
+    assert delivered[-1]["cron"] == "* * * * *"
+    assert "match(es)" in cli.ok("runs", "nightly-report-schedule").stdout
+
+    # Back to the nightly schedule: the trigger is updated in place (PUT with the new cron).
+    again = cli.json("deploy", str(EXAMPLES / "nightly-report"))
+    assert again["triggers"][0]["uid"] == summary["triggers"][0]["uid"]
+    assert again["triggers"][0]["cron"] == "0 2 * * *"
