@@ -1,0 +1,621 @@
+"""The sandbox child: process hygiene after fork, its channel to the parent, and the three jobs
+(``validate``, ``workflow``, ``scheduled``). See ``PROTOCOL.md`` for the messages.
+
+Life of a child (forked by ``takohost.runtime.zygote``; ``run_forked`` never returns):
+
+1. hygiene, done ahead of demand (the zygote keeps a few forked children waiting): ``setsid()``
+   (own process group, so the parent can kill the whole group), ``PR_SET_PDEATHSIG(SIGKILL)``
+   (dies with the zygote), default signal dispositions, every descriptor closed except 0/1/2
+   (``/dev/null``) and the link to the zygote, empty environment but ``PATH``/``LANG``, working
+   directory a fresh empty directory;
+2. the zygote hands over the channel descriptor (it becomes fd 3, replacing the link); the child
+   sends ``hello {pid}`` and reads one ``job`` frame;
+3. a reader thread routes the parent's answers to the waiting call and watches the parent: EOF
+   on the channel, or no frame for longer than ``watchdogSeconds`` → ``killpg(0, SIGKILL)``
+   (DESIGN "Terminate and delete": a child whose parent stops answering kills itself);
+4. the Version's ``modules`` are installed from memory (``SourceModules``) and ``mainModule`` is
+   imported fresh (CONTRACT §4.1), then the job runs;
+5. after its final message the child kills its own process group: no ``finally:``, ``atexit``
+   or leftover thread/task of user code runs afterwards (seed 000: stop before publishing).
+
+Standard library and ``takohost`` only: this runs user code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import os
+import queue
+import select
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, NoReturn
+
+from takohost.domain import documents, identifiers
+from takohost.runtime import bindings, protocol, step
+
+__all__ = ["Channel", "SourceModules", "die", "prctl", "prepare", "run_forked", "run_job", "set_pdeathsig"]
+
+CHANNEL_FD = 3
+VIRTUAL_ROOT = "/takohost/version"
+JOB_TIMEOUT_SECONDS = 60.0
+_RECV_BYTES = 1 << 16  # below malloc's mmap threshold: no mmap/munmap per read
+CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+# Top-level names a Version's modules may not replace: the SDK and runtime, the running main
+# module, the codec registry (imported lazily by the interpreter) and built-in modules. Any other
+# name shadows an already imported module of the same name, as a script's directory would.
+RESERVED_MODULES = frozenset({"takohost", "__main__", "encodings"}) | frozenset(sys.builtin_module_names)
+
+_PR_SET_PDEATHSIG = 1
+_libc: Any = None
+
+
+def prepare() -> None:
+    """Load what the child needs from C before forking (called once in the zygote)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def prctl(option: int, value: int) -> None:
+    """``prctl(option, value, 0, 0, 0)`` via libc; ``OSError`` if the kernel refuses."""
+    prepare()
+    if _libc.prctl(int(option), int(value), 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+def set_pdeathsig(sig: int) -> None:
+    """``PR_SET_PDEATHSIG``: the kernel sends ``sig`` when the thread that forked us dies."""
+    prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def die() -> NoReturn:
+    """Kill the own process group (this process, its threads, user-forked processes) now."""
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(137)
+
+
+# ---------------------------------------------------------------------------------------------
+# Process hygiene
+
+
+def run_forked(*, link_fd: int, children_dir: str, zygote_pid: int, keep_stderr: bool = False) -> NoReturn:
+    """Entry point in a freshly forked child; never returns (every path ends in ``die``).
+
+    The child is forked ahead of demand (the zygote keeps a small pool): it cleans itself up, then
+    waits on ``link_fd`` (its socket to the zygote) for the channel descriptor of its parent.
+    """
+    try:
+        _harden(link_fd=link_fd, children_dir=children_dir, zygote_pid=zygote_pid, keep_stderr=keep_stderr)
+        sock = _receive_channel()
+        protocol.write_frame(sock, {"op": "hello", "pid": os.getpid(), "protocol": protocol.PROTOCOL_VERSION})
+        job, buffer = _read_job(sock)
+        channel = Channel(sock, buffer=buffer, watchdog_seconds=job.get("watchdogSeconds"))
+        channel.start()
+        run_job(job, channel)
+    except BaseException:  # noqa: BLE001 - nothing may escape into the zygote's stack
+        if keep_stderr:
+            traceback.print_exc()
+    die()
+
+
+def _harden(*, link_fd: int, children_dir: str, zygote_pid: int, keep_stderr: bool) -> None:
+    os.setsid()
+    set_pdeathsig(signal.SIGKILL)
+    if os.getppid() != zygote_pid:  # the zygote died before PDEATHSIG was armed
+        os._exit(1)
+    signal.set_wakeup_fd(-1)
+    for sig in (
+        signal.SIGCHLD,
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGALRM,
+    ):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    if link_fd != CHANNEL_FD:
+        os.dup2(link_fd, CHANNEL_FD, inheritable=False)
+    os.closerange(CHANNEL_FD + 1, _max_fd())
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1) if keep_stderr else (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    os.environ.clear()
+    os.environ.update(CHILD_ENV)
+    workdir = os.path.join(children_dir, str(os.getpid()))  # the zygote removes it after the child
+    try:
+        os.mkdir(workdir, 0o700)
+    except FileExistsError:  # never inherit another context's files
+        shutil.rmtree(workdir)
+        os.mkdir(workdir, 0o700)
+    os.chdir(workdir)
+    sys.argv = [""]
+
+
+def _receive_channel() -> socket.socket:
+    """Wait on the zygote link (fd 3) for the channel descriptor; it replaces the link as fd 3."""
+    link = socket.socket(fileno=CHANNEL_FD)
+    _, fds, _, _ = socket.recv_fds(link, 16, 1)
+    link.detach()
+    if len(fds) != 1:
+        die()
+    os.dup2(fds[0], CHANNEL_FD, inheritable=False)  # closes the link
+    os.close(fds[0])
+    sock = socket.socket(fileno=CHANNEL_FD)
+    sock.setblocking(True)
+    return sock
+
+
+def _max_fd() -> int:
+    try:
+        return max(os.sysconf("SC_OPEN_MAX"), 1024)
+    except (ValueError, OSError):
+        return 65536
+
+
+def _read_job(sock: socket.socket) -> tuple[dict[str, Any], protocol.FrameBuffer]:
+    """Read the ``job`` frame (EOF or ``JOB_TIMEOUT_SECONDS`` without it → die)."""
+    buffer = protocol.FrameBuffer()
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not poller.poll(remaining * 1000):
+            die()
+        data = sock.recv(_RECV_BYTES)
+        if not data:
+            die()
+        messages = buffer.feed(data)
+        if messages:
+            job = messages[0]
+            if job.get("op") != "job" or len(messages) > 1:
+                die()
+            return job, buffer
+
+
+# ---------------------------------------------------------------------------------------------
+# Channel
+
+
+class Channel:
+    """The child's end of the channel: requests from user-code threads, a reader thread, the
+    watchdog. ``watchdog_seconds`` ``None`` disables the watchdog (EOF still kills)."""
+
+    def __init__(
+        self, sock: socket.socket, *, buffer: protocol.FrameBuffer, watchdog_seconds: object
+    ) -> None:
+        self._sock = sock
+        self._buffer = buffer
+        self._watchdog = float(watchdog_seconds) if type(watchdog_seconds) in (int, float) else None
+        self._replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._send_lock = threading.Lock()
+        self._request_lock = threading.Lock()
+        self._closed = False
+        self._last_seen = time.monotonic()
+
+    def start(self) -> None:
+        """Start the reader/watchdog thread."""
+        threading.Thread(target=self._read_loop, name="takohost-channel", daemon=True).start()
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write one frame; any failure kills the child. Blocks forever once a final was sent."""
+        with self._send_lock:
+            if self._closed:
+                threading.Event().wait()
+            try:
+                protocol.write_frame(self._sock, message)
+            except (OSError, protocol.ProtocolError):
+                die()
+            if message.get("op") in protocol.FINAL_OPS:
+                self._closed = True
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` and return the parent's next non-ping frame."""
+        with self._request_lock:
+            self.send(message)
+            return self._replies.get()
+
+    def final(self, message: dict[str, Any]) -> NoReturn:
+        """Send the last message of this child, then kill the process group."""
+        self.send(message)
+        die()
+
+    def fatal(self, message: str) -> NoReturn:
+        """The parent sent something the protocol does not allow here: stop at once."""
+        die()
+
+    def _read_loop(self) -> None:
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        try:
+            while True:
+                timeout_ms = None
+                if self._watchdog is not None:
+                    remaining = self._last_seen + self._watchdog - time.monotonic()
+                    if remaining <= 0:
+                        die()
+                    timeout_ms = remaining * 1000
+                if not poller.poll(timeout_ms):
+                    continue
+                data = self._sock.recv(_RECV_BYTES)
+                if not data:
+                    die()
+                self._last_seen = time.monotonic()
+                for message in self._buffer.feed(data):
+                    if message["op"] != "ping":
+                        self._replies.put(message)
+        except BaseException:  # noqa: BLE001 - a broken channel or frame: the parent is gone or lying
+            die()
+
+
+# ---------------------------------------------------------------------------------------------
+# The Version's modules, imported from memory
+
+
+class SourceModules(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
+    """A finder/loader serving a Version's ``modules`` (relative path → source text) from memory.
+
+    ``"main.py"`` is module ``main``; ``"pkg/__init__.py"`` is package ``pkg``; ``"pkg/mod.py"`` is
+    ``pkg.mod`` (a directory without ``__init__.py`` still works as an empty package).
+    ``__file__`` is the virtual path ``/takohost/version/<path>``; tracebacks show the source.
+    Raises ``ImportError`` for a path that is not a module path (CONTRACT §3.2) or that would
+    replace a built-in module or ``takohost``.
+    """
+
+    def __init__(self, modules: dict[str, str]) -> None:
+        self._entries: dict[str, tuple[str, str, bool]] = {}
+        for path, source in modules.items():
+            if (
+                type(path) is not str
+                or identifiers.MODULE_NAME_RE.match(path) is None
+                or type(source) is not str
+            ):
+                raise ImportError(f"invalid module path {protocol.safe_text(path, limit=300)!r}")
+            parts = path[: -len(".py")].split("/")
+            if parts[0] in RESERVED_MODULES:
+                raise ImportError(f"module {parts[0]!r} is reserved by the host")
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts = parts[:-1]
+                if not parts:
+                    raise ImportError("a top-level __init__.py is not a module")
+            self._entries[".".join(parts)] = (f"{VIRTUAL_ROOT}/{path}", source, is_package)
+            for depth in range(1, len(parts)):
+                package = ".".join(parts[:depth])
+                virtual = f"{VIRTUAL_ROOT}/{'/'.join(parts[:depth])}/__init__.py"
+                self._entries.setdefault(package, (virtual, "", True))
+
+    @staticmethod
+    def module_name(path: str) -> str:
+        """The dotted module name of a module path (``"pkg/mod.py"`` → ``"pkg.mod"``)."""
+        parts = path[: -len(".py")].split("/")
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def install(self) -> None:
+        """Put the finder first and forget any already-imported module of the same names."""
+        tops = {name.split(".")[0] for name in self._entries}
+        for loaded in list(sys.modules):
+            if loaded.split(".")[0] in tops:
+                del sys.modules[loaded]
+        sys.meta_path.insert(0, self)
+        importlib.invalidate_caches()
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        """Spec for one of the Version's modules, ``None`` for anything else."""
+        entry = self._entries.get(fullname)
+        if entry is None:
+            return None
+        virtual, _, is_package = entry
+        spec = importlib.util.spec_from_loader(fullname, self, origin=virtual, is_package=is_package)
+        assert spec is not None
+        spec.has_location = True
+        if is_package:
+            spec.submodule_search_locations = [virtual.rsplit("/", 1)[0]]
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        """Default module creation."""
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        """Compile and run the module's source in its namespace."""
+        virtual, source, _ = self._entries[module.__spec__.name]
+        exec(compile(source, virtual, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+
+    def get_source(self, fullname: str) -> str:
+        """The module's source text (used by ``linecache`` for tracebacks)."""
+        entry = self._entries.get(fullname)
+        if entry is None:
+            raise ImportError(f"no module {fullname!r} in this Version", name=fullname)
+        return entry[1]
+
+    def is_package(self, fullname: str) -> bool:
+        """True for ``__init__.py`` modules and implicit package directories."""
+        entry = self._entries.get(fullname)
+        if entry is None:
+            raise ImportError(f"no module {fullname!r} in this Version", name=fullname)
+        return entry[2]
+
+
+def import_main(job: dict[str, Any]) -> Any:
+    """Install the job's ``modules`` and import ``mainModule`` fresh; errors propagate."""
+    finder = SourceModules(job.get("modules") or {})
+    main = job.get("mainModule")
+    if type(main) is not str or main not in (job.get("modules") or {}):
+        raise ImportError(f"mainModule {protocol.safe_text(main, limit=300)!r} is not one of the modules")
+    finder.install()
+    return importlib.import_module(SourceModules.module_name(main))
+
+
+def last_traceback_line(exc: BaseException) -> str:
+    """The last line of ``exc``'s formatted traceback (CONTRACT §3.2 import errors)."""
+    try:
+        lines = "".join(traceback.format_exception(exc)).strip().splitlines()
+        return protocol.safe_text(lines[-1] if lines else step.exception_text(exc))
+    except BaseException:  # noqa: BLE001 - a user __str__ may raise
+        return step.exception_text(exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs
+
+
+def run_job(job: dict[str, Any], channel: Channel) -> NoReturn:
+    """Run one job and end the child with its final message."""
+    kind = job.get("kind")
+    if kind == "validate":
+        _run_validate(job, channel)
+    elif kind == "workflow":
+        _run_workflow(job, channel)
+    elif kind == "scheduled":
+        _run_scheduled(job, channel)
+    die()
+
+
+def _run_validate(job: dict[str, Any], channel: Channel) -> NoReturn:
+    try:
+        module = import_main(job)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit at import is an import error too
+        channel.final({"op": "import_error", "message": last_traceback_line(exc)})
+    classes = []
+    for name, value in list(vars(module).items()):
+        try:
+            if is_workflow_class(value):
+                classes.append(name)
+        except BaseException:  # noqa: BLE001 - a metaclass may raise anything
+            continue
+    try:
+        handlers = ["scheduled"] if callable(getattr(module, "scheduled", None)) else []
+    except BaseException:  # noqa: BLE001
+        handlers = []
+    channel.final({"op": "validated", "workflowClasses": sorted(classes), "handlers": handlers})
+
+
+def is_workflow_class(value: object) -> bool:
+    """CONTRACT §4.2: a class, constructible with one argument (as far as its signature tells),
+    whose ``run`` is callable."""
+    if not isinstance(value, type) or not callable(getattr(value, "run", None)):
+        return False
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return True  # no introspectable signature: constructing will tell
+    try:
+        signature.bind(None)
+    except TypeError:
+        return False
+    return True
+
+
+def _run_failed(
+    channel: Channel, *, phase: str, exc: BaseException | None = None, message: str = ""
+) -> NoReturn:
+    text = step.exception_text(exc) if exc is not None else message
+    channel.final({"op": "run_failed", "reason": "run_threw", "message": text, "phase": phase})
+
+
+def _run_workflow(job: dict[str, Any], channel: Channel) -> NoReturn:
+    try:
+        module = import_main(job)
+    except BaseException as exc:  # noqa: BLE001
+        _run_failed(channel, phase="import", message=last_traceback_line(exc))
+    class_name = job.get("className")
+    cls = getattr(module, class_name, None) if type(class_name) is str else None
+    if not isinstance(cls, type) or not callable(getattr(cls, "run", None)):
+        _run_failed(
+            channel,
+            phase="construct",
+            message=f"no workflow class {protocol.safe_text(class_name)!r} in the main module",
+        )
+    env = bindings.make_env(
+        variables=job.get("vars") or {}, bindings=job.get("bindings") or [], channel=channel
+    )
+    try:
+        instance = cls(env)
+        run = instance.run
+    except BaseException as exc:  # noqa: BLE001
+        _run_failed(channel, phase="construct", exc=exc)
+    context = step.Context(channel)
+    event = job.get("event") or {}
+    if inspect.iscoroutinefunction(run):
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(_drive_async(run, event, step.AsyncStep(context), context))
+        die()  # _drive_async never returns normally
+    try:
+        value = run(event, step.Step(context))
+    except BaseException as exc:  # noqa: BLE001
+        _finish_run(context, raised=exc)
+    _finish_run(context, value=value)
+
+
+async def _drive_async(
+    run: Any, event: dict[str, Any], step_object: step.AsyncStep, context: step.Context
+) -> None:
+    # The run is awaited directly (not as a task) and finished inside this coroutine, so no other
+    # task of the loop gets a turn between run settling and the child's final message.
+    try:
+        value = await run(event, step_object)
+    except BaseException as exc:  # noqa: BLE001
+        _finish_run(context, raised=exc)
+    _finish_run(context, value=value)
+
+
+def _finish_run(
+    context: step.Context, *, value: object = None, raised: BaseException | None = None
+) -> NoReturn:
+    """Send ``run_returned`` / ``run_failed`` (or ``mismatch`` if a step is unsettled), then die."""
+    unsettled = context.unsettled()
+    if unsettled is not None:
+        context.mismatch(f"run settled while {unsettled} was unsettled")
+    channel = context.channel
+    if raised is not None:
+        genuine = context.genuine_step_failed(raised)
+        if genuine is not None:
+            message, step_name = genuine
+            channel.final(
+                {
+                    "op": "run_failed",
+                    "reason": "step_failed",
+                    "message": message,
+                    "phase": "run",
+                    "step": step_name,
+                }
+            )
+        channel.final(
+            {
+                "op": "run_failed",
+                "reason": "run_threw",
+                "message": step.exception_text(raised),
+                "phase": "run",
+            }
+        )
+    if inspect.isawaitable(value):
+        channel.final(
+            {
+                "op": "run_failed",
+                "reason": "run_threw",
+                "phase": "run",
+                "message": "TypeError: run returned an awaitable; declare it with async def",
+            }
+        )
+    try:
+        documents.canonical_document(value, allow_none=True)
+    except (documents.InvalidDocument, documents.DocumentTooLargeError) as exc:
+        channel.final(
+            {
+                "op": "run_failed",
+                "reason": "run_threw",
+                "phase": "run",
+                "message": protocol.safe_text(
+                    f"{type(exc).__name__}: run returned a value that is not a document: {exc}"
+                ),
+            }
+        )
+    channel.final({"op": "run_returned", "output": value})
+
+
+class ScheduledContext:
+    """``ctx`` of ``scheduled(event, env, ctx)`` (CONTRACT §4.6).
+
+    ``wait_until(work)``: ``work`` is an awaitable (started now as a task when a loop runs) or a
+    callable (called after the handler returns; an awaitable result is awaited). The delivery
+    finishes when all of them have; any failure makes the delivery ``failed``.
+    """
+
+    def __init__(self) -> None:
+        self._work: list[Any] = []
+
+    def wait_until(self, work: Any) -> None:
+        """Keep the delivery open until ``work`` finishes; ``TypeError`` for anything else."""
+        if inspect.isawaitable(work):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass  # a plain handler: no loop runs yet, the awaitable is awaited after it
+            else:
+                work = asyncio.ensure_future(work)
+            self._work.append(work)
+        elif callable(work):
+            self._work.append(work)
+        else:
+            raise TypeError(f"wait_until takes an awaitable or a callable, not {type(work).__name__}")
+
+    async def drain(self, failures: list[BaseException]) -> None:
+        """Finish every registered piece of work (including work registered meanwhile)."""
+        index = 0
+        while index < len(self._work):
+            work = self._work[index]
+            index += 1
+            try:
+                result = work if inspect.isawaitable(work) else work()
+                if inspect.isawaitable(result):
+                    await result
+            except BaseException as exc:  # noqa: BLE001
+                failures.append(exc)
+
+
+def _run_scheduled(job: dict[str, Any], channel: Channel) -> NoReturn:
+    try:
+        module = import_main(job)
+        handler = getattr(module, "scheduled", None)
+    except BaseException as exc:  # noqa: BLE001
+        channel.final({"op": "scheduled_done", "ok": False, "message": last_traceback_line(exc)})
+    if not callable(handler):
+        channel.final(
+            {"op": "scheduled_done", "ok": False, "message": "the main module has no callable scheduled"}
+        )
+    env = bindings.make_env(
+        variables=job.get("vars") or {}, bindings=job.get("bindings") or [], channel=channel
+    )
+    event = job.get("event") or {}
+    ctx = ScheduledContext()
+    failures: list[BaseException] = []
+    pending: Any = None
+    if not inspect.iscoroutinefunction(handler):
+        # A plain handler runs outside any event loop (it may use asyncio.run itself).
+        try:
+            pending = handler(event, env, ctx)
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+
+    async def deliver() -> NoReturn:
+        try:
+            result = handler(event, env, ctx) if inspect.iscoroutinefunction(handler) else pending
+            if inspect.isawaitable(result):
+                await result
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+        await ctx.drain(failures)
+        if failures:
+            text = step.exception_text(failures[0])
+            if len(failures) > 1:
+                text = f"{text} (and {len(failures) - 1} more failure(s))"
+            channel.final({"op": "scheduled_done", "ok": False, "message": protocol.safe_text(text)})
+        channel.final({"op": "scheduled_done", "ok": True})
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(deliver())
+    die()

@@ -1,0 +1,344 @@
+"""The ``step`` object user code receives, as a client of the parent (CONTRACT §4.2–§4.4, seed 000
+"Class ABI、replay、step"; wire messages in ``PROTOCOL.md``).
+
+Argument rules (seed 000: "nameを先に検証し、完了済み名の残りの引数は使わない。未完了名の不正な
+JS引数はTypeError"):
+
+1. the name is validated first; a bad name raises ``TypeError`` at once, nothing is sent;
+2. the other arguments are checked in the child (pure, exact-type checks that run no user code)
+   but **not** raised yet: the request carries either the normalised arguments or ``argsError``;
+3. the parent answers from the step record by name: a completed name replays (``resolve`` /
+   ``raise``) whatever the other arguments were; an uncompleted name with ``argsError`` gets
+   ``reject_args`` and the child raises the ``TypeError`` (catchable, nothing recorded).
+
+Host errors raised here are remembered by identity (``Context.raised``): only an uncaught object
+that this module raised as ``StepFailed`` ends the run as ``step_failed`` (CONTRACT §4.4).
+
+Overlap (``step_definition_mismatch``, uncatchable): a step method called while another step is
+unsettled — from inside an effect, from another thread, or (async ``run``) a second step created
+before the first settled (``asyncio.gather``, ``ensure_future``), and a ``run`` that settles while
+a step is unsettled. The child then sends ``mismatch`` and kills its own process group: no further
+user code runs. In async mode a step counts as started when its method is *called* (a JavaScript
+promise starts eagerly), so an un-awaited step is unsettled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from typing import Any, NoReturn, Protocol
+
+from takohost import errors
+from takohost.domain import documents, identifiers, retry
+from takohost.runtime import protocol
+
+__all__ = ["AsyncStep", "Channel", "Context", "Step", "effect_result_message", "exception_text"]
+
+_RUN_EFFECT = object()
+# The host errors a step may be rejected with. Any kind may get either: a completed name replays
+# its recorded outcome whatever kind the new call is (seed 000: "完了済み名は…記録結果でreplay").
+_STEP_ERRORS = frozenset({"step_failed", "wait_timeout"})
+
+
+class Channel(Protocol):
+    """What the step needs from the child's channel (implemented by ``child.Channel``)."""
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message``; return the parent's next answer (pings are filtered out)."""
+        ...
+
+    def final(self, message: dict[str, Any]) -> NoReturn:
+        """Send a last message, then kill the own process group."""
+        ...
+
+    def fatal(self, message: str) -> NoReturn:
+        """The parent broke the protocol: kill the own process group now."""
+        ...
+
+
+def _type_name(value: object) -> str:
+    """A value's type name, read without running a metaclass ``__name__`` property."""
+    return type.__dict__["__name__"].__get__(type(value))
+
+
+def exception_text(exc: BaseException) -> str:
+    """``"<Type>: <message>"`` (or just ``"<Type>"``) for reports; frame-safe and bounded."""
+    message = protocol.safe_text(exc)
+    name = _type_name(exc)
+    return protocol.safe_text(f"{name}: {message}" if message else name)
+
+
+def effect_result_message(
+    name: str, *, value: object = None, error: BaseException | None = None
+) -> dict[str, Any]:
+    """The ``effect_result`` message for an attempt that returned ``value`` or raised ``error``.
+
+    A return value that is not a document (CONTRACT §5) is reported as a failed attempt with
+    error type ``InvalidDocument`` / ``DocumentTooLarge``; the parent re-validates either way.
+    """
+    if error is None:
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()
+            return _failed_effect(
+                name, "InvalidDocument", "the effect returned an awaitable; only an async run awaits effects"
+            )
+        try:
+            documents.canonical_document(value, allow_none=True)
+        except documents.InvalidDocument as exc:
+            return _failed_effect(name, "InvalidDocument", f"the effect result is not a document: {exc}")
+        except documents.DocumentTooLargeError as exc:
+            return _failed_effect(name, "DocumentTooLarge", f"the effect result is too large: {exc}")
+        return {"op": "effect_result", "name": name, "ok": True, "result": value}
+    return _failed_effect(name, _type_name(error), protocol.safe_text(error))
+
+
+def _failed_effect(name: str, error_type: str, message: str) -> dict[str, Any]:
+    return {
+        "op": "effect_result",
+        "name": name,
+        "ok": False,
+        "error": {"type": protocol.safe_text(error_type, limit=256), "message": protocol.safe_text(message)},
+    }
+
+
+class Context:
+    """Per-context step state shared by ``Step``/``AsyncStep`` and the run driver.
+
+    ``raised`` maps ``id(error)`` → ``(error, message, step name)`` for every host error this
+    context raised; it holds strong references, so an id is never reused while recorded.
+    """
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.raised: dict[int, tuple[BaseException, str, str]] = {}
+        self._lock = threading.Lock()
+        self._active: str | None = None
+
+    # -- overlap tracking --------------------------------------------------------------------
+    def begin(self, kind: str, name: object) -> None:
+        """Mark a step as started; a step already unsettled → ``mismatch`` (never returns)."""
+        with self._lock:
+            if self._active is not None:
+                self.mismatch(
+                    f"overlapping steps: step.{kind}({_describe(name)}) started while {self._active} was unsettled"
+                )
+            self._active = f"step.{kind}({_describe(name)})"
+
+    def end(self) -> None:
+        """Mark the current step as settled."""
+        with self._lock:
+            self._active = None
+
+    def unsettled(self) -> str | None:
+        """A description of the unsettled step, or ``None``."""
+        with self._lock:
+            return self._active
+
+    def mismatch(self, message: str) -> NoReturn:
+        """Report ``step_definition_mismatch`` and stop the child (no user code runs after)."""
+        self.channel.final({"op": "mismatch", "message": protocol.safe_text(message)})
+
+    # -- answers -----------------------------------------------------------------------------
+    def settle(
+        self,
+        reply: dict[str, Any],
+        *,
+        kind: str,
+        name: str,
+        args_error: TypeError | None,
+        may_run_effect: bool,
+    ) -> Any:
+        """Turn the parent's answer into a return value, a raised error or ``_RUN_EFFECT``."""
+        op = reply.get("op")
+        if op == "resolve":
+            result = reply.get("result")
+            if result is not None and type(result) is not dict:
+                self.channel.fatal("resolve.result must be an object or null")
+            return None if kind == "sleep" else result
+        if op == "raise":
+            error_name = reply.get("error")
+            if error_name not in _STEP_ERRORS:
+                self.channel.fatal(f"step.{kind} cannot be rejected with {error_name!r}")
+            message = protocol.safe_text(reply.get("message", ""))
+            error = errors.error_from_name(error_name, message)
+            self.raised[id(error)] = (error, message, name)
+            raise error
+        if op == "reject_args":
+            if args_error is None:
+                self.channel.fatal("reject_args for a step whose arguments were valid")
+            raise args_error
+        if op == "run_effect" and may_run_effect and args_error is None:
+            return _RUN_EFFECT
+        self.channel.fatal(f"unexpected answer {op!r} to step.{kind}")
+
+    def genuine_step_failed(self, exc: BaseException) -> tuple[str, str] | None:
+        """``(message, step name)`` if ``exc`` is a ``StepFailed`` object raised by this context."""
+        entry = self.raised.get(id(exc))
+        if entry is None or entry[0] is not exc or not isinstance(exc, errors.StepFailed):
+            return None
+        return entry[1], entry[2]
+
+
+def _describe(name: object) -> str:
+    return repr(name) if type(name) is str and len(name) <= 80 else f"<{_type_name(name)}>"
+
+
+def _do_request(name: str, effect: object, retry_policy: object) -> tuple[dict[str, Any], TypeError | None]:
+    try:
+        if not callable(effect):
+            raise TypeError(f"step.do effect must be a zero-argument callable, not {_type_name(effect)}")
+        policy = retry.parse_retry_policy(retry_policy).to_json()
+    except TypeError as exc:
+        return {"op": "do", "name": name, "argsError": protocol.safe_text(exc)}, exc
+    return {"op": "do", "name": name, "policy": dict(policy)}, None
+
+
+def _sleep_request(name: str, seconds: object) -> tuple[dict[str, Any], TypeError | None]:
+    try:
+        value = identifiers.validate_sleep_seconds(seconds)
+    except TypeError as exc:
+        return {"op": "sleep", "name": name, "argsError": protocol.safe_text(exc)}, exc
+    return {"op": "sleep", "name": name, "seconds": value}, None
+
+
+def _wait_request(name: str, options: object) -> tuple[dict[str, Any], TypeError | None]:
+    try:
+        event_type, timeout = identifiers.validate_wait_options(options)
+    except TypeError as exc:
+        return {"op": "wait", "name": name, "argsError": protocol.safe_text(exc)}, exc
+    return {"op": "wait", "name": name, "type": event_type, "timeoutSeconds": timeout}, None
+
+
+def _validated_name(name: object) -> str:
+    return identifiers.validate_scalar_string(name, what="step name")
+
+
+class Step:
+    """``step`` for a plain ``run``: every method blocks and returns the value (CONTRACT §4.3)."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+
+    def do(self, name: str, effect: Any, retry_policy: dict[str, Any] | None = None) -> Any:
+        """Run ``effect`` once durably: its document (or ``None``); ``StepFailed`` when the policy is
+        exhausted; ``TypeError`` for bad arguments of an uncompleted name."""
+        context = self._context
+        context.begin("do", name)
+        try:
+            step_name = _validated_name(name)
+            request, args_error = _do_request(step_name, effect, retry_policy)
+            reply = context.channel.request(request)
+            result = context.settle(
+                reply, kind="do", name=step_name, args_error=args_error, may_run_effect=True
+            )
+            if result is not _RUN_EFFECT:
+                return result
+            try:
+                outcome = effect_result_message(step_name, value=effect())
+            except BaseException as exc:  # noqa: BLE001 - whatever the effect raises fails the attempt
+                outcome = effect_result_message(step_name, error=exc)
+            reply = context.channel.request(outcome)
+            return context.settle(reply, kind="do", name=step_name, args_error=None, may_run_effect=False)
+        finally:
+            context.end()
+
+    def sleep(self, name: str, seconds: int) -> None:
+        """Sleep ``seconds`` (0..31536000; 0 completes in place). A future sleep never returns in
+        this context: the parent kills the child and a later context continues."""
+        context = self._context
+        context.begin("sleep", name)
+        try:
+            step_name = _validated_name(name)
+            request, args_error = _sleep_request(step_name, seconds)
+            reply = context.channel.request(request)
+            return context.settle(
+                reply, kind="sleep", name=step_name, args_error=args_error, may_run_effect=False
+            )
+        finally:
+            context.end()
+
+    def wait_for_event(self, name: str, options: dict[str, Any]) -> Any:
+        """Wait for an event ``{"type": t, "timeoutSeconds": s}``: its payload dict or ``None``;
+        ``WaitTimeout`` after the timeout; ``TypeError`` for bad arguments of an uncompleted name."""
+        context = self._context
+        context.begin("wait_for_event", name)
+        try:
+            step_name = _validated_name(name)
+            request, args_error = _wait_request(step_name, options)
+            reply = context.channel.request(request)
+            return context.settle(
+                reply, kind="wait", name=step_name, args_error=args_error, may_run_effect=False
+            )
+        finally:
+            context.end()
+
+
+class AsyncStep:
+    """``step`` for an ``async def run``: methods return awaitables (coroutines).
+
+    The name is validated when the method is called (``TypeError`` at once); the step counts as
+    started from that call until its awaitable settles. Effects may be sync or async callables.
+    Cancelling or closing an unsettled step is a ``mismatch`` (a step cannot be abandoned).
+    """
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+
+    def _start(self, kind: str, name: object) -> str:
+        self._context.begin(kind, name)
+        try:
+            return _validated_name(name)
+        except TypeError:
+            self._context.end()
+            raise
+
+    def do(self, name: str, effect: Any, retry_policy: dict[str, Any] | None = None) -> Any:
+        """Awaitable of ``Step.do``'s result (same rules)."""
+        step_name = self._start("do", name)
+        return self._do(step_name, effect, retry_policy)
+
+    def sleep(self, name: str, seconds: int) -> Any:
+        """Awaitable of ``Step.sleep`` (same rules)."""
+        step_name = self._start("sleep", name)
+        request, args_error = _sleep_request(step_name, seconds)
+        return self._simple("sleep", step_name, request, args_error)
+
+    def wait_for_event(self, name: str, options: dict[str, Any]) -> Any:
+        """Awaitable of ``Step.wait_for_event``'s result (same rules)."""
+        step_name = self._start("wait_for_event", name)
+        request, args_error = _wait_request(step_name, options)
+        return self._simple("wait", step_name, request, args_error)
+
+    async def _simple(
+        self, kind: str, name: str, request: dict[str, Any], args_error: TypeError | None
+    ) -> Any:
+        context = self._context
+        try:
+            reply = context.channel.request(request)
+            return context.settle(reply, kind=kind, name=name, args_error=args_error, may_run_effect=False)
+        finally:
+            context.end()
+
+    async def _do(self, name: str, effect: Any, retry_policy: Any) -> Any:
+        context = self._context
+        try:
+            request, args_error = _do_request(name, effect, retry_policy)
+            reply = context.channel.request(request)
+            result = context.settle(reply, kind="do", name=name, args_error=args_error, may_run_effect=True)
+            if result is not _RUN_EFFECT:
+                return result
+            try:
+                value = effect()
+                if inspect.isawaitable(value):
+                    value = await value
+                outcome = effect_result_message(name, value=value)
+            except (asyncio.CancelledError, GeneratorExit):
+                context.mismatch(f"step.do({name!r}) was cancelled while its effect ran")
+            except BaseException as exc:  # noqa: BLE001 - whatever the effect raises fails the attempt
+                outcome = effect_result_message(name, error=exc)
+            reply = context.channel.request(outcome)
+            return context.settle(reply, kind="do", name=name, args_error=None, may_run_effect=False)
+        finally:
+            context.end()

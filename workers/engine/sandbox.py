@@ -1,0 +1,467 @@
+"""Parent side of the user-code sandbox: the zygote client and child handles (PROTOCOL.md).
+
+``Zygote`` starts ``takohost.runtime.zygote`` (scrubbed environment, no inherited descriptor but
+its two pipes) and asks it for children; ``ChildHandle`` is one child: frames in and out, a
+heartbeat, and ``kill_and_wait`` which SIGKILLs the child's process group and **proves** the
+child is dead through a pidfd before returning ``True`` (CONTRACT §1: stop, then publish).
+
+Fork safety: a ``Zygote`` may be started in a Celery main process and used from its prefork pool
+children and from several threads. Each process opens its own connection to the zygote socket
+on first use (a connection inherited over ``fork`` is never used: ``os.register_at_fork`` resets
+the client state in the child); threads of one process share that connection under a lock. Only
+the starting process may ``stop()`` the zygote; the zygote stays alive while any process holding
+its control pipe (the starter or a fork of it) lives. ``get_zygote()`` is the lazily started
+per-process default.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from takohost.runtime import protocol
+
+__all__ = [
+    "ChildGone",
+    "ChildHandle",
+    "ValidationOutcome",
+    "Zygote",
+    "ZygoteUnavailable",
+    "get_zygote",
+    "validate_version",
+]
+
+logger = logging.getLogger(__name__)
+
+ZYGOTE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+_RECV_BYTES = 1 << 16  # below malloc's mmap threshold
+
+
+class ChildGone(Exception):
+    """The child's channel reached EOF or the child process is gone."""
+
+
+class ZygoteUnavailable(RuntimeError):
+    """The zygote is not running or did not answer a spawn request."""
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``fd`` to become readable (poll: no FD_SETSIZE limit)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
+class ChildHandle:
+    """One sandbox child, as returned by ``Zygote.spawn``.
+
+    Attributes: ``pid`` (also its process-group id), ``spawn_seconds`` (spawn request → hello
+    frame received, seconds). ``send``/``ping`` may be called from any thread; ``recv`` from one
+    thread at a time. Use as a context manager to ``kill_and_wait`` and ``close`` on exit.
+    """
+
+    def __init__(self, sock: socket.socket, *, pid: int, pidfd: int) -> None:
+        self.pid = pid
+        self.spawn_seconds = 0.0
+        self._sock = sock
+        self._pidfd = pidfd
+        self._buffer = protocol.FrameBuffer()
+        self._ready: list[dict[str, Any]] = []
+        self._eof = False
+        self._send_lock = threading.Lock()
+        self._stop_heartbeat = threading.Event()
+        self._poller = select.poll()
+        self._poller.register(sock.fileno(), select.POLLIN)
+        self._poller.register(pidfd, select.POLLIN)
+
+    def __enter__(self) -> ChildHandle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._pidfd >= 0:
+            self.kill_and_wait()
+        self.close()
+
+    # -- frames ------------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one frame to the child. Raises ``ChildGone`` if the channel is closed,
+        ``ProtocolError`` if ``message`` cannot be framed."""
+        frame = protocol.encode_frame(message)
+        with self._send_lock:
+            try:
+                self._sock.sendall(frame)
+            except OSError as exc:
+                raise ChildGone(f"child {self.pid}: channel closed ({exc})") from None
+
+    def ping(self) -> None:
+        """Send a ``ping`` (keeps the child's watchdog from firing). ``ChildGone`` if closed."""
+        self.send({"op": "ping"})
+
+    def recv(self, timeout: float | None = None) -> dict[str, Any]:
+        """The child's next message (``timeout`` in seconds, ``None`` = wait forever).
+
+        Raises ``TimeoutError`` when nothing arrives in time, ``ChildGone`` on EOF or when the
+        child process has exited and no buffered frame is left, ``ProtocolError`` for a malformed
+        frame (the child is untrusted: also check each message with
+        ``protocol.check_child_message``).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ready:
+            if self._eof:
+                raise ChildGone(f"child {self.pid} has gone")
+            wait_ms = None if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
+            events = dict(self._poller.poll(wait_ms))
+            if not events:
+                raise TimeoutError(f"child {self.pid} sent nothing within {timeout} s")
+            if self._sock.fileno() in events:
+                self._read_available(blocking=True)
+            elif self._pidfd in events:
+                # Dead, but its channel may still be held open by a process it forked.
+                self._read_available(blocking=False)
+                if not self._ready:
+                    self._eof = True
+        return self._ready.pop(0)
+
+    def _read_available(self, *, blocking: bool) -> None:
+        try:
+            data = self._sock.recv(_RECV_BYTES, 0 if blocking else socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._eof = True
+            return
+        self._ready.extend(self._buffer.feed(data))
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def start_heartbeat(self, interval_seconds: float) -> None:
+        """Ping the child every ``interval_seconds`` from a daemon thread until the child is gone,
+        ``kill_and_wait`` or ``close`` is called. Choose it well below the job's watchdog."""
+
+        def beat() -> None:
+            while not self._stop_heartbeat.wait(interval_seconds):
+                try:
+                    self.ping()
+                except (ChildGone, OSError):
+                    return
+
+        threading.Thread(target=beat, name=f"takohost-heartbeat-{self.pid}", daemon=True).start()
+
+    @property
+    def pidfd(self) -> int:
+        """The child's pidfd (readable once it exited); owned by this handle, ``-1`` after close."""
+        return self._pidfd
+
+    @property
+    def exited(self) -> bool:
+        """True once the child process has exited (its pidfd is readable)."""
+        return _readable(self._pidfd, 0)
+
+    def kill_and_wait(self, timeout: float = 5.0) -> bool:
+        """SIGKILL the child's process group and wait until the child is proven dead.
+
+        Returns ``True`` only when the pidfd reported the child's exit within ``timeout`` seconds
+        (it names exactly this process: it was opened by the zygote before the child could be
+        reaped). Processes forked by user code are in the child's group and are SIGKILLed here
+        while the group id is still reserved by the unreaped child, or by the zygote just before
+        it reaps the child; a process that left the group with ``setsid()`` is not covered.
+        """
+        if self._pidfd < 0:
+            raise RuntimeError("kill_and_wait after close: the pidfd is gone, nothing can be proven")
+        self._stop_heartbeat.set()
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        try:
+            signal.pidfd_send_signal(self._pidfd, 0)  # succeeds until the zygote has reaped it
+        except ProcessLookupError:
+            pass  # reaped: the zygote killed the group before reaping
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        if not _readable(self._pidfd, timeout):
+            logger.error("sandbox child %s not proven dead after %.1f s", self.pid, timeout)
+            return False
+        return True
+
+    def close(self) -> None:
+        """Close the channel and the pidfd (idempotent). Without ``kill_and_wait`` first this
+        proves nothing: the child notices EOF and kills its own group."""
+        self._stop_heartbeat.set()
+        if self._pidfd >= 0:
+            with contextlib.suppress(OSError):
+                self._poller.unregister(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
+        self._sock.close()
+
+
+class Zygote:
+    """Client (and, in the starting process, owner) of one fork-server process.
+
+    ``python`` is the interpreter to run (default ``sys.executable``); ``child_stderr`` keeps the
+    children's stderr (tracebacks of the runtime itself) instead of ``/dev/null``, for debugging.
+    """
+
+    def __init__(self, *, python: str | None = None, child_stderr: bool = False) -> None:
+        self._python = python or sys.executable
+        self._child_stderr = child_stderr
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner_pid: int | None = None
+        self._dir: str | None = None
+        self._control_w: int | None = None
+        self.socket_path: str | None = None
+        self._reset_client()
+        _INSTANCES.add(self)
+
+    def _reset_client(self) -> None:
+        self._client: socket.socket | None = None
+        self._client_pid: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The zygote's pid (``None`` before ``start``)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        """True if started and, in the owning process, the zygote has not exited."""
+        if self._proc is None:
+            return False
+        if os.getpid() != self._owner_pid:
+            return True  # not our child: spawn will tell
+        return self._proc.poll() is None
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the zygote and wait until it listens (``ZygoteUnavailable`` after ``timeout``)."""
+        if self._proc is not None:
+            raise RuntimeError("this Zygote was already started")
+        self._dir = tempfile.mkdtemp(prefix="takohost-zygote-")
+        self.socket_path = os.path.join(self._dir, "zygote.sock")
+        control_r, control_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        command = [
+            self._python,
+            "-I",
+            "-B",
+            "-m",
+            "takohost.runtime.zygote",
+            "--socket",
+            self.socket_path,
+            "--control-fd",
+            str(control_r),
+            "--ready-fd",
+            str(ready_w),
+        ]
+        if self._child_stderr:
+            command.append("--keep-child-stderr")
+        try:
+            self._proc = subprocess.Popen(
+                command,
+                env=dict(ZYGOTE_ENV),
+                close_fds=True,
+                pass_fds=(control_r, ready_w),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                cwd="/",
+                start_new_session=True,
+            )
+        finally:
+            os.close(control_r)
+            os.close(ready_w)
+        self._owner_pid = os.getpid()
+        self._control_w = control_w
+        try:
+            ready = _readable(ready_r, timeout) and os.read(ready_r, 16).startswith(b"ready")
+        finally:
+            os.close(ready_r)
+        if not ready:
+            status = self._proc.poll()
+            self.stop()
+            if status is not None:
+                raise ZygoteUnavailable(
+                    f"the zygote exited with status {status} while starting (see its stderr)"
+                )
+            raise ZygoteUnavailable(f"the zygote did not become ready within {timeout} s")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the zygote (owner process only; elsewhere just drop this process's connection).
+
+        Closing the control pipe makes the zygote kill every child group and exit.
+        """
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+        if os.getpid() != self._owner_pid or self._proc is None:
+            return
+        if self._control_w is not None:
+            os.close(self._control_w)
+            self._control_w = None
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _connection(self) -> socket.socket:
+        if self._client is None or self._client_pid != os.getpid():
+            if self.socket_path is None:
+                raise ZygoteUnavailable("the zygote was not started")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.socket_path)
+            except OSError as exc:
+                sock.close()
+                raise ZygoteUnavailable(f"cannot reach the zygote: {exc}") from None
+            self._client, self._client_pid = sock, os.getpid()
+        return self._client
+
+    def spawn(self, job: dict[str, Any] | None, *, hello_timeout: float = 5.0) -> ChildHandle:
+        """Fork a child, wait for its ``hello`` and send it ``job`` (a PROTOCOL.md job, ``op``
+        optional; ``None`` sends nothing). Raises ``ZygoteUnavailable`` when the zygote does not
+        answer, ``ChildGone``/``TimeoutError`` when the child does not say hello (it is killed)."""
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        started = time.perf_counter()
+        try:
+            pid, pidfd = self._request_child(child_end)
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        handle = ChildHandle(parent_end, pid=pid, pidfd=pidfd)
+        try:
+            hello = handle.recv(timeout=hello_timeout)
+            if hello.get("op") != "hello" or hello.get("pid") != pid:
+                raise ChildGone(f"child {pid} did not say hello: {hello.get('op')!r}")
+            handle.spawn_seconds = time.perf_counter() - started
+            if job is not None:
+                handle.send({**job, "op": "job"})
+        except BaseException:
+            handle.kill_and_wait()
+            handle.close()
+            raise
+        return handle
+
+    def _request_child(self, child_end: socket.socket) -> tuple[int, int]:
+        with self._lock:
+            sock = self._connection()
+            try:
+                socket.send_fds(sock, [protocol.encode_frame({"op": "spawn"})], [child_end.fileno()])
+                buffer = protocol.FrameBuffer()
+                received: list[int] = []
+                messages: list[dict[str, Any]] = []
+                while not messages:
+                    data, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+                    received.extend(fds)
+                    if not data:
+                        raise OSError("the zygote closed the connection")
+                    messages = buffer.feed(data)
+            except (OSError, protocol.ProtocolError) as exc:
+                sock.close()
+                self._client = None
+                raise ZygoteUnavailable(f"spawn request failed: {exc}") from None
+        reply = messages[0]
+        if reply.get("op") != "spawned" or type(reply.get("pid")) is not int or len(received) != 1:
+            for fd in received:
+                os.close(fd)
+            raise ZygoteUnavailable(f"the zygote refused to spawn: {reply.get('message', reply.get('op'))}")
+        return reply["pid"], received[0]
+
+
+_INSTANCES: weakref.WeakSet[Zygote] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Never share a zygote connection (or a lock possibly held at fork time) with the parent.
+    for zygote in list(_INSTANCES):
+        zygote._reset_client()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+_default: Zygote | None = None
+_default_lock = threading.Lock()
+
+
+def get_zygote() -> Zygote:
+    """The process-wide zygote, started on first use (and restarted by its owner if it died).
+    A process forked after it was started reuses it through a new connection."""
+    global _default
+    with _default_lock:
+        if _default is None or not _default.running:
+            if _default is not None:
+                _default.stop()
+            _default = Zygote()
+            _default.start()
+            atexit.register(_default.stop)
+        return _default
+
+
+@dataclass(frozen=True)
+class ValidationOutcome:
+    """Result of validating a Version's code (CONTRACT §3.2).
+
+    ``ok`` with ``workflow_classes`` (sorted names) and ``handlers`` (``("scheduled",)`` or
+    ``()``); otherwise ``message`` (the traceback's last line, or what went wrong).
+    """
+
+    ok: bool
+    workflow_classes: tuple[str, ...] = ()
+    handlers: tuple[str, ...] = ()
+    message: str | None = None
+
+
+def validate_version(
+    *, zygote: Zygote, main_module: str, modules: dict[str, str], time_limit_seconds: float = 10.0
+) -> ValidationOutcome:
+    """Import ``main_module`` in a fresh child with a time limit and report what it exports.
+
+    Never raises for anything the code does: an import error, ``sys.exit`` at import, a crash
+    (``os._exit``, a signal) and a time-out all become ``ok=False`` with a message. Raises
+    ``ZygoteUnavailable`` only when no child could be started.
+    """
+    job = {"kind": "validate", "mainModule": main_module, "modules": modules, "vars": {}, "bindings": []}
+    try:
+        handle = zygote.spawn(job)
+    except (ChildGone, TimeoutError) as exc:
+        return ValidationOutcome(ok=False, message=f"the validation process failed to start: {exc}")
+    with handle:
+        try:
+            message = protocol.check_child_message(handle.recv(timeout=time_limit_seconds))
+        except TimeoutError:
+            return ValidationOutcome(
+                ok=False, message=f"importing {main_module} did not finish within {time_limit_seconds:g} s"
+            )
+        except ChildGone:
+            return ValidationOutcome(
+                ok=False,
+                message=f"the process importing {main_module} exited without a result (os._exit or a crash)",
+            )
+        except protocol.ProtocolError as exc:
+            return ValidationOutcome(ok=False, message=f"the validation process broke the protocol: {exc}")
+    if message["op"] == "validated":
+        return ValidationOutcome(
+            ok=True, workflow_classes=tuple(message["workflowClasses"]), handlers=tuple(message["handlers"])
+        )
+    if message["op"] == "import_error":
+        return ValidationOutcome(ok=False, message=message["message"])
+    return ValidationOutcome(ok=False, message=f"unexpected validation answer {message['op']!r}")
