@@ -137,3 +137,18 @@ class Timer(Base):
     kind: Mapped[str] = mapped_column(sa.String(16))
     due_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WorkflowClosure(Base):
+    """A DurableWorkflow UID closed for new create/event/wake because its DELETE is purging it.
+
+    Seed 000 (DELETE): "Hostは新規create/event/wakeを閉じ、実行ownerをfenceし…purgeする". The row is
+    written by ``workers.services.instances.purge_workflow`` under an exclusive advisory lock that
+    ``create`` takes shared, so no create can slip in after the close; it is kept after the purge
+    (UIDs are never reused).
+    """
+
+    __tablename__ = "workflow_closures"
+
+    workflow_uid: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    closed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

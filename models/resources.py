@@ -46,10 +46,16 @@ class Resource(Base):
 
     __tablename__ = "resources"
     __table_args__ = (
-        sa.Index("uq_resources_live_name", "space", "name", unique=True,
-                 postgresql_where=LIVE, sqlite_where=LIVE),
-        sa.Index("uq_resources_live_deployment", "worker_uid", unique=True,
-                 postgresql_where=LIVE_DEPLOYMENT, sqlite_where=LIVE_DEPLOYMENT),
+        sa.Index(
+            "uq_resources_live_name", "space", "name", unique=True, postgresql_where=LIVE, sqlite_where=LIVE
+        ),
+        sa.Index(
+            "uq_resources_live_deployment",
+            "worker_uid",
+            unique=True,
+            postgresql_where=LIVE_DEPLOYMENT,
+            sqlite_where=LIVE_DEPLOYMENT,
+        ),
         sa.Index("ix_resources_space_form", "space", "form", "created_at"),
     )
 
@@ -79,13 +85,20 @@ class Operation(Base):
 
     At most one unfinished Operation per resource: the partial unique index decides
     ``resource_busy``, not a check in Python. ``request`` holds what the reconciler applies
-    (the new spec for an update).
+    (the new spec for an update). ``attempts`` counts reconcile runs that ended in an
+    unexpected error; ``next_attempt_at`` is when the sweep re-dispatches the Operation if it is
+    still unfinished (a lost message, a dead worker, or a reconcile asked to retry later).
     """
 
     __tablename__ = "operations"
     __table_args__ = (
-        sa.Index("uq_operations_active_resource", "resource_uid", unique=True,
-                 postgresql_where=ACTIVE_OPERATION, sqlite_where=ACTIVE_OPERATION),
+        sa.Index(
+            "uq_operations_active_resource",
+            "resource_uid",
+            unique=True,
+            postgresql_where=ACTIVE_OPERATION,
+            sqlite_where=ACTIVE_OPERATION,
+        ),
         sa.Index("ix_operations_state", "state", "updated_at"),
     )
 
@@ -98,8 +111,32 @@ class Operation(Base):
     effect: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
     error: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
     request: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0)
+    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ResourceRef(Base):
+    """One ``{"resourceUid"}`` reference held by a live resource's spec (CONTRACT §2.1, §3).
+
+    ``kind`` says which field holds it: ``worker`` (any Form's ``worker``), ``version`` (a
+    Deployment's weighted Version), ``binding`` (a Version's ``workflowBindings[].resource``).
+    Rows are replaced when the referring spec is replaced and removed when the referrer is
+    deleted, so "is anything still referring to X" is one indexed query (Worker, Version and
+    DurableWorkflow DELETE rules).
+    """
+
+    __tablename__ = "resource_refs"
+    __table_args__ = (sa.Index("ix_resource_refs_target", "target_uid", "kind"),)
+
+    source_uid: Mapped[str] = mapped_column(
+        sa.ForeignKey("resources.uid", ondelete="CASCADE"), primary_key=True
+    )
+    target_uid: Mapped[str] = mapped_column(
+        sa.ForeignKey("resources.uid", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(sa.String(16), primary_key=True)
 
 
 class IdempotencyRecord(Base):

@@ -66,6 +66,8 @@ def api(host: str, port: int, num_workers: int) -> None:
             self.cfg.set("worker_class", "gthread")
             self.cfg.set("accesslog", None)
             self.cfg.set("timeout", 120)
+            # Several hosts (or test sessions) may run on one machine: no shared control socket.
+            self.cfg.set("control_socket_disable", True)
 
         def load(self):  # noqa: ANN202 - gunicorn API
             return create_app()

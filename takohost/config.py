@@ -37,6 +37,9 @@ class Settings:
     lease_ttl_ms: int
     sweep_interval_s: float
     validation_timeout_s: float
+    #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
+    #: exits right after committing a match of that trigger and before dispatching it.
+    test_beat_exit_after_record: str | None = None
 
     @property
     def queue(self) -> str:
@@ -60,4 +63,5 @@ def load_settings() -> Settings:
         lease_ttl_ms=int(_float("TAKOHOST_LEASE_TTL_MS", 15000)),
         sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
+        test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
     )

@@ -1,7 +1,118 @@
-"""Routes of this concept; filled in by its issue."""
+"""Resources and Operations over HTTP (CONTRACT §2.2–2.3): parse, call a service, render.
+
+Mutations answer ``202`` with the Operation and ``Location: /v2/spaces/{space}/operations/{id}``;
+the reconcile is dispatched only after the accepting transaction committed.
+"""
 
 from __future__ import annotations
 
 import flask
 
+from host_api import body as request_body
+from host_api import db, schemas
+from models.base import utcnow
+from models.errors import DomainError
+from workers import dispatch
+from workers.services import forms, operations, resources
+
 bp = flask.Blueprint("resources", __name__)
+
+
+def _accepted(space: str, accepted: resources.Accepted) -> flask.Response:
+    op = accepted.operation
+    if accepted.new or op.state in operations.UNFINISHED:
+        dispatch.reconcile_operation(op.id)
+    response = flask.jsonify(operations.view(op))
+    response.status_code = 202
+    response.headers["Location"] = f"/v2/spaces/{space}/operations/{op.id}"
+    return response
+
+
+@bp.post("/v2/spaces/<space>/resources")
+def create_resource(space: str) -> flask.Response:
+    """``POST …/resources`` ``{"form", "name", "spec", "privateInputs"?}`` → ``202`` Operation."""
+    key = request_body.idempotency_key(required=True)
+    body = request_body.json_object_body()
+    fingerprint = request_body.request_fingerprint(body)
+    request = schemas.validate_create(body)
+    with db.session() as session:
+        accepted = resources.accept_create_txn(
+            session,
+            space=space,
+            key=key,
+            request_hash=fingerprint,
+            form=request.form,
+            name=request.name,
+            spec=request.spec,
+            now=utcnow(),
+        )
+    return _accepted(space, accepted)
+
+
+@bp.get("/v2/spaces/<space>/resources")
+def list_resources(space: str) -> flask.Response:
+    """``GET …/resources[?form=&pageToken=&limit=]`` → ``{"resources", "nextPageToken"?}``."""
+    args = flask.request.args
+    form = None
+    if "form" in args:
+        form = forms.FORM_BY_URL.get(args["form"])
+        if form is None:
+            raise DomainError("unsupported_form", f"unsupported Form URL {args['form']!r}")
+    try:
+        limit = int(args.get("limit", resources.DEFAULT_PAGE_SIZE))
+    except ValueError:
+        raise DomainError("invalid_params", "limit must be an integer") from None
+    with db.session() as session:
+        rows, next_token = resources.list_txn(
+            session, space=space, form=form, page_token=args.get("pageToken"), limit=limit
+        )
+        payload: dict = {"resources": [resources.view(row) for row in rows]}
+    if next_token is not None:
+        payload["nextPageToken"] = next_token
+    return flask.jsonify(payload)
+
+
+@bp.get("/v2/spaces/<space>/resources/<uid>")
+def get_resource(space: str, uid: str) -> flask.Response:
+    """``GET …/resources/{uid}`` → the Resource (``404 not_found`` once deleted)."""
+    with db.session() as session:
+        return flask.jsonify(resources.view(resources.get_txn(session, space=space, uid=uid)))
+
+
+@bp.put("/v2/spaces/<space>/resources/<uid>")
+def update_resource(space: str, uid: str) -> flask.Response:
+    """``PUT …/resources/{uid}`` ``{"spec", "privateInputs"?}`` → ``202`` Operation."""
+    key = request_body.idempotency_key(required=True)
+    body = request_body.json_object_body()
+    fingerprint = request_body.request_fingerprint(body)
+    with db.session() as session:
+        accepted = resources.accept_update_txn(
+            session,
+            space=space,
+            uid=uid,
+            key=key,
+            request_hash=fingerprint,
+            body=body,
+            validate=lambda b, form: schemas.validate_update(b, form=form),
+            now=utcnow(),
+        )
+    return _accepted(space, accepted)
+
+
+@bp.delete("/v2/spaces/<space>/resources/<uid>")
+def delete_resource(space: str, uid: str) -> flask.Response:
+    """``DELETE …/resources/{uid}`` → ``202`` Operation (the body, if any, is ignored)."""
+    key = request_body.idempotency_key(required=True)
+    fingerprint = request_body.request_fingerprint(None)
+    with db.session() as session:
+        accepted = resources.accept_delete_txn(
+            session, space=space, uid=uid, key=key, request_hash=fingerprint, now=utcnow()
+        )
+    return _accepted(space, accepted)
+
+
+@bp.get("/v2/spaces/<space>/operations/<op_id>")
+def get_operation(space: str, op_id: str) -> flask.Response:
+    """``GET …/operations/{id}`` → the Operation."""
+    with db.session() as session:
+        return flask.jsonify(operations.view(operations.get_txn(session, space=space, op_id=op_id)))

@@ -43,7 +43,9 @@ def test_tokens_are_stored_hashed(space_token, db_url):
 
     space, token = space_token
     with models_db.session_scope(db_url) as session:
-        stored = session.scalars(sa.select(resources.Token.token_hash).where(resources.Token.space == space)).all()
+        stored = session.scalars(
+            sa.select(resources.Token.token_hash).where(resources.Token.space == space)
+        ).all()
     assert stored and token not in stored
     assert all(len(h) == 64 for h in stored)
 

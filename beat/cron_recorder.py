@@ -1,0 +1,225 @@
+"""Record due cron matches, then dispatch their deliveries (beat duty; seed 003, CONTRACT §7).
+
+One tick: claim due schedule rows (``next_due_at <= now``) with ``FOR UPDATE SKIP LOCKED`` so
+two beats never work on the same row, apply each row's ``cron_plan.plan`` — match rows
+(``INSERT … ON CONFLICT DO NOTHING RETURNING``: the unique ``(trigger_uid, scheduled_time)``
+makes a duplicate impossible even without the lock), skip rows, the advanced boundary — in
+one transaction per batch of rows, commit, and only then dispatch the new matches. A crash
+between commit and dispatch leaves ``pending`` matches that ``workers.cron_tasks.sweep``
+dispatches; nothing depends on which beat is active.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import time
+from collections.abc import Collection
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+from sqlalchemy.dialects import postgresql, sqlite
+
+from beat import cron_plan
+from models import cron as cron_models
+from models import db as models_db
+from models.base import utcnow
+from takohost import config
+from takohost.domain import cron
+from workers import dispatch
+
+log = logging.getLogger(__name__)
+
+#: Schedule rows claimed and applied per transaction.
+BATCH_SIZE = 500
+#: Exit status of a beat stopped by the ``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD`` fault hook.
+FAULT_EXIT_STATUS = 17
+#: ``beat_ticks.name`` of the scheduler loop.
+TICK_NAME = "beat"
+
+
+def record_due(*, now: dt.datetime, beat_id: str | None = None, batch_size: int = BATCH_SIZE) -> int:
+    """Beat duty: decide every due match up to now; returns how many matches it dispatched.
+
+    Opens its own sessions: one transaction per batch of at most ``batch_size`` schedules, each
+    deciding at ``max(now, clock)`` so that ``recorded_at`` is the real recording instant and the
+    60 s rule holds for late batches too. Every batch is committed before the first dispatch of
+    ``takohost.deliver_cron_match`` (dispatching is slower than recording, and recording is what
+    the 60 s rule is about). ``beat_id`` names this beat in ``beat_ticks`` (default ``host:pid``).
+    """
+    settings = config.load_settings()
+    beat_id = beat_id or f"{socket.gethostname()}:{os.getpid()}"
+    previous_tick = note_tick(now=now, beat_id=beat_id, url=settings.database_url)
+    started = time.perf_counter()
+    recorded: list[tuple[int, str]] = []
+    while True:
+        with models_db.session_scope(settings.database_url) as session:
+            claimed, batch = record_batch_txn(
+                session, now=max(now, utcnow()), previous_tick=previous_tick, limit=batch_size
+            )
+        recorded.extend(batch)
+        if claimed < batch_size:
+            break
+    if not recorded:
+        return 0
+    if settings.test_beat_exit_after_record in {trigger for _, trigger in recorded}:
+        log.warning("fault hook: beat exits after recording, before dispatch")
+        logging.shutdown()
+        os._exit(FAULT_EXIT_STATUS)
+    committed = time.perf_counter()
+    for match_pk, _trigger in recorded:
+        dispatch.deliver_cron_match(match_pk)
+    log.info(
+        "recorded %d cron matches in %.0f ms, dispatched in %.0f ms",
+        len(recorded),
+        (committed - started) * 1000,
+        (time.perf_counter() - committed) * 1000,
+    )
+    return len(recorded)
+
+
+def record_batch_txn(
+    session: orm.Session,
+    *,
+    now: dt.datetime,
+    previous_tick: dt.datetime | None,
+    limit: int,
+    trigger_uids: Collection[str] | None = None,
+) -> tuple[int, list[tuple[int, str]]]:
+    """Claim up to ``limit`` due schedules and apply their plans in the caller's transaction.
+
+    Returns ``(rows claimed, [(match_pk, trigger_uid) of newly recorded matches])``; the caller
+    commits, then dispatches. Rows locked by another beat are skipped (``SKIP LOCKED``).
+    ``trigger_uids`` restricts the claim to those triggers (tests and tools; beat passes None).
+    """
+    table = cron_models.CronSchedule
+    query = sa.select(
+        table.trigger_uid,
+        table.space,
+        table.worker_uid,
+        table.cron,
+        table.superseded,
+        table.considered_until,
+        table.deleted_at,
+    ).where(table.next_due_at <= now)
+    if trigger_uids is not None:
+        query = query.where(table.trigger_uid.in_(list(trigger_uids)))
+    rows = session.execute(
+        query.order_by(table.next_due_at).limit(limit).with_for_update(skip_locked=True)
+    ).all()
+    matches: list[dict] = []
+    skips: list[dict] = []
+    updates: list[dict] = []
+    for row in rows:
+        try:
+            plan = cron_plan.plan(
+                segments=segments_of(row),
+                considered_until=row.considered_until,
+                now=now,
+                previous_tick=previous_tick,
+            )
+        except cron.CronSyntaxError:
+            # Stored expressions were validated before side effects; never wedge the beat on one.
+            log.exception(
+                "unparsable stored cron expression; schedule parked", extra={"trigger": row.trigger_uid}
+            )
+            updates.append({"trigger_uid": row.trigger_uid, "next_due_at": None})
+            continue
+        for decision in plan.decisions:
+            if decision.record:
+                matches.append(
+                    {
+                        "trigger_uid": row.trigger_uid,
+                        "space": row.space,
+                        "worker_uid": row.worker_uid,
+                        "cron": decision.cron,
+                        "scheduled_time": decision.scheduled_time,
+                        "recorded_at": now,
+                        "dispatched_at": now,
+                        "state": "pending",
+                    }
+                )
+            else:
+                skips.append(
+                    {
+                        "trigger_uid": row.trigger_uid,
+                        "cron": decision.cron,
+                        "scheduled_time": decision.scheduled_time,
+                        "reason": decision.reason,
+                        "recorded_at": now,
+                    }
+                )
+        updates.append(
+            {
+                "trigger_uid": row.trigger_uid,
+                "considered_until": plan.considered_until,
+                "next_due_at": plan.next_due_at,
+                # `remaining` ends with the current expression whenever it is not empty.
+                "superseded": [{"cron": s.cron, "until": s.end.isoformat()} for s in plan.remaining[:-1]]
+                or None,
+            }
+        )
+    # Executemany forms (one cached statement, rows sent in pages), not one giant VALUES list.
+    recorded: list[tuple[int, str]] = []
+    if matches:
+        statement = (
+            _insert(session, cron_models.CronMatch)
+            .on_conflict_do_nothing(index_elements=["trigger_uid", "scheduled_time"])
+            .returning(cron_models.CronMatch.pk, cron_models.CronMatch.trigger_uid)
+        )
+        recorded = [(pk, trigger) for pk, trigger in session.execute(statement, matches)]
+        if len(recorded) < len(matches):
+            log.info("some matches were already recorded", extra={"duplicates": len(matches) - len(recorded)})
+    if skips:
+        statement = _insert(session, cron_models.CronSkip).on_conflict_do_nothing(
+            index_elements=["trigger_uid", "scheduled_time"]
+        )
+        session.execute(statement, skips)
+    if updates:
+        session.execute(sa.update(cron_models.CronSchedule), updates)
+    return len(rows), recorded
+
+
+def segments_of(row: cron_models.CronSchedule | sa.Row) -> list[cron_plan.Segment]:
+    """The row's expressions as plan segments: each superseded one up to its ``until``, then the
+    current one up to ``deleted_at`` (open while the trigger lives)."""
+    segments = [
+        cron_plan.Segment(cron=item["cron"], end=dt.datetime.fromisoformat(item["until"]))
+        for item in row.superseded or []
+    ]
+    end = row.deleted_at
+    if end is not None and segments and segments[-1].end is not None and end < segments[-1].end:
+        end = segments[-1].end  # clock skew between hosts: never let a segment end before its start
+    segments.append(cron_plan.Segment(cron=row.cron, end=end))
+    return segments
+
+
+def note_tick(*, now: dt.datetime, beat_id: str | None, url: str | None = None) -> dt.datetime | None:
+    """Store ``now`` as the latest beat tick; returns the previous latest tick (None: first ever)."""
+    with models_db.session_scope(url) as session:
+        row = session.get(cron_models.BeatTick, TICK_NAME, with_for_update=True)
+        if row is None:
+            session.execute(
+                _insert(session, cron_models.BeatTick)
+                .values(name=TICK_NAME, last_tick_at=now, beat_id=beat_id)
+                .on_conflict_do_nothing(index_elements=["name"])
+            )
+            return None
+        previous = row.last_tick_at
+        if now > previous:
+            row.last_tick_at, row.beat_id = now, beat_id
+        return previous
+
+
+def next_due_at(*, url: str | None = None) -> dt.datetime | None:
+    """The earliest ``next_due_at`` of all schedules (None: nothing scheduled); lets beat wake
+    right at a match instead of up to a tick later."""
+    with models_db.session_scope(url) as session:
+        return session.scalar(sa.select(sa.func.min(cron_models.CronSchedule.next_due_at)))
+
+
+def _insert(session: orm.Session, table: type) -> sa.Insert:
+    dialect = session.get_bind().dialect.name
+    return (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)

@@ -1,0 +1,127 @@
+"""``HostScheduler``: the custom Celery beat scheduler that ``takohost beat`` runs (DESIGN "Beat").
+
+Unlike Celery's own schedulers it keeps no schedule of Celery entries: Postgres is the
+schedule. Each tick (about once a second, and right at the next cron match) runs the beat
+duties — record due cron matches, fire due timers — and, every ``sweep_interval_s``, the
+sweeps that re-dispatch what a lost message or a dead process left behind. Each duty is a
+function ``fn(*, now: datetime) -> int`` named by its dotted path, imported at call time and
+opening its own sessions; a duty that raises (or cannot be imported) is logged as an error on
+every tick and never stops the beat. Two beats at once are harmless by construction (row
+locks with ``SKIP LOCKED``, unique constraints), so no leader election is needed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from celery import beat as celery_beat
+
+from beat import cron_recorder
+from models import db as models_db
+from models.base import utcnow
+from takohost import config
+
+log = logging.getLogger(__name__)
+
+#: Duties run on every tick, in order.
+TICK_DUTIES = (
+    "beat.cron_recorder.record_due",
+    "workers.engine.timers.fire_due",
+)
+#: Duties run every ``Settings.sweep_interval_s`` seconds.
+SWEEP_DUTIES = (
+    "workers.engine.sweep.sweep",
+    "workers.services.operations.sweep",
+    "workers.cron_tasks.sweep",
+)
+#: Longest sleep between ticks, in seconds.
+MAX_TICK_INTERVAL_S = 1.0
+#: Wake this long after a cron match instant, in seconds (so ``now`` is past it).
+WAKE_AFTER_MATCH_S = 0.002
+
+
+def resolve_duty(dotted: str) -> Callable[..., int]:
+    """Import ``package.module.function`` and return the function.
+
+    Raises ``ImportError`` (module missing) or ``AttributeError`` (no such function).
+    """
+    module_name, _, attribute = dotted.rpartition(".")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def run_duty(dotted: str, *, now: dt.datetime) -> int | None:
+    """Run one duty; returns its count, or None after logging an error (never raises)."""
+    try:
+        duty = resolve_duty(dotted)
+    except (ImportError, AttributeError):
+        log.error("beat duty %s cannot be imported", dotted, exc_info=True)
+        return None
+    try:
+        return duty(now=now)
+    except Exception:
+        log.exception("beat duty %s failed", dotted)
+        return None
+
+
+class HostScheduler(celery_beat.Scheduler):
+    """The ``celery.beat.Scheduler`` subclass of ``takohost beat`` (``beat.scheduler:HostScheduler``).
+
+    ``tick()`` runs the duties and returns the seconds to sleep: until the next whole second or
+    the next cron match, whichever is first (at most ``MAX_TICK_INTERVAL_S``). ``setup_schedule``
+    installs no Celery entries; ``sync`` has nothing to persist (every duty commits its own work).
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        # Celery may build a lazy instance for introspection: nothing here touches I/O.
+        self.settings = config.load_settings()
+        self.beat_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._next_sweep = 0.0
+        super().__init__(*args, **kwargs)
+
+    def setup_schedule(self) -> None:
+        """No Celery entries: Postgres is the schedule."""
+        self.data = {}
+        log.info("takohost beat scheduler started", extra={"beat": self.beat_id})
+
+    def tick(self, *args: object, **kwargs: object) -> float:
+        """Run the duties once; return the seconds until the next tick."""
+        now = utcnow()
+        for dotted in TICK_DUTIES:
+            run_duty(dotted, now=now)
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self.settings.sweep_interval_s
+            for dotted in SWEEP_DUTIES:
+                run_duty(dotted, now=utcnow())
+        return self._sleep_seconds()
+
+    def _sleep_seconds(self) -> float:
+        now = utcnow()
+        sleep = MAX_TICK_INTERVAL_S - now.microsecond / 1_000_000 + WAKE_AFTER_MATCH_S
+        try:
+            due = cron_recorder.next_due_at(url=self.settings.database_url)
+        except Exception:
+            log.exception("reading the next cron match failed")
+            due = None
+        if due is not None:
+            sleep = min(sleep, (due - now).total_seconds() + WAKE_AFTER_MATCH_S)
+        return max(0.0, min(sleep, MAX_TICK_INTERVAL_S))
+
+    def sync(self) -> None:
+        """Nothing to persist: every duty commits its own work."""
+
+    def close(self) -> None:
+        """Release the broker producer and this process's database engines."""
+        try:
+            super().close()
+        finally:
+            models_db.dispose_all()
+
+    @property
+    def info(self) -> str:
+        return f"takohost HostScheduler ({self.beat_id}; sweeps every {self.settings.sweep_interval_s} s)"

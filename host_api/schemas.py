@@ -1,0 +1,510 @@
+"""Request and response schemas (marshmallow, closed: ``unknown=RAISE``) for the Host API.
+
+One schema per Form spec (CONTRACT §3; seeds 000 "入力、観測、CRUD" and 003 "入力", "未知の
+フィールド") plus the create/update envelopes of CONTRACT §2.2. The same schemas generate the
+OpenAPI document (``host_api.openapi``). Validation here is pure: it never reads the database;
+cross-resource rules live in ``workers.services.forms``.
+
+Every rejection is ``400 invalid_spec`` with ``details.pointer`` (RFC 6901, relative to the
+request body: ``/spec/worker/name``) and ``details.errors`` (every ``{pointer, message}``); an
+unknown Form URL is ``400 unsupported_form``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import marshmallow as ma
+from marshmallow import fields, validate
+
+from models.errors import DomainError
+from takohost.domain import cron, documents, identifiers
+from workers.services import forms
+
+MAX_MODULES = 64
+MAX_MODULE_BYTES = 1024 * 1024
+MAX_TOTAL_MODULE_BYTES = 4 * 1024 * 1024
+MAX_BINDINGS = 64
+MAX_DESCRIPTION = 1024
+
+
+class _Closed(ma.Schema):
+    """Base of every request schema: unknown keys are errors (closed specs)."""
+
+    class Meta:
+        unknown = ma.RAISE
+
+
+class Reference(_Closed):
+    """``{"resourceUid": string}`` and nothing else (CONTRACT §2.1)."""
+
+    resourceUid = fields.String(required=True, validate=validate.Length(min=1, max=64))
+
+
+# --- per-Form specs ---------------------------------------------------------------------------
+
+
+class ModuleWorkerSpec(_Closed):
+    """ModuleWorker 0.3.0 spec: ``{}`` or ``{"description": string ≤ 1024}`` (CONTRACT §3.1)."""
+
+    description = fields.String(validate=validate.Length(max=MAX_DESCRIPTION))
+
+
+class WorkflowBinding(_Closed):
+    """``{"name": VAR_NAME, "resource": {"resourceUid"}}``: ``env.NAME`` (CONTRACT §3.2, §4.5)."""
+
+    name = fields.String(
+        required=True,
+        validate=validate.Regexp(identifiers.VAR_NAME_RE, error="must match ^[A-Z_][A-Z0-9_]*$"),
+    )
+    resource = fields.Nested(Reference, required=True)
+
+
+class WorkerVersionSpec(_Closed):
+    """WorkerVersion 0.5.0 spec (CONTRACT §3.2): an immutable code snapshot.
+
+    ``modules``: 1–64 files named ``^[A-Za-z_][A-Za-z0-9_]*\\.py$`` (optionally under package
+    directories), each ≤ 1 MiB of UTF-8, total ≤ 4 MiB; ``mainModule`` one of them; ``vars``
+    a document (CONTRACT §5) keyed by ``^[A-Z_][A-Z0-9_]*$``; binding names distinct and not
+    colliding with a var.
+    """
+
+    worker = fields.Nested(Reference, required=True)
+    mainModule = fields.String(required=True)
+    modules = fields.Dict(required=True)
+    vars = fields.Dict()
+    workflowBindings = fields.List(fields.Nested(WorkflowBinding), validate=validate.Length(max=MAX_BINDINGS))
+
+    @ma.validates_schema
+    def _rules(self, data: dict, **kwargs: object) -> None:
+        errors: dict = {}
+        modules = data["modules"]
+        if not 1 <= len(modules) <= MAX_MODULES:
+            errors["modules"] = [f"must hold 1 to {MAX_MODULES} modules, not {len(modules)}"]
+        total = 0
+        for name, source in modules.items():
+            if not identifiers.MODULE_NAME_RE.match(name):
+                errors.setdefault("modules", {})[name] = [
+                    "module names must match ^[A-Za-z_][A-Za-z0-9_]*\\.py$ (or pkg/mod.py)"
+                ]
+            elif type(source) is not str:
+                errors.setdefault("modules", {})[name] = ["module source must be a string"]
+            else:
+                size = len(source.encode("utf-8"))
+                total += size
+                if size > MAX_MODULE_BYTES:
+                    errors.setdefault("modules", {})[name] = [
+                        f"module is {size} bytes; at most {MAX_MODULE_BYTES}"
+                    ]
+        if total > MAX_TOTAL_MODULE_BYTES and "modules" not in errors:
+            errors["modules"] = [f"modules total {total} bytes; at most {MAX_TOTAL_MODULE_BYTES}"]
+        if data["mainModule"] not in modules:
+            errors["mainModule"] = ["must name one of the modules"]
+        var_map = data.get("vars", {})
+        for name in var_map:
+            if not identifiers.VAR_NAME_RE.match(name):
+                errors.setdefault("vars", {})[name] = ["var names must match ^[A-Z_][A-Z0-9_]*$"]
+        if "vars" not in errors:
+            try:
+                documents.canonical_document(var_map, allow_none=False)
+            except documents.InvalidDocument as exc:
+                errors["vars"] = _nest(exc.pointer, [f"not a document: {exc.message}"])
+            except documents.DocumentTooLargeError as exc:
+                errors["vars"] = [str(exc)]
+        seen: set[str] = set()
+        for index, binding in enumerate(data.get("workflowBindings", [])):
+            name = binding["name"]
+            if name in var_map:
+                errors.setdefault("workflowBindings", {})[index] = {"name": [f"collides with var {name!r}"]}
+            elif name in seen:
+                errors.setdefault("workflowBindings", {})[index] = {"name": [f"binding {name!r} is repeated"]}
+            seen.add(name)
+        if errors:
+            raise ma.ValidationError(errors)
+
+
+def _nest(pointer: str, messages: list[str]) -> object:
+    """Turn an RFC 6901 ``pointer`` into marshmallow's nested error dict holding ``messages``."""
+    nested: object = messages
+    tokens = pointer.split("/")[1:] if pointer else []
+    for token in reversed(tokens):
+        nested = {token.replace("~1", "/").replace("~0", "~"): nested}
+    return nested
+
+
+class DeploymentEntry(_Closed):
+    """``{"version": {"resourceUid"}, "weight": 1..100}`` (CONTRACT §3.3)."""
+
+    version = fields.Nested(Reference, required=True)
+    weight = fields.Integer(required=True, strict=True, validate=validate.Range(min=1, max=100))
+
+
+class WorkerDeploymentSpec(_Closed):
+    """WorkerDeployment 0.4.0 spec: 1–10 distinct Versions, weights summing to 100 (CONTRACT §3.3)."""
+
+    worker = fields.Nested(Reference, required=True)
+    versions = fields.List(
+        fields.Nested(DeploymentEntry), required=True, validate=validate.Length(min=1, max=10)
+    )
+
+    @ma.validates_schema
+    def _rules(self, data: dict, **kwargs: object) -> None:
+        seen: set[str] = set()
+        for index, entry in enumerate(data["versions"]):
+            uid = entry["version"]["resourceUid"]
+            if uid in seen:
+                raise ma.ValidationError(
+                    {"versions": {index: {"version": {"resourceUid": ["each Version may appear once"]}}}}
+                )
+            seen.add(uid)
+        total = sum(entry["weight"] for entry in data["versions"])
+        if total != 100:
+            raise ma.ValidationError({"versions": [f"weights must sum to 100, not {total}"]})
+
+
+class DurableWorkflowSpec(_Closed):
+    """DurableWorkflow 0.3.0 spec (seed 000 "specはworker…とclassName…だけを必須とする")."""
+
+    worker = fields.Nested(Reference, required=True)
+    className = fields.String(
+        required=True,
+        validate=validate.Regexp(
+            identifiers.CLASS_NAME_RE, error="must match ^[A-Za-z_$][A-Za-z0-9_$]{{0,63}}$"
+        ),
+    )
+
+
+def _valid_cron(expression: str) -> None:
+    try:
+        cron.parse(expression)
+    except cron.CronSyntaxError as exc:
+        raise ma.ValidationError(str(exc)) from None
+
+
+class WorkerCronTriggerSpec(_Closed):
+    """WorkerCronTrigger 0.3.0 spec (seed 003 "入力"): ``worker`` and a UTC ``cron``, nothing else."""
+
+    worker = fields.Nested(Reference, required=True)
+    cron = fields.String(required=True, validate=_valid_cron)
+
+
+SPEC_SCHEMAS: dict[str, type[ma.Schema]] = {
+    "ModuleWorker": ModuleWorkerSpec,
+    "WorkerVersion": WorkerVersionSpec,
+    "WorkerDeployment": WorkerDeploymentSpec,
+    "DurableWorkflow": DurableWorkflowSpec,
+    "WorkerCronTrigger": WorkerCronTriggerSpec,
+}
+
+
+# --- envelopes ----------------------------------------------------------------------------------
+
+
+class CreateResourceBody(_Closed):
+    """``POST …/resources`` body: ``{"form", "name", "spec", "privateInputs"?}`` (CONTRACT §2.2).
+
+    ``spec`` is checked against the Form's schema separately; ``privateInputs`` must be absent
+    or ``{}``: none of the five Forms takes secret inputs (seed 000 "既定値も秘密入力もない";
+    seed 003 "空でない privateInputs は拒否します"; CONTRACT §3.1–3.3 define none).
+    """
+
+    form = fields.String(required=True, metadata={"enum": sorted(forms.FORM_URLS.values())})
+    name = fields.String(
+        required=True,
+        validate=validate.Regexp(
+            identifiers.RESOURCE_NAME_RE,
+            error="must be 1-63 characters matching ^[a-z0-9]([a-z0-9-]{{0,61}}[a-z0-9])?$",
+        ),
+    )
+    spec = fields.Dict(required=True, metadata={"description": "the Form's spec (see the *Spec schemas)"})
+    privateInputs = fields.Dict(metadata={"description": "must be absent or empty for all five Forms"})
+
+
+class UpdateResourceBody(_Closed):
+    """``PUT …/resources/{uid}`` body: ``{"spec", "privateInputs"?}``, a whole replacement."""
+
+    spec = fields.Dict(required=True)
+    privateInputs = fields.Dict()
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidatedCreate:
+    """A create request that passed every pure check: short ``form`` name, ``name``, ``spec``."""
+
+    form: str
+    name: str
+    spec: dict
+
+
+def validate_create(body: dict) -> ValidatedCreate:
+    """Check a create body (already strict-parsed JSON object) against the envelope and Form schema.
+
+    Raises:
+        DomainError: ``invalid_spec`` (with ``details.pointer``), ``unsupported_form``.
+    """
+    _load(CreateResourceBody, body, prefix="")
+    form = forms.FORM_BY_URL.get(body["form"])
+    if form is None:
+        raise DomainError(
+            "unsupported_form",
+            f"unsupported Form URL {body['form']!r}",
+            {"pointer": "/form", "supported": sorted(forms.FORM_URLS.values())},
+        )
+    _check_private_inputs(body)
+    _load(SPEC_SCHEMAS[form], body["spec"], prefix="/spec")
+    return ValidatedCreate(form=form, name=body["name"], spec=body["spec"])
+
+
+def validate_update(body: dict, *, form: str) -> dict:
+    """Check a PUT body for a resource of Form ``form`` (short name); returns the new spec.
+
+    Raises:
+        DomainError: ``invalid_spec`` (with ``details.pointer``).
+    """
+    _load(UpdateResourceBody, body, prefix="")
+    _check_private_inputs(body)
+    _load(SPEC_SCHEMAS[form], body["spec"], prefix="/spec")
+    return body["spec"]
+
+
+def _check_private_inputs(body: dict) -> None:
+    if body.get("privateInputs"):
+        raise DomainError(
+            "invalid_spec",
+            "this Form takes no private inputs; privateInputs must be empty",
+            {
+                "pointer": "/privateInputs",
+                "errors": [{"pointer": "/privateInputs", "message": "must be absent or {}"}],
+            },
+        )
+
+
+def _load(schema: type[ma.Schema], data: object, *, prefix: str) -> None:
+    try:
+        schema().load(data)  # type: ignore[arg-type]
+    except ma.ValidationError as exc:
+        errors = list(_flatten(exc.messages, prefix))
+        pointer, message = errors[0] if errors else (prefix, "invalid")
+        raise DomainError(
+            "invalid_spec",
+            f"{pointer or '/'}: {message}",
+            {
+                "pointer": pointer,
+                "errors": [{"pointer": p, "message": m} for p, m in errors],
+            },
+        ) from None
+
+
+def _flatten(messages: object, pointer: str):  # noqa: ANN202 - generator of (pointer, message)
+    """Yield ``(JSON pointer, message)`` for marshmallow's nested error dict."""
+    if isinstance(messages, dict):
+        for key, value in messages.items():
+            if key == "_schema":
+                yield from _flatten(value, pointer)
+            else:
+                yield from _flatten(value, pointer + "/" + _escape(key))
+    elif isinstance(messages, list):
+        for item in messages:
+            yield from _flatten(item, pointer)
+    else:
+        yield pointer, str(messages)
+
+
+def _escape(token: object) -> str:
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+# --- response and documentation-only shapes (OpenAPI) -----------------------------------------
+
+
+class ErrorDetail(ma.Schema):
+    """The error object of CONTRACT §2.4."""
+
+    code = fields.String(required=True)
+    message = fields.String(required=True)
+    details = fields.Dict()
+
+
+class ErrorBody(ma.Schema):
+    """``{"error": {"code", "message", "details"?}}`` (CONTRACT §2.4)."""
+
+    error = fields.Nested(ErrorDetail, required=True)
+
+
+class OperationError(ma.Schema):
+    """Why an Operation failed: ``{"code", "message"}``."""
+
+    code = fields.String(required=True)
+    message = fields.String(required=True)
+
+
+class OperationView(ma.Schema):
+    """An Operation (CONTRACT §2.3)."""
+
+    id = fields.String(required=True)
+    kind = fields.String(required=True, validate=validate.OneOf(["create", "update", "delete"]))
+    resourceUid = fields.String(required=True)
+    generation = fields.Integer(required=True)
+    state = fields.String(
+        required=True, validate=validate.OneOf(["pending", "running", "succeeded", "failed"])
+    )
+    effect = fields.String(validate=validate.OneOf(["none", "partial", "unknown"]))
+    error = fields.Nested(OperationError)
+    createdAt = fields.String(required=True, metadata={"format": "date-time"})
+    updatedAt = fields.String(required=True, metadata={"format": "date-time"})
+
+
+class ResourceView(ma.Schema):
+    """A Resource (CONTRACT §2.2); ``privateInputs`` are never returned."""
+
+    uid = fields.String(required=True)
+    form = fields.String(required=True)
+    name = fields.String(required=True)
+    generation = fields.Integer(required=True)
+    spec = fields.Dict(required=True)
+    observed = fields.Dict(required=True)
+    observedAt = fields.String(metadata={"format": "date-time"})
+    output = fields.Dict(required=True)
+    phase = fields.String(
+        required=True, validate=validate.OneOf(["reconciling", "idle", "deleting", "failed"])
+    )
+    createdAt = fields.String(required=True, metadata={"format": "date-time"})
+    updatedAt = fields.String(required=True, metadata={"format": "date-time"})
+    latestOperationId = fields.String(required=True)
+
+
+class ResourceList(ma.Schema):
+    """``{"resources": [...], "nextPageToken"?}``."""
+
+    resources = fields.List(fields.Nested(ResourceView), required=True)
+    nextPageToken = fields.String()
+
+
+class InstanceCreateBody(_Closed):
+    """``POST …/instances`` body (CONTRACT §2.5): ``{"id"?, "params"?}``."""
+
+    id = fields.String(metadata={"description": "1-256 Unicode scalar values"})
+    params = fields.Dict(metadata={"description": "a document (CONTRACT §5)"})
+
+
+class InstanceId(ma.Schema):
+    """``{"id"}``."""
+
+    id = fields.String(required=True)
+
+
+class InstanceSummary(ma.Schema):
+    """One row of the instance list."""
+
+    id = fields.String(required=True)
+    status = fields.String(required=True)
+    createdAt = fields.String(required=True, metadata={"format": "date-time"})
+
+
+class InstanceList(ma.Schema):
+    """``{"instances": [...], "nextPageToken"?}``."""
+
+    instances = fields.List(fields.Nested(InstanceSummary), required=True)
+    nextPageToken = fields.String()
+
+
+class InstanceFailure(ma.Schema):
+    """``{"reason", "message"?}``."""
+
+    reason = fields.String(required=True)
+    message = fields.String()
+
+
+class InstanceStatus(ma.Schema):
+    """``{"id", "status", "output"?, "error"?}``."""
+
+    id = fields.String(required=True)
+    status = fields.String(
+        required=True,
+        validate=validate.OneOf(
+            ["queued", "running", "sleeping", "waiting", "complete", "errored", "terminated"]
+        ),
+    )
+    output = fields.Dict()
+    error = fields.Nested(InstanceFailure)
+
+
+class EventBody(_Closed):
+    """``POST …/instances/{id}/events`` body: ``{"type", "payload"?}``."""
+
+    type = fields.String(required=True, metadata={"description": "1-256 Unicode scalar values"})
+    payload = fields.Dict(metadata={"description": "a document (CONTRACT §5)"})
+
+
+class QueuedEvent(ma.Schema):
+    """One unconsumed event."""
+
+    sequence = fields.Integer(required=True)
+    type = fields.String(required=True)
+    payload = fields.Dict()
+    acceptedAt = fields.String(required=True, metadata={"format": "date-time"})
+
+
+class EventList(ma.Schema):
+    """``{"events": [...]}`` in acceptance order."""
+
+    events = fields.List(fields.Nested(QueuedEvent), required=True)
+
+
+class TerminateAnswer(ma.Schema):
+    """``{"status"}``."""
+
+    status = fields.String(required=True)
+
+
+class HistoryEvent(ma.Schema):
+    """One history event (CONTRACT §6)."""
+
+    eventId = fields.Integer(required=True)
+    eventTimestamp = fields.String(required=True, metadata={"format": "date-time"})
+    eventType = fields.String(required=True)
+    attributes = fields.Dict(required=True)
+
+
+class HistoryPage(ma.Schema):
+    """``{"events": [...], "nextPageToken"?}``, newest last."""
+
+    events = fields.List(fields.Nested(HistoryEvent), required=True)
+    nextPageToken = fields.String()
+
+
+class CronDeliveryView(ma.Schema):
+    """One delivery of a cron match (CONTRACT §7)."""
+
+    startedAt = fields.String(required=True, metadata={"format": "date-time"})
+    finishedAt = fields.String(metadata={"format": "date-time"})
+    outcome = fields.String(required=True, validate=validate.OneOf(["ok", "failed", "unknown"]))
+    error = fields.String()
+
+
+class CronRunView(ma.Schema):
+    """One recorded (or skipped) match of a trigger (CONTRACT §7)."""
+
+    cron = fields.String(required=True)
+    scheduledTime = fields.String(required=True, metadata={"format": "date-time"})
+    recordedAt = fields.String(metadata={"format": "date-time"})
+    deliveries = fields.List(fields.Nested(CronDeliveryView))
+    outcome = fields.String(metadata={"description": "'skipped' for a match never recorded"})
+    reason = fields.String()
+
+
+class CronRunList(ma.Schema):
+    """``{"runs": [...], "nextPageToken"?}``, newest first."""
+
+    runs = fields.List(fields.Nested(CronRunView), required=True)
+    nextPageToken = fields.String()
+
+
+class Empty(ma.Schema):
+    """``{}``."""
+
+
+class Health(ma.Schema):
+    """``{"ok": true}``."""
+
+    ok = fields.Boolean(required=True)

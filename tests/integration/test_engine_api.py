@@ -1,0 +1,218 @@
+"""Instances over HTTP (CONTRACT §2.5) through the Flask app: shapes, errors, paging, idempotent
+events, and ids that must round-trip through every call (API-inst-id)."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pytest
+
+from tests.support import workflows
+
+WAITER = """
+class Waiter:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        return {"got": step.wait_for_event("w", {"type": "go", "timeoutSeconds": 600})}
+"""
+
+NASTY_IDS = [
+    "a/b",
+    "%",
+    "%2F",
+    "?x=1&y=2",
+    " spaced out ",
+    "\U0001f600",
+    "nul\x00byte",
+    "a//b",
+    "/lead",
+    "trail/",
+    ".",
+    "..",
+    "#frag",
+    "events",
+    "x/events",
+    "x/history",
+    "line\u2028sep",
+    "\U0001f600" * 256,
+    "+plus+",
+    "semi;colon",
+    "back\\slash",
+    "ümlaut",
+    "%FF",
+    "tab\tnew\nline",
+]
+
+
+def enc(instance_id: str) -> str:
+    """Percent-encode an id as ONE path segment (dots too, so no client normalises them)."""
+    return urllib.parse.quote(instance_id, safe="").replace(".", "%2E")
+
+
+@pytest.fixture()
+def api(client, space_token, db_url):
+    space, token = space_token
+    deployed = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
+    base = f"/v2/spaces/{space}/resources/{deployed.workflow}/instances"
+    headers = {"Authorization": f"Bearer {token}"}
+
+    class Api:
+        def __init__(self):
+            self.base, self.headers, self.space, self.deployed = base, headers, space, deployed
+
+        def call(self, method, path="", **kwargs):
+            kwargs.setdefault("headers", {})
+            kwargs["headers"] = {**headers, **kwargs["headers"]}
+            return client.open(base + path, method=method, **kwargs)
+
+    return Api()
+
+
+def _error(response):
+    return response.status_code, response.get_json()["error"]["code"]
+
+
+def test_create_get_list_shapes(api):
+    created = api.call("POST", json={"id": "order-1", "params": {"n": 1}})
+    assert created.status_code == 201 and created.get_json() == {"id": "order-1"}
+    generated = api.call("POST", json={})
+    assert generated.status_code == 201 and generated.get_json()["id"] not in ("", "order-1")
+    no_body = api.call("POST")
+    assert no_body.status_code == 201
+    got = api.call("GET", "/order-1")
+    assert got.status_code == 200 and got.get_json()["id"] == "order-1"
+    assert got.get_json()["status"] in ("queued", "running", "waiting")
+    listed = api.call("GET").get_json()
+    assert [i["id"] for i in listed["instances"]][0] == "order-1" and len(listed["instances"]) == 3
+    assert set(listed["instances"][0]) == {"id", "status", "createdAt"}
+
+
+def test_API_01_a_retained_id_is_instance_exists(api):
+    assert api.call("POST", json={"id": "dup"}).status_code == 201
+    assert _error(api.call("POST", json={"id": "dup"})) == (409, "instance_exists")
+
+
+def test_API_06_unknown_keys_null_params_and_bad_types_are_rejected_before_side_effects(api):
+    assert _error(api.call("POST", json={"id": "x", "params": {}, "extra": 1})) == (400, "invalid_request")
+    assert _error(api.call("POST", json={"id": "y", "params": None})) == (400, "invalid_params")
+    assert _error(api.call("POST", json={"id": "z", "params": [1, 2]})) == (400, "invalid_params")
+    assert _error(api.call("POST", json={"id": ""})) == (400, "invalid_request")
+    assert _error(api.call("POST", json={"id": 5})) == (400, "invalid_request")
+    assert _error(api.call("POST", json={"id": "x" * 257})) == (400, "invalid_request")
+    assert _error(api.call("POST", json=[1])) == (400, "invalid_request")
+    assert api.call("GET").get_json() == {"instances": []}
+    assert api.call("POST", json={"id": "target"}).status_code == 201
+    for body in (
+        {"type": "t", "payload": {}, "ts": 1},
+        {"type": "t" * 257},
+        {"type": ""},
+        {"payload": {}},
+        {"type": 1},
+    ):
+        assert _error(api.call("POST", "/target/events", json=body))[0] == 400, body
+    assert _error(api.call("POST", "/target/events", json={"type": "t", "payload": None})) == (
+        400,
+        "invalid_params",
+    )
+    assert api.call("GET", "/target/events").get_json() == {"events": []}
+    assert api.call("POST", "/target/events", json={"type": "t" * 256}).status_code == 202
+
+
+def test_DOC_08_duplicate_keys_in_an_event_body_are_invalid_json(api):
+    assert api.call("POST", json={"id": "d"}).status_code == 201
+    raw = '{"type":"t","type":"u"}'
+    response = api.call("POST", "/d/events", data=raw, content_type="application/json")
+    assert _error(response) == (400, "invalid_json")
+    assert api.call("GET", "/d/events").get_json() == {"events": []}
+
+
+def test_events_post_and_inbox(api):
+    api.call("POST", json={"id": "e"})
+    assert api.call("POST", "/e/events", json={"type": "a", "payload": {"k": [1, 2]}}).status_code == 202
+    answer = api.call("POST", "/e/events", json={"type": "b"})
+    assert answer.status_code == 202 and answer.get_json() == {}
+    events = api.call("GET", "/e/events").get_json()["events"]
+    assert [(e["sequence"], e["type"]) for e in events] == [(1, "a"), (2, "b")]
+    assert events[0]["payload"] == {"k": [1, 2]} and "payload" not in events[1]
+
+
+def test_idempotent_send_event_queues_once_and_refuses_a_different_request(api):
+    api.call("POST", json={"id": "idem"})
+    headers = {"Idempotency-Key": "key-1"}
+    first = api.call("POST", "/idem/events", json={"type": "t"}, headers=headers)
+    again = api.call("POST", "/idem/events", json={"type": "t"}, headers=headers)
+    assert first.status_code == again.status_code == 202 and first.get_json() == again.get_json()
+    assert len(api.call("GET", "/idem/events").get_json()["events"]) == 1
+    other = api.call("POST", "/idem/events", json={"type": "u"}, headers=headers)
+    assert _error(other) == (422, "idempotency_key_reused")
+
+
+def test_unknown_instance_unknown_workflow_and_other_space(api, client, db_url):
+    assert _error(api.call("GET", "/missing")) == (404, "unknown_instance")
+    assert _error(api.call("POST", "/missing/events", json={"type": "t"})) == (404, "unknown_instance")
+    wrong = api.base.replace(api.deployed.workflow, "no-such-workflow")
+    assert _error(client.get(wrong, headers=api.headers)) == (404, "not_found")
+    other_space = api.base.replace(f"/spaces/{api.space}/", "/spaces/someone-else/")
+    assert _error(client.get(other_space, headers=api.headers)) == (404, "not_found")
+    assert _error(client.get(api.base)) == (401, "unauthenticated")
+    assert _error(api.call("GET", "/bad%FFutf8")) == (400, "invalid_request")
+    assert _error(api.call("DELETE", "/x")) == (405, "method_not_allowed")
+
+
+def test_list_filters_and_pages(api):
+    for i in range(5):
+        api.call("POST", json={"id": f"p{i}"})
+    page = api.call("GET", query_string={"limit": "2"}).get_json()
+    seen = [i["id"] for i in page["instances"]]
+    while "nextPageToken" in page:
+        page = api.call("GET", query_string={"limit": "2", "pageToken": page["nextPageToken"]}).get_json()
+        seen += [i["id"] for i in page["instances"]]
+    assert seen == [f"p{i}" for i in range(5)]
+    assert api.call("GET", query_string={"status": "complete"}).get_json() == {"instances": []}
+    assert _error(api.call("GET", query_string={"status": "bogus"})) == (400, "invalid_request")
+    assert _error(api.call("GET", query_string={"pageToken": "garbage"})) == (400, "invalid_request")
+    assert _error(api.call("GET", query_string={"limit": "0"})) == (400, "invalid_request")
+
+
+def test_history_pages_oldest_first(api):
+    api.call("POST", json={"id": "h"})
+    for i in range(5):
+        api.call("POST", "/h/events", json={"type": f"t{i}"})
+    page = api.call("GET", "/h/history", query_string={"limit": "2"}).get_json()
+    events = list(page["events"])
+    while "nextPageToken" in page:
+        page = api.call(
+            "GET", "/h/history", query_string={"limit": "2", "pageToken": page["nextPageToken"]}
+        ).get_json()
+        events += page["events"]
+    assert [e["eventId"] for e in events] == list(range(1, len(events) + 1))
+    assert events[0]["eventType"] == "InstanceCreated"
+    assert [e["attributes"]["type"] for e in events if e["eventType"] == "EventAccepted"] == [
+        f"t{i}" for i in range(5)
+    ]
+    assert set(events[0]) == {"eventId", "eventTimestamp", "eventType", "attributes"}
+
+
+def test_terminate_over_http(api):
+    api.call("POST", json={"id": "t"})
+    answer = api.call("POST", "/t/terminate")
+    assert answer.status_code == 200 and answer.get_json() == {"status": "terminated"}
+    assert api.call("GET", "/t").get_json() == {"id": "t", "status": "terminated"}
+    assert api.call("POST", "/t/terminate").get_json() == {"status": "terminated"}
+    assert _error(api.call("POST", "/t/events", json={"type": "x"})) == (409, "instance_terminal")
+
+
+@pytest.mark.parametrize("instance_id", NASTY_IDS, ids=range(len(NASTY_IDS)))
+def test_any_valid_id_round_trips_through_every_call(api, instance_id):
+    path = "/" + enc(instance_id)
+    created = api.call("POST", json={"id": instance_id})
+    assert created.status_code == 201, created.get_json()
+    assert created.get_json() == {"id": instance_id}
+    assert api.call("GET", path).get_json()["id"] == instance_id
+    assert instance_id in [i["id"] for i in api.call("GET").get_json()["instances"]]
+    assert api.call("POST", path + "/events", json={"type": instance_id}).status_code == 202
+    assert api.call("GET", path + "/events").get_json()["events"][0]["type"] == instance_id
+    history = api.call("GET", path + "/history").get_json()["events"]
+    assert history[0]["attributes"] == {"instanceId": instance_id}
+    assert api.call("POST", path + "/terminate").get_json() == {"status": "terminated"}
+    assert api.call("GET", path).get_json() == {"id": instance_id, "status": "terminated"}

@@ -1,0 +1,367 @@
+"""send_event, the inbox, queue limits, terminate and bindings (seed 000 "Caller Bindingとinstance")."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.errors import DomainError
+from tests.support import workflows
+from workers.services import instances as service
+
+NAP = """
+class Queue:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        step.sleep("nap", 3600)
+        return {}
+"""
+
+WAITER = """
+class Waiter:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        got = step.wait_for_event("w", {"type": "go", "timeoutSeconds": 600})
+        return {"got": got}
+"""
+
+
+@pytest.fixture(scope="module")
+def db_url():
+    """This module's own database (see ``workflows.isolated_database``)."""
+    with workflows.isolated_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    z = workflows.start_zygote()
+    yield z
+    z.stop()
+
+
+@pytest.fixture()
+def driver(monkeypatch, zygote, db_url):
+    yield workflows.Driver(monkeypatch, zygote=zygote)
+    workflows.clear_timers(db_url)
+
+
+@pytest.fixture()
+def space(space_token):
+    return space_token[0]
+
+
+def _call(fn, **kwargs):
+    try:
+        return fn(**kwargs)
+    except DomainError as exc:
+        return exc.code
+
+
+def test_WF_21_queue_limits_by_count_and_by_bytes_then_purge(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="wf21a")
+    service.create(**ids, instance_id="wf21b")
+    assert driver.run() == ["sleeping", "sleeping"]
+    for _ in range(1024):
+        service.send_event(**ids, instance_id="wf21a", event_type="t")
+    assert _call(service.send_event, **ids, instance_id="wf21a", event_type="t") == "event_queue_full"
+    big = {"p": "a" * 524257}  # {"payload":{"p":"a…"},"type":"t"} is 524288 canonical bytes
+    service.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
+    service.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
+    assert _call(service.send_event, **ids, instance_id="wf21b", event_type="t") == "event_queue_full"
+    inbox = service.inbox(**ids, instance_id="wf21b")["events"]
+    assert [e["sequence"] for e in inbox] == [1, 2] and inbox[0]["payload"] == big
+    assert service.terminate(**ids, instance_id="wf21b") == {"status": "terminated"}
+    assert service.inbox(**ids, instance_id="wf21b") == {"events": []}
+    assert _call(service.send_event, **ids, instance_id="wf21b", event_type="t") == "instance_terminal"
+
+
+def test_an_event_for_a_waiting_matching_wait_bypasses_the_limits_and_wakes_it(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="full")
+    assert driver.run() == ["waiting"]
+    for _ in range(1024):
+        service.send_event(**ids, instance_id="full", event_type="other")
+    assert driver.queue == []
+    assert _call(service.send_event, **ids, instance_id="full", event_type="other") == "event_queue_full"
+    service.send_event(**ids, instance_id="full", event_type="go", payload={"k": 1})
+    assert service.status(**ids, instance_id="full") == {"status": "running"}  # woken
+    assert driver.run() == ["complete"]
+    assert service.status(**ids, instance_id="full") == {"status": "complete", "output": {"got": {"k": 1}}}
+
+
+def test_inbox_lists_unconsumed_events_in_acceptance_order(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="i")
+    service.send_event(**ids, instance_id="i", event_type="b", payload={"n": 1})
+    service.send_event(**ids, instance_id="i", event_type="a")
+    events = service.inbox(**ids, instance_id="i")["events"]
+    assert [(e["sequence"], e["type"], e.get("payload")) for e in events] == [
+        (1, "b", {"n": 1}),
+        (2, "a", None),
+    ]
+    assert "payload" not in events[1] and events[0]["acceptedAt"].endswith("Z")
+    history = service.history(**ids, instance_id="i")["events"]
+    assert [e["attributes"] for e in history if e["eventType"] == "EventAccepted"] == [
+        {"sequence": 1, "type": "b"},
+        {"sequence": 2, "type": "a"},
+    ]
+
+
+def test_unknown_instances_and_bad_arguments(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    assert _call(service.send_event, **ids, instance_id="nope", event_type="t") == "unknown_instance"
+    assert _call(service.status, **ids, instance_id="nope") == "unknown_instance"
+    assert _call(service.terminate, **ids, instance_id="nope") == "unknown_instance"
+    assert _call(service.create, **ids, instance_id="") == "invalid_request"
+    assert _call(service.create, **ids, instance_id="x" * 257) == "invalid_request"
+    assert _call(service.create, **ids, instance_id="\ud800") == "invalid_request"
+    assert _call(service.create, **ids, params=None) == "invalid_params"
+    assert _call(service.create, **ids, params=[1, 2]) == "invalid_params"
+    assert _call(service.create, **ids, params={"p": "a" * 1048569}) == "document_too_large"
+    assert _call(service.create, space=space, workflow_uid="no-such-uid") == "not_found"
+    assert _call(service.create, space="other-space", workflow_uid=d.workflow) == "not_found"
+    assert service.list_instances(**ids) == {"instances": []}  # nothing was created
+
+
+WF_12 = """
+class Nap:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        step.sleep("nap", 3600)
+        return {"woke": True}
+"""
+
+
+def test_WF_12_terminate_a_sleeping_instance(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=WF_12, class_name="Nap")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="wf12")
+    driver.run()
+    assert service.status(**ids, instance_id="wf12") == {"status": "sleeping"}
+    assert service.terminate(**ids, instance_id="wf12") == {"status": "terminated"}
+    assert service.status(**ids, instance_id="wf12") == {"status": "terminated"}
+    assert _call(service.send_event, **ids, instance_id="wf12", event_type="x") == "instance_terminal"
+    assert service.terminate(**ids, instance_id="wf12") == {"status": "terminated"}
+    assert service.get(**ids, instance_id="wf12") == "wf12"
+    assert _call(service.create, **ids, instance_id="wf12") == "instance_exists"
+    assert driver.advance(3601) == []  # nothing runs at the old wake time
+    assert service.status(**ids, instance_id="wf12") == {"status": "terminated"}
+    types = [e["eventType"] for e in service.history(**ids, instance_id="wf12")["events"]]
+    assert types[-1] == "InstanceTerminated" and "SleepCompleted" not in types
+
+
+def test_API_01_ids_are_retained_and_generated_ids_are_distinct(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="order-1")
+    driver.run()
+    assert _call(service.create, **ids, instance_id="order-1") == "instance_exists"
+    assert driver.queue == []  # no second run
+    service.send_event(**ids, instance_id="order-1", event_type="go")
+    driver.run()
+    assert service.status(**ids, instance_id="order-1")["status"] == "complete"
+    assert _call(service.create, **ids, instance_id="order-1") == "instance_exists"
+    first, second = service.create(**ids), service.create(**ids)
+    assert first != second and first and second
+
+
+BINDINGS = """
+from takohost import InstanceExists, UnknownInstance, InstanceTerminal
+class Caller:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        b = self.env.PEERS
+        out = {"currency": self.env.CURRENCY}
+        child = b.create(id="peer-1", params={"n": 1})
+        out["id"] = child.id
+        try:
+            b.create(id="peer-1")
+        except InstanceExists as e:
+            out["exists"] = e.name
+        try:
+            b.get("missing")
+        except UnknownInstance as e:
+            out["unknown"] = e.name
+        try:
+            b.create(id="")
+        except TypeError:
+            out["badId"] = "TypeError"
+        got = b.get("peer-1")
+        out["status"] = got.status()["status"]
+        got.send_event(type="go", payload={"from": "caller"})
+        generated = b.create()
+        generated.terminate()
+        out["terminated"] = generated.status()
+        try:
+            generated.send_event(type="go")
+        except InstanceTerminal as e:
+            out["terminal"] = e.name
+        return out
+"""
+
+
+def test_bindings_use_the_same_code_path_as_http(db_url, space, driver):
+    peers = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
+    caller = workflows.deploy(
+        db_url,
+        space=space,
+        source=BINDINGS,
+        class_name="Caller",
+        bindings={"PEERS": peers.workflow},
+        variables={"CURRENCY": "EUR"},
+    )
+    service.create(space=space, workflow_uid=caller.workflow, instance_id="caller")
+    driver.run()
+    status = service.status(space=space, workflow_uid=caller.workflow, instance_id="caller")
+    assert status == {
+        "status": "complete",
+        "output": {
+            "currency": "EUR",
+            "id": "peer-1",
+            "exists": "instance_exists",
+            "unknown": "unknown_instance",
+            "badId": "TypeError",
+            "status": "queued",
+            "terminated": {"status": "terminated"},
+            "terminal": "instance_terminal",
+        },
+    }
+    peer = dict(space=space, workflow_uid=peers.workflow)
+    assert service.status(**peer, instance_id="peer-1") == {
+        "status": "complete",
+        "output": {"got": {"from": "caller"}},
+    }
+    assert len(service.list_instances(**peer)["instances"]) == 2
+
+
+SELF_TERMINATE = """
+class Quitter:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        step.do("before", lambda: {"ok": True})
+        try:
+            self.env.SELF.get(event["instanceId"]).terminate()
+        finally:
+            step.do("after", lambda: {"never": True})
+        return {"unreachable": True}
+"""
+
+
+def test_an_instance_can_terminate_itself_and_no_line_runs_after(db_url, space, driver):
+    d = workflows.deploy(
+        db_url, space=space, source=SELF_TERMINATE, class_name="Quitter", self_binding="SELF"
+    )
+    service.create(space=space, workflow_uid=d.workflow, instance_id="me")
+    assert driver.run() == ["terminated"]
+    assert service.status(space=space, workflow_uid=d.workflow, instance_id="me") == {"status": "terminated"}
+    names = [
+        e["attributes"].get("name")
+        for e in service.history(space=space, workflow_uid=d.workflow, instance_id="me")["events"]
+    ]
+    assert "after" not in names and "before" in names
+
+
+def test_observe_workflow_counts_all_seven_statuses(db_url, space, driver):
+    from models import db as models_db
+    from models import resources as res_models
+
+    d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
+    service.create(space=space, workflow_uid=d.workflow, instance_id="w1")
+    service.create(space=space, workflow_uid=d.workflow, instance_id="q1")
+    driver.queue.pop()  # q1 stays queued
+    driver.run()
+    with models_db.session_scope(db_url) as session:
+        workflow = session.get(res_models.Resource, d.workflow)
+        observed = service.observe_workflow_txn(session, workflow=workflow, ready=True)
+    assert observed == {
+        "ready": True,
+        "instanceCounts": {
+            "queued": 1,
+            "running": 0,
+            "sleeping": 0,
+            "waiting": 1,
+            "complete": 0,
+            "errored": 0,
+            "terminated": 0,
+        },
+    }
+
+
+def test_purge_workflow_stops_and_deletes_only_that_uid(db_url, space, driver):
+    kept = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    doomed = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    service.create(space=space, workflow_uid=kept.workflow, instance_id="a")
+    service.create(space=space, workflow_uid=doomed.workflow, instance_id="a")
+    service.create(space=space, workflow_uid=doomed.workflow, instance_id="b")
+    driver.run()
+    service.send_event(space=space, workflow_uid=doomed.workflow, instance_id="a", event_type="t")
+    assert service.purge_workflow(doomed.workflow, now=driver.clock()) is True
+    assert (
+        _call(service.create, space=space, workflow_uid=doomed.workflow, instance_id="c")
+        == "backend_unavailable"
+    )
+    assert (
+        _call(service.status, space=space, workflow_uid=doomed.workflow, instance_id="a")
+        == "unknown_instance"
+    )
+    assert service.list_instances(space=space, workflow_uid=doomed.workflow) == {"instances": []}
+    assert service.status(space=space, workflow_uid=kept.workflow, instance_id="a") == {"status": "sleeping"}
+    assert driver.advance(3601) == ["complete"]  # only the kept instance wakes
+    assert service.purge_workflow(doomed.workflow, now=driver.clock()) is True  # idempotent
+
+
+def _hold_lease(db_url, workflow, instance_id):
+    from takohost import config
+    from workers.engine import lease as lease_mod
+
+    settings = config.load_settings()
+    leases = lease_mod.store_for(
+        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
+    )
+    pk = workflows.instance_row(db_url, workflow=workflow, instance_id=instance_id).pk
+    return leases, leases.acquire(pk)
+
+
+def test_terminate_that_cannot_prove_the_stop_is_backend_unavailable_and_can_be_continued(
+    db_url, space, driver
+):
+    d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="busy")
+    driver.run()
+    leases, held = _hold_lease(db_url, d.workflow, "busy")  # a context that does not stop (frozen)
+    try:
+        assert _call(service.terminate, **ids, instance_id="busy", wait_seconds=0.3) == "backend_unavailable"
+        assert service.status(**ids, instance_id="busy") == {"status": "sleeping"}  # nothing published
+        assert _call(service.send_event, **ids, instance_id="busy", event_type="t") == {}
+    finally:
+        leases.release(held)
+    assert service.terminate(**ids, instance_id="busy") == {"status": "terminated"}  # continues
+    assert service.inbox(**ids, instance_id="busy") == {"events": []}
+    assert driver.advance(3601) == []
+
+
+def test_purge_waits_while_a_context_still_holds_a_lease(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    service.create(space=space, workflow_uid=d.workflow, instance_id="held")
+    driver.run()
+    leases, held = _hold_lease(db_url, d.workflow, "held")
+    try:
+        assert service.purge_workflow(d.workflow, now=driver.clock()) is False
+        row = workflows.instance_row(db_url, workflow=d.workflow, instance_id="held")
+        assert row is not None and row.stopping == "delete"  # fenced, kept until the stop is proven
+        assert (
+            _call(
+                service.send_event, space=space, workflow_uid=d.workflow, instance_id="held", event_type="t"
+            )
+            == "unknown_instance"
+        )  # closed for new events
+    finally:
+        leases.release(held)
+    assert service.purge_workflow(d.workflow, now=driver.clock()) is True
+    assert workflows.instance_row(db_url, workflow=d.workflow, instance_id="held") is None

@@ -1,0 +1,629 @@
+"""One replay context: the parent side of the sandbox protocol, answered from Postgres (CONTRACT §1,
+§4; DESIGN "One replay context, step by step"; the child side is ``takohost/runtime/PROTOCOL.md``).
+
+``run_context(instance_pk)`` = take the lease → read the instance → pick ONE Version by weight
+from the Worker's live Deployment and keep it → take the fencing token (epoch + 1) → load the
+steps once → spawn a child with the job → answer its requests (``decide`` decides, ``store``
+commits) → stop. Stopping is real (seed 000: "sleeping/waiting/terminalを公開する前にHostはコード
+停止を確認し"): before ``sleeping``, ``waiting`` or a terminal status is committed, the child is
+SIGKILLed and proven dead (``kill_and_wait``) and the lease released; a context whose commit is
+fenced kills its child and stops without publishing anything.
+
+Every message from the child is untrusted: shapes are checked by ``protocol.check_child_message``,
+documents by ``canonical_document``, policies and seconds by the domain validators; a child that
+breaks the protocol ends the instance ``errored``/``run_threw``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import datetime as dt
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from models.base import utcnow
+from models.errors import DomainError
+from takohost import config, errors
+from takohost.domain import documents, identifiers, retry
+from takohost.runtime import protocol
+from workers import dispatch
+from workers.engine import decide, heartbeat, sandbox, store
+from workers.engine import lease as lease_mod
+from workers.services import instances as instance_service
+
+log = logging.getLogger(__name__)
+
+_version_cache: dict[str, dict] = {}
+
+# One pre-spawned ("warm") child per process and zygote: forking and the child's hello happen
+# while no context waits for them (ANCHORS.md: keep the fork off the critical path). A warm child
+# holds no tenant data until it gets its job; without one it dies after the runtime's job timeout.
+# The entry is a Future while the background spawn is still running.
+_warm: dict[tuple[int, int], concurrent.futures.Future] = {}
+_warm_lock = threading.Lock()
+
+
+def take_child(zygote: sandbox.Zygote, job: dict) -> sandbox.ChildHandle:
+    """A child running ``job``: the warm one if it is (or is about to be) alive, else a new one."""
+    with _warm_lock:
+        pending = _warm.pop((os.getpid(), id(zygote)), None)
+    handle = None
+    if pending is not None:
+        try:
+            handle = pending.result(timeout=5.0)
+        except Exception:  # noqa: BLE001 - the pre-spawn failed: spawn now
+            handle = None
+    if handle is not None:
+        if not handle.exited:
+            try:
+                handle.send({**job, "op": "job"})
+                return handle
+            except sandbox.ChildGone:
+                pass
+        handle.kill_and_wait()
+        handle.close()
+    return zygote.spawn(job)
+
+
+def prespawn(zygote: sandbox.Zygote) -> None:
+    """Start spawning a warm child for the next context of this process (background thread)."""
+    key = (os.getpid(), id(zygote))
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    with _warm_lock:
+        if key in _warm:
+            return
+        _warm[key] = future
+
+    def work() -> None:
+        try:
+            future.set_result(zygote.spawn(None))
+        except BaseException as exc:  # noqa: BLE001 - the next context spawns synchronously instead
+            log.debug("pre-spawn failed", exc_info=True)
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="takohost-prespawn", daemon=True).start()
+
+
+class _Stop(Exception):
+    """Internal: the context is over (the reason is in ``outcome``)."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
+
+
+class _Violation(Exception):
+    """The child broke the protocol (it is untrusted: the instance ends ``run_threw``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionChoice:
+    """The Version a context runs: its uid, spec and the binding name → DurableWorkflow uid map."""
+
+    uid: str
+    spec: dict
+    bindings: dict[str, str]
+
+
+def pick_version(deployment_spec: dict | None, *, rng: random.Random | None = None) -> str | None:
+    """One Version uid chosen by weight from a Deployment spec (CONTRACT §3.3), ``None`` if none."""
+    entries = [
+        (e["version"]["resourceUid"], int(e["weight"]))
+        for e in (deployment_spec or {}).get("versions", [])
+        if int(e.get("weight", 0)) > 0
+    ]
+    if not entries:
+        return None
+    uids, weights = zip(*entries, strict=True)
+    return (rng or random).choices(uids, weights=weights)[0]
+
+
+def _version(conn: Any, uid: str) -> VersionChoice | None:
+    spec = _version_cache.get(uid)
+    if spec is None:
+        spec = store.load_version(conn, uid)
+        if spec is None:
+            return None
+        _version_cache[uid] = spec  # Versions are immutable (CONTRACT §3.2)
+    bindings = {b["name"]: b["resource"]["resourceUid"] for b in spec.get("workflowBindings") or []}
+    return VersionChoice(uid=uid, spec=spec, bindings=bindings)
+
+
+class ReplayContext:
+    """One execution of ``run`` for one instance. Use :func:`run_context`."""
+
+    def __init__(
+        self,
+        *,
+        instance_pk: int,
+        settings: config.Settings,
+        zygote: sandbox.Zygote,
+        leases: lease_mod.LeaseStore,
+        clock: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        self.pk = instance_pk
+        self.clock = clock
+        self.settings = settings
+        self.zygote = zygote
+        self.leases = leases
+        self.conn = store.connection_for(settings.database_url)
+        self.heartbeat = heartbeat.heartbeat_for(
+            leases=leases, database_url_kwargs=store.connect_kwargs(settings.database_url)
+        )
+        self.watched: heartbeat.Watched | None = None
+        self.lease: lease_mod.Lease | None = None
+        self.child: sandbox.ChildHandle | None = None
+        self.store: store.ContextStore | None = None
+        self.snapshot: store.InstanceSnapshot | None = None
+        self.version: VersionChoice | None = None
+        self.steps: dict[str, decide.StepRecord] = {}
+        self.used_child = False
+
+    # -- the whole context --------------------------------------------------------------------------
+    def run(self) -> str:
+        """Run the context; returns an outcome word for logs and tests (``complete``, ``errored``,
+        ``sleeping``, ``waiting``, ``retry``, ``fenced``, ``busy``, ``not_runnable``, …)."""
+        self.lease = self.leases.acquire(self.pk)
+        if self.lease is None:
+            return "busy"
+        try:
+            return self._run()
+        except _Stop as stop:
+            return stop.outcome
+        except store.Fenced:
+            self._kill_child()
+            return "fenced"
+        except BaseException:
+            log.exception("replay context failed", extra={"instance": self.pk})
+            self._kill_child()
+            store.discard_connection(self.settings.database_url)
+            raise
+        finally:
+            self._finish()
+            if self.used_child:
+                prespawn(self.zygote)
+
+    def _finish(self) -> None:
+        if self.watched is not None:
+            self.heartbeat.unregister(self.watched)
+            self.watched.child = None
+        if self.child is not None:
+            proven = self.child.kill_and_wait()
+            self.child.close()
+            self.child = None
+            if not proven:  # keep the lease: its expiry (with the child's watchdog) proves the stop
+                self.lease = None
+        if self.lease is not None:
+            try:
+                self.leases.release(self.lease)
+            except Exception:  # noqa: BLE001 - it expires by itself
+                log.warning("lease release failed", extra={"instance": self.pk}, exc_info=True)
+            self.lease = None
+
+    def _run(self) -> str:
+        snapshot = self.snapshot = store.load_instance(self.conn, self.pk)
+        if (
+            snapshot is None
+            or snapshot.status not in ("queued", "running")
+            or snapshot.stopping is not None
+            or snapshot.closed
+            or not snapshot.workflow_live
+        ):
+            return "not_runnable"
+        version_uid = pick_version(snapshot.deployment_spec)
+        version = self.version = None if version_uid is None else _version(self.conn, version_uid)
+        if version is None:
+            log.warning("no Version to run; left for the sweep", extra={"instance": self.pk})
+            return "no_version"
+        self.store = store.ContextStore(
+            self.conn,
+            pk=self.pk,
+            lifetime_ends_at=snapshot.lifetime_ends_at,
+            start_conn=store.connection_for(self.settings.database_url, synchronous_commit=False),
+        )
+        lifetime_over = self.clock() >= snapshot.lifetime_ends_at
+        if not lifetime_over:
+            # The child imports the code while the token is taken (the fork and the import are the
+            # slow part of a context). Safe: the lease keeps other contexts of this instance out,
+            # no step request is answered before the token is ours, and a refused start kills the
+            # child before the lease is released — only code outside steps (deterministic and
+            # side-effect free by the seed's rule) may have run.
+            self.used_child = True
+            self.child = take_child(self.zygote, self._job(snapshot, version))
+        if not self.store.start(version_uid=version.uid, now=self.clock()):
+            return "not_runnable"
+        self.watched = heartbeat.Watched(
+            instance_pk=self.pk, epoch=self.store.epoch, lease=self.lease, child=self.child
+        )
+        self.heartbeat.register(self.watched)
+        if lifetime_over:
+            return self._end_errored(
+                "lifetime_exceeded", "the instance reached its lifetime of 31536000 seconds"
+            )
+        self.steps = self.store.load_steps() if snapshot.status != "queued" else {}
+        return self._serve()
+
+    def _job(self, snapshot: store.InstanceSnapshot, version: VersionChoice) -> dict:
+        event: dict[str, Any] = {"instanceId": snapshot.instance_id}
+        if snapshot.params is not None:
+            event["params"] = snapshot.params
+        return {
+            "kind": "workflow",
+            "modules": version.spec["modules"],
+            "mainModule": version.spec["mainModule"],
+            "className": snapshot.workflow_spec["className"],
+            "vars": version.spec.get("vars") or {},
+            "bindings": sorted(version.bindings),
+            "event": event,
+            "watchdogSeconds": self.leases.ttl_ms * 2 / 3000.0,
+        }
+
+    # -- the message loop --------------------------------------------------------------------------
+    def _recv(self) -> dict:
+        assert self.child is not None
+        try:
+            return protocol.check_child_message(self.child.recv())
+        except protocol.ProtocolError as exc:
+            raise _Violation(str(exc)) from None
+        except sandbox.ChildGone:
+            self._explain_gone()
+            raise
+
+    def _explain_gone(self) -> None:
+        """The child vanished: fenced or lease lost (the heartbeat killed it) → stop quietly."""
+        if self.watched is not None and (self.watched.fenced or self.watched.lost):
+            raise _Stop("fenced" if self.watched.fenced else "lease_lost")
+
+    def _serve(self) -> str:
+        try:
+            while True:
+                message = self._recv()
+                op = message["op"]
+                if op in ("do", "sleep", "wait"):
+                    self._step(message)
+                elif op == "binding":
+                    self._binding(message)
+                elif op == "run_returned":
+                    return self._returned(message["output"])
+                elif op == "run_failed":
+                    return self._end_errored(message["reason"], message["message"])
+                elif op == "mismatch":
+                    return self._end_errored("step_definition_mismatch", message["message"])
+                else:
+                    raise _Violation(f"unexpected message {op!r}")
+        except _Violation as exc:
+            log.warning("sandbox child broke the protocol", extra={"instance": self.pk, "error": str(exc)})
+            return self._end_errored("run_threw", f"the workflow process broke the host protocol: {exc}")
+        except sandbox.ChildGone:
+            return self._end_errored(
+                "run_threw", "the workflow process exited without a result (os._exit or a crash)"
+            )
+
+    def _send(self, message: dict) -> None:
+        assert self.child is not None
+        try:
+            self.child.send(message)
+        except sandbox.ChildGone:
+            self._explain_gone()
+            raise
+
+    # -- steps --------------------------------------------------------------------------------------
+    def _request(self, message: dict) -> decide.Request:
+        kind, name = message["op"], message["name"]
+        if "argsError" in message:
+            return decide.Request(kind=kind, name=name, args_error=message["argsError"])
+        try:
+            if kind == "do":
+                return decide.Request(
+                    kind=kind, name=name, policy=retry.parse_retry_policy(message["policy"])
+                )
+            if kind == "sleep":
+                return decide.Request(
+                    kind=kind, name=name, seconds=identifiers.validate_sleep_seconds(message["seconds"])
+                )
+            return decide.Request(
+                kind=kind,
+                name=name,
+                event_type=message["type"],
+                timeout_seconds=identifiers.validate_timeout_seconds(message["timeoutSeconds"]),
+            )
+        except TypeError as exc:  # the child validated these: it is lying
+            raise _Violation(f"invalid {kind} arguments: {exc}") from None
+
+    def _step(self, message: dict) -> None:
+        request = self._request(message)
+        assert self.snapshot is not None
+        decision = decide.decide(
+            request,
+            self.steps.get(request.name),
+            now=self.clock(),
+            known_steps=len(self.steps),
+            lifetime_ends_at=self.snapshot.lifetime_ends_at,
+        )
+        if isinstance(decision, decide.Resolve):
+            self._send({"op": "resolve", "result": decision.result})
+        elif isinstance(decision, decide.Raise):
+            self._send({"op": "raise", "error": decision.error, "message": decision.message})
+        elif isinstance(decision, decide.RejectArgs):
+            self._send({"op": "reject_args"})
+        elif isinstance(decision, decide.EndInstance):
+            raise _Stop(self._end_errored(decision.reason, decision.message))
+        elif isinstance(decision, decide.RunEffect):
+            self._run_effect(request.name, decision)
+        elif isinstance(decision, decide.CompleteSleep):
+            self._complete_sleep(request, decision)
+        elif isinstance(decision, decide.Suspend):
+            self._stop_child()
+            assert self.store is not None
+            self.store.commit_suspend(
+                suspend=decision, name=request.name, seconds=request.seconds, now=self.clock()
+            )
+            raise _Stop("sleeping" if decision.kind == "sleep" else "retry")
+        else:
+            assert isinstance(decision, decide.TryWait)
+            self._wait(request.name, decision)
+
+    def _run_effect(self, name: str, decision: decide.RunEffect) -> None:
+        assert self.store is not None
+        started_at = self.clock()
+        self._send({"op": "run_effect", "attempt": decision.attempt})
+        died = False
+        while True:
+            try:
+                message = self._recv()
+            except sandbox.ChildGone:  # the effect took its process down: a failed attempt
+                died = True
+                outcome = decide.decide_outcome(
+                    attempt=decision.attempt,
+                    policy=decision.policy,
+                    ok=False,
+                    now=self.clock(),
+                    error={"type": "ProcessDied", "message": "the process running the effect died"},
+                )
+                break
+            if message["op"] == "binding":
+                self._binding(message)
+                continue
+            if message["op"] == "mismatch":  # a step method called from inside the effect
+                raise _Stop(self._end_errored("step_definition_mismatch", message["message"]))
+            if message["op"] != "effect_result" or message["name"] != name:
+                raise _Violation(f"expected the effect_result of {name!r}, got {message['op']!r}")
+            outcome = self._outcome(message, decision)
+            break
+        policy = decision.policy.to_json()
+        retrying = isinstance(outcome, decide.AttemptFailedRetry)
+        if retrying or died:
+            # Each attempt runs in a fresh context (seed: "失敗後のretryは0 delayでもfresh context"):
+            # the child goes first, then the attempt's outcome is committed.
+            self._stop_child()
+        self.store.commit_attempt(
+            name=name,
+            attempt=decision.attempt,
+            new=decision.new,
+            policy=policy,
+            started_at=started_at,
+            outcome=outcome,
+            now=self.clock(),
+        )
+        if retrying:
+            if outcome.delay == 0:  # no timer row: dispatch the fresh context now
+                dispatch.run_context(self.pk)
+            raise _Stop("retry")
+        if (
+            died
+        ):  # the last attempt died with its process: step_failed is recorded, a fresh context replays it
+            dispatch.run_context(self.pk)
+            raise _Stop("restart")
+        if isinstance(outcome, decide.AttemptSucceeded):
+            self.steps[name] = decide.StepRecord(
+                name=name, kind="do", state="succeeded", attempts=decision.attempt, result=outcome.result
+            )
+            self._send({"op": "resolve", "result": outcome.result})
+        else:
+            assert isinstance(outcome, decide.AttemptFailedFinal)
+            self.steps[name] = decide.StepRecord(
+                name=name,
+                kind="do",
+                state="failed",
+                attempts=decision.attempt,
+                error={"message": outcome.message},
+            )
+            self._send({"op": "raise", "error": "step_failed", "message": outcome.message})
+
+    def _outcome(self, message: dict, decision: decide.RunEffect) -> decide.Outcome:
+        now = self.clock()
+        if not message["ok"]:
+            return decide.decide_outcome(
+                attempt=decision.attempt, policy=decision.policy, ok=False, error=message["error"], now=now
+            )
+        try:  # the child is untrusted: validate the result as a document here too (CONTRACT §5)
+            documents.canonical_document(message["result"], allow_none=True)
+        except documents.InvalidDocument as exc:
+            return decide.decide_outcome(
+                attempt=decision.attempt,
+                policy=decision.policy,
+                ok=False,
+                now=now,
+                error={"type": "InvalidDocument", "message": str(exc)},
+            )
+        except documents.DocumentTooLargeError as exc:
+            return decide.decide_outcome(
+                attempt=decision.attempt,
+                policy=decision.policy,
+                ok=False,
+                now=now,
+                error={"type": "DocumentTooLarge", "message": str(exc)},
+            )
+        return decide.decide_outcome(
+            attempt=decision.attempt, policy=decision.policy, ok=True, result=message["result"], now=now
+        )
+
+    def _complete_sleep(self, request: decide.Request, decision: decide.CompleteSleep) -> None:
+        assert self.store is not None
+        self.store.commit_sleep_completed(
+            name=request.name,
+            seconds=request.seconds,
+            wake_at=decision.wake_at,
+            new=decision.new,
+            now=self.clock(),
+        )
+        self.steps[request.name] = decide.StepRecord(
+            name=request.name, kind="sleep", state="succeeded", wake_at=decision.wake_at
+        )
+        self._send({"op": "resolve", "result": None})
+
+    def _wait(self, name: str, decision: decide.TryWait) -> None:
+        assert self.store is not None
+        result, payload = self.store.try_wait(name=name, wait=decision, now=self.clock())
+        if result == "consumed":
+            self.steps[name] = decide.StepRecord(name=name, kind="wait", state="succeeded", result=payload)
+            self._send({"op": "resolve", "result": payload})
+            return
+        if result == "timed_out":
+            message = f"no {decision.event_type!r} event arrived within {decision.timeout_seconds} s"
+            self.steps[name] = decide.StepRecord(
+                name=name, kind="wait", state="failed", error={"message": message}
+            )
+            self._send({"op": "raise", "error": "wait_timeout", "message": message})
+            return
+        self._stop_child()
+        if self.store.commit_wait_suspend(name=name, wait=decision, now=self.clock()):
+            dispatch.run_context(self.pk)
+            raise _Stop("restart")
+        raise _Stop("waiting")
+
+    # -- bindings -----------------------------------------------------------------------------------
+    def _binding(self, message: dict) -> None:
+        assert self.version is not None and self.snapshot is not None
+        target = self.version.bindings.get(message["binding"])
+        if target is None:
+            raise _Violation(f"unknown binding {message['binding']!r}")
+        call, args = message["call"], message["args"]
+        if (
+            call == "terminate"
+            and target == self.snapshot.workflow_uid
+            and args.get("id") == self.snapshot.instance_id
+        ):
+            self._terminate_self()
+        try:
+            value = instance_service.call_binding(
+                space=self.snapshot.space, workflow_uid=target, call=call, args=args
+            )
+        except DomainError as exc:
+            name = exc.code if exc.code in errors.ERROR_CLASSES else "backend_unavailable"
+            self._send({"op": "binding_error", "name": name, "message": protocol.safe_text(exc.message)})
+            return
+        except Exception as exc:  # noqa: BLE001 - the caller sees backend_unavailable, never a host crash
+            log.warning("binding call failed", extra={"instance": self.pk}, exc_info=True)
+            self._send(
+                {"op": "binding_error", "name": "backend_unavailable", "message": protocol.safe_text(exc)}
+            )
+            return
+        self._send({"op": "binding_result", "value": value})
+
+    def _terminate_self(self) -> None:
+        """``inst.terminate()`` on the own instance: stop the own child first, then terminate."""
+        assert self.snapshot is not None
+        self._stop_child()
+        self._release_lease()
+        instance_service.terminate(
+            space=self.snapshot.space,
+            workflow_uid=self.snapshot.workflow_uid,
+            instance_id=self.snapshot.instance_id,
+        )
+        raise _Stop("terminated")
+
+    # -- ends -----------------------------------------------------------------------------------------
+    def _returned(self, output: object) -> str:
+        try:
+            documents.canonical_document(output, allow_none=True)
+        except (documents.InvalidDocument, documents.DocumentTooLargeError) as exc:
+            return self._end_errored("run_threw", f"run returned a value that is not a document: {exc}")
+        self._stop_child()
+        assert self.store is not None
+        self.store.commit_terminal(status="complete", output=output, now=self.clock())  # type: ignore[arg-type]
+        return "complete"
+
+    def _end_errored(self, reason: str, message: str) -> str:
+        self._stop_child()
+        assert self.store is not None
+        error = {"reason": reason}
+        if message:
+            error["message"] = protocol.safe_text(message)
+        self.store.commit_terminal(status="errored", error=error, now=self.clock())
+        return "errored"
+
+    def _stop_child(self) -> None:
+        """Kill the child and prove it dead, then drop the lease (nothing of ours runs any more).
+        Not proven → stop without publishing (the lease expires; the child's watchdog fires)."""
+        if self.watched is not None:
+            self.heartbeat.unregister(self.watched)
+        if self.child is not None:
+            child, self.child = self.child, None
+            if self.watched is not None:
+                self.watched.child = None
+            proven = child.kill_and_wait()
+            child.close()
+            if not proven:
+                self.lease = None
+                raise _Stop("stop_unproven")
+        self._release_lease()
+
+    def _kill_child(self) -> None:
+        if self.child is not None:
+            if self.watched is not None:
+                self.heartbeat.unregister(self.watched)
+                self.watched.child = None
+            proven = self.child.kill_and_wait()
+            self.child.close()
+            self.child = None
+            if not proven:
+                self.lease = None
+
+    def _release_lease(self) -> None:
+        if self.lease is not None:
+            try:
+                self.leases.release(self.lease)
+            except Exception:  # noqa: BLE001 - it expires by itself
+                log.warning("lease release failed", extra={"instance": self.pk}, exc_info=True)
+            self.lease = None
+
+
+def run_context(
+    instance_pk: int,
+    *,
+    settings: config.Settings | None = None,
+    zygote: sandbox.Zygote | None = None,
+    clock: Callable[[], dt.datetime] = utcnow,
+) -> str:
+    """Run one replay context of instance ``instance_pk`` (the body of the Celery task
+    ``takohost.run_context``); returns the outcome word. Lease busy → ``"busy"`` at once.
+    ``clock`` (aware UTC) is the context's notion of now (tests pass a controllable one)."""
+    settings = settings or config.load_settings()
+    leases = lease_mod.store_for(
+        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
+    )
+    started = time.perf_counter()
+    context = ReplayContext(
+        instance_pk=instance_pk,
+        settings=settings,
+        zygote=zygote or sandbox.get_zygote(),
+        leases=leases,
+        clock=clock,
+    )
+    outcome = context.run()
+    log.debug(
+        "context done",
+        extra={
+            "instance": instance_pk,
+            "outcome": outcome,
+            "seconds": round(time.perf_counter() - started, 4),
+        },
+    )
+    return outcome

@@ -1,0 +1,112 @@
+"""History events written by replay contexts (CONTRACT §6; SWF-style audit trail, seed 004).
+
+Each builder returns one :class:`Event` (``eventType`` + ``attributes``); ``store`` numbers and
+inserts them in the same statement or transaction as the state change they record. Events written
+outside contexts (``InstanceCreated``, ``EventAccepted``, ``InstanceTerminated``) come from
+``workers.services.instances``, which also serves the history. Attributes hold names, numbers and
+RFC 3339 instants; documents (results, payloads) stay in the step and inbox rows and are joined in
+when the history is served, so the history is the data replay reads, not a copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from workers.services import instances as instance_service
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One history event to append; ``timestamp`` ``None`` means "the commit's ``now``"."""
+
+    event_type: str
+    attributes: dict
+    timestamp: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.event_type not in instance_service.EVENT_TYPES:
+            raise ValueError(f"unknown history event type {self.event_type!r}")
+
+
+def _at(value: dt.datetime) -> str:
+    return instance_service.rfc3339(value)
+
+
+def context_started(version_uid: str, epoch: int) -> Event:
+    """A replay context took the token ``epoch`` and runs Version ``version_uid``."""
+    return Event("ContextStarted", {"versionUid": version_uid, "epoch": epoch})
+
+
+def attempt_started(name: str, attempt: int, *, at: dt.datetime) -> Event:
+    """Attempt ``attempt`` (1-based) of ``step.do(name)`` started at ``at`` (written with its outcome)."""
+    return Event("StepAttemptStarted", {"name": name, "attempt": attempt}, timestamp=at)
+
+
+def attempt_failed(name: str, attempt: int, error: dict, *, retry_at: dt.datetime | None = None) -> Event:
+    """Attempt ``attempt`` failed with ``error`` ``{"type", "message"}``; ``retryAt`` if another follows."""
+    attributes = {
+        "name": name,
+        "attempt": attempt,
+        "error": {"type": error.get("type", "Error"), "message": error.get("message", "")},
+    }
+    if retry_at is not None:
+        attributes["retryAt"] = _at(retry_at)
+    return Event("StepAttemptFailed", attributes)
+
+
+def step_completed(name: str, kind: str, *, attempt: int | None = None) -> Event:
+    """A step of ``kind`` (do/sleep/wait) completed successfully (its result is in the step row)."""
+    attributes: dict = {"name": name, "kind": kind}
+    if attempt is not None:
+        attributes["attempt"] = attempt
+    return Event("StepCompleted", attributes)
+
+
+def step_failed(name: str, attempts: int, message: str) -> Event:
+    """``step.do(name)`` failed for good after ``attempts`` attempts (``step_failed``)."""
+    return Event("StepFailed", {"name": name, "attempts": attempts, "message": message})
+
+
+def sleep_scheduled(name: str, wake_at: dt.datetime) -> Event:
+    """``step.sleep(name)``'s deadline, fixed at its first encounter."""
+    return Event("SleepScheduled", {"name": name, "wakeAt": _at(wake_at)})
+
+
+def sleep_completed(name: str) -> Event:
+    """``step.sleep(name)`` completed."""
+    return Event("SleepCompleted", {"name": name})
+
+
+def wait_started(name: str, event_type: str, timeout_at: dt.datetime) -> Event:
+    """``step.wait_for_event(name)`` started waiting for ``event_type`` until ``timeout_at``."""
+    return Event("WaitStarted", {"name": name, "type": event_type, "timeoutAt": _at(timeout_at)})
+
+
+def event_consumed(name: str, sequence: int, event_type: str) -> Event:
+    """Event ``sequence`` was consumed by the wait ``name`` (atomically with its result)."""
+    return Event("EventConsumed", {"name": name, "sequence": sequence, "type": event_type})
+
+
+def wait_timed_out(name: str) -> Event:
+    """The wait ``name`` reached its timeout without a matching event (``wait_timeout``)."""
+    return Event("WaitTimedOut", {"name": name})
+
+
+def suspended(status: str, *, reason: str, until: dt.datetime | None = None) -> Event:
+    """The context stopped with its child dead; the instance is now ``status`` (``reason``: sleep,
+    wait, retry, restart) until ``until``."""
+    attributes: dict = {"status": status, "reason": reason}
+    if until is not None:
+        attributes["until"] = _at(until)
+    return Event("ContextSuspended", attributes)
+
+
+def completed() -> Event:
+    """``run`` returned a document (or nothing): ``complete``."""
+    return Event("InstanceCompleted", {})
+
+
+def errored(error: dict) -> Event:
+    """The instance ended ``errored`` with ``error`` ``{"reason", "message"?}``."""
+    return Event("InstanceErrored", dict(error))

@@ -1,0 +1,589 @@
+"""Fenced commits of a replay context (CONTRACT §1, DESIGN "One replay context" points 3, 5–7).
+
+Every write a context makes is conditional on its fencing token: ``UPDATE instances … WHERE pk =
+%(pk)s AND epoch = %(epoch)s``. A commit that matches no row raises :class:`Fenced`: someone
+(a newer context, terminate, delete) bumped the epoch, so this context kills its child and stops.
+History events are appended in the same statement or transaction as the state they record
+(CONTRACT §6), numbered from ``instances.next_event_id``.
+
+Speed (ANCHORS.md): the hot commits (an attempt's outcome, a sleep) are ONE statement in
+autocommit mode whose data-modifying CTEs all hang off the fenced ``UPDATE`` (``… FROM f``), so a
+step costs one round trip and one commit. Commits that must read what a concurrent ``send_event``
+just committed (the inbox) run as a short transaction instead: the fenced ``UPDATE`` takes the
+instance row lock first, and the next statement's fresh READ COMMITTED snapshot sees everything
+committed before the lock was granted. Raw psycopg on one connection per process and URL; the
+schema is ``models.instances`` (names and types are bytea UTF-8, documents ``json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+from workers.engine import decide, history
+
+_SELECT_START = """
+SELECT i.status, i.stopping, i.workflow_uid, i.space, i.instance_id, i.params, i.lifetime_ends_at,
+       w.spec, (w.deleted_at IS NULL) AS live, d.spec AS deployment,
+       EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
+FROM instances i
+JOIN resources w ON w.uid = i.workflow_uid
+LEFT JOIN resources d ON d.form = 'WorkerDeployment' AND d.deleted_at IS NULL
+     AND d.worker_uid = COALESCE(w.worker_uid, w.spec::json -> 'worker' ->> 'resourceUid')
+WHERE i.pk = %(pk)s
+"""
+
+_START = """
+WITH f AS (
+  UPDATE instances SET epoch = epoch + 1, status = 'running', version_uid = %(version)s,
+         updated_at = %(now)s, next_event_id = next_event_id + 1
+  WHERE pk = %(pk)s AND status IN ('queued', 'running') AND stopping IS NULL
+    AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.instance_pk = %(pk)s AND t.kind = 'retry')
+    AND NOT EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = instances.workflow_uid)
+  RETURNING epoch, next_event_id - 1 AS e0, step_count
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT %(pk)s, f.e0, 'ContextStarted',
+         json_build_object('versionUid', %(version)s::text, 'epoch', f.epoch), %(now)s FROM f
+)
+SELECT epoch, step_count FROM f
+"""
+
+_TERMINAL = """
+WITH seen AS (
+  SELECT next_sequence AS seq FROM instances WHERE pk = %(pk)s
+), f AS (
+  UPDATE instances SET next_event_id = next_event_id + 1, updated_at = %(now)s, status = %(status)s,
+         output = %(output)s::json, error = %(error)s::json, terminal_at = %(now)s, inbox_count = 0,
+         inbox_bytes = 0
+  WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - 1 AS e0, next_sequence AS latest
+), i AS (
+  DELETE FROM inbox_events WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
+), t AS (
+  DELETE FROM timers WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT %(pk)s, f.e0, %(event_type)s, %(attributes)s::json, %(now)s FROM f
+)
+SELECT f.latest <> seen.seq FROM f, seen
+"""
+
+_STEPS = """
+SELECT name, kind, state, attempts, result, error, config, wake_at, timeout_at
+FROM steps WHERE instance_pk = %(pk)s
+"""
+
+_STEP_UPSERT = """
+s AS (
+  INSERT INTO steps (instance_pk, name, kind, state, attempts, result, error, config, wake_at, timeout_at,
+                     created_at, updated_at)
+  SELECT %(pk)s, %(name)s, %(kind)s, %(state)s, %(attempts)s, %(result)s::json, %(error)s::json,
+         %(config)s::json, %(wake_at)s, %(timeout_at)s, %(now)s, %(now)s FROM f
+  ON CONFLICT (instance_pk, name) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+         result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,
+         updated_at = excluded.updated_at
+)"""
+
+_TIMER_UPSERT = """
+t AS (
+  INSERT INTO timers (instance_pk, kind, due_at, created_at)
+  SELECT %(pk)s, %(timer_kind)s, %(timer_due)s, %(now)s FROM f
+  ON CONFLICT (instance_pk, kind) DO UPDATE SET due_at = excluded.due_at
+)"""
+
+
+class Fenced(Exception):
+    """The instance's epoch moved on: this context's token is stale and it must stop."""
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, allow_nan=False)
+
+
+def _name(value: bytes | memoryview | str) -> str:
+    return value if isinstance(value, str) else bytes(value).decode("utf-8")
+
+
+_connections: dict[tuple[int, str, bool], psycopg.Connection] = {}
+
+
+def connect_kwargs(url: str) -> dict:
+    """``psycopg.connect`` keyword arguments for a SQLAlchemy ``postgresql+psycopg://`` URL."""
+    parsed = sa.engine.make_url(url)
+    kwargs = {
+        "host": parsed.host or "127.0.0.1",
+        "port": parsed.port or 5432,
+        "user": parsed.username,
+        "dbname": parsed.database,
+    }
+    if parsed.password is not None:
+        kwargs["password"] = parsed.password
+    return kwargs
+
+
+def connection_for(url: str, *, synchronous_commit: bool = True) -> psycopg.Connection:
+    """This process's autocommit psycopg connection to ``url`` (a SQLAlchemy URL); reconnects
+    after ``fork`` or when the previous connection broke. For one thread at a time (the context).
+
+    ``synchronous_commit=False`` gives a second connection whose commits do not wait for the WAL
+    flush: used only for the epoch bump at context start, whose loss in a Postgres crash is
+    harmless (every connection of a context dies with the server, and any later synchronous commit
+    flushes the WAL up to and including it).
+    """
+    key = (os.getpid(), url, synchronous_commit)
+    conn = _connections.get(key)
+    if conn is None or conn.closed or conn.broken:
+        options = {} if synchronous_commit else {"options": "-c synchronous_commit=off"}
+        conn = psycopg.connect(**connect_kwargs(url), autocommit=True, **options)
+        _connections[key] = conn
+    return conn
+
+
+def discard_connection(url: str) -> None:
+    """Forget (and close) this process's connections to ``url`` after an error."""
+    for synchronous in (True, False):
+        conn = _connections.pop((os.getpid(), url, synchronous), None)
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceSnapshot:
+    """What a context needs to know about its instance before it takes the token."""
+
+    pk: int
+    status: str
+    stopping: str | None
+    workflow_uid: str
+    space: str
+    instance_id: str
+    params: dict | None
+    lifetime_ends_at: dt.datetime
+    workflow_spec: dict
+    workflow_live: bool
+    deployment_spec: dict | None
+    closed: bool
+
+
+def load_instance(conn: psycopg.Connection, pk: int) -> InstanceSnapshot | None:
+    """The instance, its DurableWorkflow's spec and its Worker's live Deployment (``None``: gone)."""
+    row = conn.execute(_SELECT_START, {"pk": pk}).fetchone()
+    if row is None:
+        return None
+    status, stopping, workflow_uid, space, instance_id, params, lifetime, spec, live, deployment, closed = row
+    return InstanceSnapshot(
+        pk=pk,
+        status=status,
+        stopping=stopping,
+        workflow_uid=workflow_uid,
+        space=space,
+        instance_id=_name(instance_id),
+        params=params,
+        lifetime_ends_at=lifetime,
+        workflow_spec=spec if isinstance(spec, dict) else json.loads(spec),
+        workflow_live=live,
+        deployment_spec=deployment,
+        closed=closed,
+    )
+
+
+def load_version(conn: psycopg.Connection, version_uid: str) -> dict | None:
+    """A WorkerVersion's spec (``None`` if there is no such Version)."""
+    row = conn.execute(
+        "SELECT spec FROM resources WHERE uid = %s AND form = 'WorkerVersion'", [version_uid]
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+class ContextStore:
+    """The fenced writes of one replay context of instance ``pk`` holding token ``epoch``."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        *,
+        pk: int,
+        lifetime_ends_at: dt.datetime,
+        start_conn: psycopg.Connection | None = None,
+    ) -> None:
+        self.conn = conn
+        self.start_conn = start_conn or conn
+        self.pk = pk
+        self.epoch: int | None = None
+        self.lifetime_ends_at = lifetime_ends_at
+
+    # -- start ------------------------------------------------------------------------------------
+    def start(self, *, version_uid: str, now: dt.datetime) -> bool:
+        """Take the fencing token: ``epoch + 1`` and status ``running`` if the instance is runnable
+        (queued/running, not stopping, no retry delay pending, UID not closed); appends
+        ``ContextStarted``. False when the instance is not runnable now."""
+        row = self.start_conn.execute(_START, {"pk": self.pk, "version": version_uid, "now": now}).fetchone()
+        if row is None:
+            return False
+        self.epoch = row[0]
+        return True
+
+    def load_steps(self) -> dict[str, decide.StepRecord]:
+        """Every stored step of the instance by name (read once per context)."""
+        steps = {}
+        for name, kind, state, attempts, result, error, config, wake_at, timeout_at in self.conn.execute(
+            _STEPS, {"pk": self.pk}
+        ):
+            name = _name(name)
+            steps[name] = decide.StepRecord(
+                name=name,
+                kind=kind,
+                state=state,
+                attempts=attempts,
+                result=result,
+                error=error,
+                config=config,
+                wake_at=wake_at,
+                timeout_at=timeout_at,
+            )
+        return steps
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _params(self, now: dt.datetime, **extra: Any) -> dict[str, Any]:
+        return {"pk": self.pk, "epoch": self.epoch, "now": now, **extra}
+
+    def _one_statement(
+        self,
+        *,
+        sets: str,
+        new_steps: int,
+        events: list[history.Event],
+        now: dt.datetime,
+        step: dict | None = None,
+        timer: tuple[str, dt.datetime] | None = None,
+    ) -> None:
+        """Run one fenced autocommit statement: the instance ``UPDATE`` (``sets`` extra assignments,
+        each starting with ``", "``), a step upsert, a timer upsert and the history rows. Raises
+        :class:`Fenced`. ``updated_at`` (indexed, read by the sweep) is touched only when ``sets``
+        says so, i.e. on status changes: a step that only records its outcome stays a cheap
+        (HOT-eligible) row update."""
+        params = self._params(now, n=len(events), new=new_steps)
+        parts = [
+            f"""f AS (
+  UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s{sets}
+  WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s AS e0
+)"""
+        ]
+        if step is not None:
+            parts.append(_STEP_UPSERT)
+            params.update(step)
+        if timer is not None:
+            parts.append(_TIMER_UPSERT)
+            params.update(timer_kind=timer[0], timer_due=timer[1])
+        if events:
+            values = []
+            for index, event in enumerate(events):
+                values.append(f"({index}, %(t{index})s, %(a{index})s, %(ts{index})s::timestamptz)")
+                params.update(
+                    {
+                        f"t{index}": event.event_type,
+                        f"a{index}": _json(event.attributes),
+                        f"ts{index}": event.timestamp or now,
+                    }
+                )
+            parts.append(f"""h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT %(pk)s, f.e0 + v.i, v.t, v.a::json, v.ts FROM f CROSS JOIN (VALUES {", ".join(values)}) AS v(i, t, a, ts)
+)""")
+        sql = "WITH " + ",\n".join(parts) + "\nSELECT e0 FROM f"
+        if self.conn.execute(sql, params).fetchone() is None:
+            raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
+
+    def _lock(
+        self,
+        cur: psycopg.Cursor,
+        *,
+        n_events: int,
+        sets: str = "",
+        new_steps: int = 0,
+        now: dt.datetime,
+        extra: dict | None = None,
+    ) -> int:
+        """Inside a transaction: the fenced ``UPDATE`` (row lock); returns the first event id."""
+        row = cur.execute(
+            f"""
+UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,
+       updated_at = %(now)s{sets}
+WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s""",
+            self._params(now, n=n_events, new=new_steps, **(extra or {})),
+        ).fetchone()
+        if row is None:
+            raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
+        return row[0]
+
+    def _history(
+        self, cur: psycopg.Cursor, *, first_id: int, events: list[history.Event], now: dt.datetime
+    ) -> None:
+        cur.executemany(
+            "INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)"
+            " VALUES (%s, %s, %s, %s::json, %s)",
+            [
+                (self.pk, first_id + i, e.event_type, _json(e.attributes), e.timestamp or now)
+                for i, e in enumerate(events)
+            ],
+        )
+
+    def _step(self, cur: psycopg.Cursor, **values: Any) -> None:
+        cur.execute("WITH f AS (SELECT 1)," + _STEP_UPSERT + " SELECT 1", {"pk": self.pk, **values})
+
+    # -- do ------------------------------------------------------------------------------------------
+    def commit_attempt(
+        self,
+        *,
+        name: str,
+        attempt: int,
+        new: bool,
+        policy: dict,
+        started_at: dt.datetime,
+        outcome: decide.Outcome,
+        now: dt.datetime,
+    ) -> None:
+        """Record one finished attempt of ``step.do`` with its history (one statement).
+
+        Success → ``succeeded`` with the result; a retry → ``pending`` with ``attempts`` and the next
+        attempt's time (a ``retry`` timer unless the delay is 0: the caller dispatches a context
+        itself); final failure → ``failed``. Raises :class:`Fenced`.
+        """
+        events = [history.attempt_started(name, attempt, at=started_at)]
+        step = {
+            "name": name.encode("utf-8"),
+            "kind": "do",
+            "attempts": attempt,
+            "config": _json({"policy": policy}),
+            "timeout_at": None,
+            "wake_at": None,
+            "result": None,
+            "error": None,
+        }
+        timer = None
+        if isinstance(outcome, decide.AttemptSucceeded):
+            step.update(state="succeeded", result=_json(outcome.result))
+            events.append(history.step_completed(name, "do", attempt=attempt))
+        elif isinstance(outcome, decide.AttemptFailedRetry):
+            step.update(state="pending", error=_json(outcome.error), wake_at=outcome.retry_at)
+            events.append(history.attempt_failed(name, attempt, outcome.error, retry_at=outcome.retry_at))
+            events.append(history.suspended("running", reason="retry", until=outcome.retry_at))
+            if outcome.delay > 0:
+                timer = ("retry", decide.timer_due(outcome.retry_at, lifetime_ends_at=self.lifetime_ends_at))
+        else:
+            assert isinstance(outcome, decide.AttemptFailedFinal)
+            step.update(state="failed", error=_json({**outcome.error, "message": outcome.message}))
+            events.append(history.attempt_failed(name, attempt, outcome.error))
+            events.append(history.step_failed(name, attempt, outcome.message))
+        touch = ", updated_at = %(now)s" if isinstance(outcome, decide.AttemptFailedRetry) else ""
+        self._one_statement(sets=touch, new_steps=int(new), events=events, now=now, step=step, timer=timer)
+
+    # -- sleep -----------------------------------------------------------------------------------------
+    def commit_sleep_completed(
+        self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
+    ) -> None:
+        """Record a completed sleep (0 s in place, or a deadline that passed). Raises :class:`Fenced`."""
+        events = [history.sleep_scheduled(name, wake_at)] if new else []
+        events.append(history.sleep_completed(name))
+        step = {
+            "name": name.encode("utf-8"),
+            "kind": "sleep",
+            "state": "succeeded",
+            "attempts": 0,
+            "result": None,
+            "error": None,
+            "config": _json({"seconds": seconds} if new else None),
+            "wake_at": wake_at,
+            "timeout_at": None,
+        }
+        self._one_statement(sets="", new_steps=int(new), events=events, now=now, step=step)
+
+    def commit_suspend(
+        self, *, suspend: decide.Suspend, name: str, seconds: int | None, now: dt.datetime
+    ) -> None:
+        """After the child is dead: publish ``sleeping`` (sleep) or keep ``running`` (a retry delay
+        not yet over) with the timer row. Raises :class:`Fenced`."""
+        events: list[history.Event] = []
+        step = None
+        if suspend.kind == "sleep":
+            status = "sleeping"
+            timer_kind = "wake"
+            if suspend.new:
+                events.append(history.sleep_scheduled(name, suspend.due))
+                step = {
+                    "name": name.encode("utf-8"),
+                    "kind": "sleep",
+                    "state": "pending",
+                    "attempts": 0,
+                    "result": None,
+                    "error": None,
+                    "config": _json({"seconds": seconds}),
+                    "wake_at": suspend.due,
+                    "timeout_at": None,
+                }
+        else:
+            status, timer_kind = "running", "retry"
+        events.append(history.suspended(status, reason=suspend.kind, until=suspend.due))
+        self._one_statement(
+            sets=f", status = '{status}', updated_at = %(now)s",
+            new_steps=int(step is not None),
+            events=events,
+            now=now,
+            step=step,
+            timer=(timer_kind, suspend.timer_due),
+        )
+
+    # -- wait ------------------------------------------------------------------------------------------
+    def try_wait(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> tuple[str, dict | None]:
+        """Consume the oldest matching event (accepted at or before the timeout) with the step result,
+        or record ``wait_timeout`` when ``now >= timeout_at``; one transaction.
+
+        Returns ``("consumed", payload)``, ``("timed_out", None)`` or ``("suspend", None)`` (nothing
+        committed: the caller kills the child, then calls :meth:`commit_wait_suspend`). Raises
+        :class:`Fenced`.
+        """
+        with self.conn.transaction():
+            cur = self.conn.cursor()
+            self._lock(cur, n_events=0, now=now)
+            row = cur.execute(
+                "SELECT pk, sequence, payload, canonical_bytes FROM inbox_events"
+                " WHERE instance_pk = %s AND type = %s AND accepted_at <= %s ORDER BY sequence LIMIT 1",
+                [self.pk, wait.event_type.encode("utf-8"), wait.timeout_at],
+            ).fetchone()
+            events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
+            config = _json({"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds})
+            step = {
+                "name": name.encode("utf-8"),
+                "kind": "wait",
+                "attempts": 0,
+                "error": None,
+                "config": config,
+                "wake_at": None,
+                "timeout_at": wait.timeout_at,
+                "now": now,
+            }
+            if row is not None:
+                inbox_pk, sequence, payload, size = row
+                cur.execute("DELETE FROM inbox_events WHERE pk = %s", [inbox_pk])
+                events += [
+                    history.event_consumed(name, sequence, wait.event_type),
+                    history.step_completed(name, "wait"),
+                ]
+                first = self._lock(
+                    cur,
+                    n_events=len(events),
+                    new_steps=int(wait.new),
+                    now=now,
+                    sets=", inbox_count = inbox_count - 1, inbox_bytes = inbox_bytes - %(size)s",
+                    extra={"size": size},
+                )
+                self._step(cur, state="succeeded", result=_json(payload), **step)
+                self._history(cur, first_id=first, events=events, now=now)
+                return "consumed", payload
+            if now >= wait.timeout_at:
+                events.append(history.wait_timed_out(name))
+                first = self._lock(cur, n_events=len(events), new_steps=int(wait.new), now=now)
+                self._step(
+                    cur,
+                    state="failed",
+                    result=None,
+                    **{
+                        **step,
+                        "error": _json(
+                            {
+                                "type": "WaitTimeout",
+                                "message": f"no {wait.event_type!r} event before the timeout",
+                            }
+                        ),
+                    },
+                )
+                self._history(cur, first_id=first, events=events, now=now)
+                return "timed_out", None
+        return "suspend", None
+
+    def commit_wait_suspend(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> bool:
+        """After the child is dead: publish ``waiting`` with the timeout timer — unless a matching
+        event arrived meanwhile (then stay ``running``; returns True: dispatch a context)."""
+        with self.conn.transaction():
+            cur = self.conn.cursor()
+            self._lock(cur, n_events=0, now=now)
+            arrived = (
+                cur.execute(
+                    "SELECT 1 FROM inbox_events WHERE instance_pk = %s AND type = %s AND accepted_at <= %s LIMIT 1",
+                    [self.pk, wait.event_type.encode("utf-8"), wait.timeout_at],
+                ).fetchone()
+                is not None
+            )
+            status = "running" if arrived else "waiting"
+            events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
+            events.append(history.suspended(status, reason="wait", until=wait.timeout_at))
+            first = self._lock(
+                cur,
+                n_events=len(events),
+                new_steps=int(wait.new),
+                now=now,
+                sets=", status = %(status)s",
+                extra={"status": status},
+            )
+            if wait.new:
+                self._step(
+                    cur,
+                    name=name.encode("utf-8"),
+                    kind="wait",
+                    state="pending",
+                    attempts=0,
+                    result=None,
+                    error=None,
+                    config=_json({"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds}),
+                    wake_at=None,
+                    timeout_at=wait.timeout_at,
+                    now=now,
+                )
+            if not arrived:
+                cur.execute(
+                    "INSERT INTO timers (instance_pk, kind, due_at, created_at) VALUES (%s, 'timeout', %s, %s)"
+                    " ON CONFLICT (instance_pk, kind) DO UPDATE SET due_at = excluded.due_at",
+                    [self.pk, decide.timer_due(wait.timeout_at, lifetime_ends_at=self.lifetime_ends_at), now],
+                )
+            self._history(cur, first_id=first, events=events, now=now)
+        return arrived
+
+    # -- the end ---------------------------------------------------------------------------------------
+    def commit_terminal(
+        self, *, status: str, now: dt.datetime, output: dict | None = None, error: dict | None = None
+    ) -> None:
+        """Publish ``complete`` (with ``output``) or ``errored`` (with ``error``), purge the inbox and
+        the timers, append the history: one statement. Raises :class:`Fenced`.
+
+        The inbox purge must not miss an event that a concurrent ``send_event`` committed while
+        this statement waited for the row lock (its DELETE reads the statement's snapshot). Such an
+        event moved ``next_sequence`` on the locked row version, so comparing the snapshot's
+        ``next_sequence`` with the updated row's tells; then one more DELETE (a fresh snapshot)
+        purges it. No event can be accepted afterwards: the instance is terminal.
+        """
+        assert status in ("complete", "errored")
+        event = history.completed() if status == "complete" else history.errored(error or {})
+        row = self.conn.execute(
+            _TERMINAL,
+            self._params(
+                now,
+                status=status,
+                output=_json(output),
+                error=_json(error),
+                event_type=event.event_type,
+                attributes=_json(event.attributes),
+            ),
+        ).fetchone()
+        if row is None:
+            raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
+        if row[0]:
+            self.conn.execute("DELETE FROM inbox_events WHERE instance_pk = %s", [self.pk])

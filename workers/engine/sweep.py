@@ -1,0 +1,96 @@
+"""Re-dispatch runnable instances that no context owns (CONTRACT §1: "losing Redis loses no
+accepted data (a sweep re-dispatches from Postgres)"; DESIGN "Beat").
+
+Beat calls :func:`sweep` every ``settings.sweep_interval_s``. Runnable = ``queued``/``running``,
+not being stopped, no retry delay pending (no ``retry`` timer), its DurableWorkflow not closed,
+untouched for a grace period (so a context dispatched a moment ago is not sent twice), and
+**no live lease** in Redis. That covers a SIGKILLed worker (its lease expires), a lost broker
+message and a flushed Redis (no lease, no queue). A duplicate dispatch is harmless: the lease
+(``SET NX``) and the epoch fence let only one context commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import sqlalchemy as sa
+
+from models import db as models_db
+from takohost import config
+from workers import dispatch
+from workers.services import instances as instance_service
+
+log = logging.getLogger(__name__)
+
+BATCH = 1000
+MIN_GRACE_SECONDS = 5.0
+
+_CANDIDATES = sa.text("""
+SELECT i.pk FROM instances i
+WHERE i.status IN ('queued', 'running') AND i.stopping IS NULL AND i.updated_at < :cutoff
+  AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.instance_pk = i.pk AND t.kind = 'retry')
+  AND NOT EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid)
+ORDER BY i.updated_at LIMIT :batch
+""")
+_STOPPING = sa.text("""
+SELECT pk FROM instances
+WHERE stopping = 'terminate' AND status IN ('queued', 'running', 'sleeping', 'waiting') AND updated_at < :cutoff
+ORDER BY updated_at LIMIT :batch
+""")
+_TOUCH = sa.text(
+    "UPDATE instances SET updated_at = :now WHERE pk = ANY(:pks) AND status IN ('queued', 'running')"
+)
+
+
+def grace_seconds(settings: config.Settings) -> float:
+    """How long an instance must be untouched before the sweep considers it: two sweep intervals,
+    at least 5 s."""
+    return max(MIN_GRACE_SECONDS, 2 * settings.sweep_interval_s)
+
+
+def finish_terminations(*, now: dt.datetime, settings: config.Settings) -> int:
+    """Publish ``terminated`` for instances whose ``terminate`` was interrupted (the caller got
+    ``backend_unavailable`` and did not call again) once no lease proves a context still runs."""
+    cutoff = now - dt.timedelta(seconds=grace_seconds(settings))
+    with models_db.session_scope() as session:
+        stopping = session.scalars(_STOPPING, {"cutoff": cutoff, "batch": BATCH}).all()
+    if not stopping:
+        return 0
+    live = instance_service.live_leases(list(stopping), settings=settings)
+    done = 0
+    for pk in stopping:
+        if pk not in live:
+            instance_service.finish_termination(pk, now=now)
+            done += 1
+    return done
+
+
+def sweep(*, now: dt.datetime) -> int:
+    """Dispatch a replay context for every runnable instance without a live lease (and finish
+    interrupted terminations, :func:`finish_terminations`); returns how many were handled.
+
+    The dispatched rows get ``updated_at = now`` so the next sweep waits a grace period before
+    trying them again (an instance that cannot run yet, e.g. no Deployment, is retried at that
+    pace). Redis unreachable → nothing dispatched this time (logged)."""
+    settings = config.load_settings()
+    cutoff = now - dt.timedelta(seconds=grace_seconds(settings))
+    with models_db.session_scope() as session:
+        candidates = session.scalars(_CANDIDATES, {"cutoff": cutoff, "batch": BATCH}).all()
+    try:
+        finished = finish_terminations(now=now, settings=settings)
+        live = instance_service.live_leases(list(candidates), settings=settings)
+    except Exception:  # noqa: BLE001 - Redis down: nothing can be dispatched now anyway
+        log.warning("sweep skipped: lease store unreachable", exc_info=True)
+        return 0
+    if not candidates:
+        return finished
+    orphans = [pk for pk in candidates if pk not in live]
+    if not orphans:
+        return finished
+    with models_db.session_scope() as session:
+        session.execute(_TOUCH, {"now": now, "pks": orphans})
+    for pk in orphans:
+        dispatch.run_context(pk)
+    log.info("sweep re-dispatched instances", extra={"count": len(orphans)})
+    return len(orphans) + finished

@@ -1,0 +1,233 @@
+"""The reconcile of an accepted Operation: Celery task ``takohost.reconcile_operation`` (CONTRACT §2.3).
+
+Single runner: a reconcile first takes a Postgres session-level advisory lock named after the
+Operation on a connection of its own. A second message for the same Operation (a sweep, a
+redelivery) finds the lock taken and drops; a worker that dies (even by SIGKILL) loses its
+connection and with it the lock, so the sweep's next message resumes the Operation. Every step
+is idempotent against Postgres state: the final transaction re-reads the Operation ``FOR UPDATE``
+and applies only while it is still unfinished.
+
+Per Form (create/update → apply the accepted spec; delete → remove):
+
+* ModuleWorker — nothing to apply.
+* WorkerVersion — import the code in the sandbox (``workers.services.versions``), record
+  ``observed``; a failed import fails the Operation (``effect: partial``: the record exists with
+  ``phase: failed``).
+* WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
+  every DurableWorkflow of the Worker is re-observed (``ready``).
+* DurableWorkflow — ``observed`` from ``instances.observe_workflow_txn``; DELETE purges every
+  instance first (``instances.purge_workflow``) and stays ``running`` until that is proven.
+* WorkerCronTrigger — ``cron_schedules.register_schedule_txn`` / ``unregister_schedule_txn``.
+
+An unexpected error is retried (``MAX_ATTEMPTS`` times), then the Operation fails with
+``effect: unknown``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+from collections.abc import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import db as models_db
+from models import resources as res_models
+from models.base import utcnow
+from models.errors import DomainError
+from takohost import config
+from workers.celery_app import app
+from workers.services import cron_schedules, forms, instances, operations, versions
+from workers.services import resources as resource_service
+
+log = logging.getLogger(__name__)
+
+DONE, BUSY, RETRY = "done", "busy", "retry"
+MAX_ATTEMPTS = 5
+#: Seconds before a reconcile that asked to retry (purge not proven yet, transient error) runs
+#: again; short, so a Celery countdown is fine (DESIGN: never long ETAs). The sweep is the backstop.
+RETRY_DELAY_S = 2.0
+
+
+@app.task(name="takohost.reconcile_operation", bind=True, ignore_result=True)
+def reconcile_operation(self, operation_id: str) -> str:  # noqa: ANN001 - Celery's bound task
+    """Reconcile Operation ``operation_id`` once; re-queue itself shortly when asked to retry."""
+    outcome = reconcile(operation_id)
+    if outcome == RETRY:
+        self.apply_async(args=[operation_id], countdown=RETRY_DELAY_S)
+    return outcome
+
+
+def reconcile(operation_id: str) -> str:
+    """Run the reconcile of ``operation_id`` if no one else is; returns ``done``, ``busy`` or ``retry``."""
+    engine = models_db.get_engine(config.load_settings().database_url)
+    with operation_lock(engine, operation_id) as held:
+        if not held:
+            return BUSY
+        try:
+            return _reconcile_locked(operation_id)
+        except Exception as exc:  # a host problem, not a rule: retry, then give up as "unknown"
+            log.exception("reconcile failed", extra={"operation": operation_id})
+            return _record_unexpected(operation_id, exc)
+
+
+@contextlib.contextmanager
+def operation_lock(engine: sa.Engine, operation_id: str) -> Iterator[bool]:
+    """Hold the advisory lock of ``operation_id`` on a dedicated connection; yields whether we got it.
+
+    On SQLite (``takohost dev``, one process) there is nothing to lock against: yields True.
+    """
+    if engine.dialect.name != "postgresql":
+        yield True
+        return
+    key = int.from_bytes(
+        hashlib.sha256(f"operation:{operation_id}".encode()).digest()[:8], "big", signed=True
+    )
+    conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        held = bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+        try:
+            yield held
+        finally:
+            if held:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+    except BaseException:
+        conn.invalidate()  # never return a connection that may still hold the lock to the pool
+        raise
+    finally:
+        conn.close()
+
+
+def _reconcile_locked(operation_id: str) -> str:
+    now = utcnow()
+    with models_db.session_scope() as session:
+        op = session.get(res_models.Operation, operation_id, with_for_update=True)
+        if op is None or op.state not in operations.UNFINISHED:
+            return DONE
+        resource = session.get(res_models.Resource, op.resource_uid)
+        operations.set_state(op, operations.RUNNING, now=now)
+        op.next_attempt_at = now + operations.redispatch_after()
+        form, kind, spec, uid = resource.form, op.kind, resource.spec, resource.uid
+    log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
+    if kind == "delete":
+        return _apply_delete(operation_id, form=form, uid=uid)
+    validation = versions.validate_spec(spec) if form == "WorkerVersion" else None
+    with models_db.session_scope() as session:
+        loaded = _running_txn(session, operation_id)
+        if loaded is None:
+            return DONE
+        op, resource = loaded
+        now = utcnow()
+        if validation is not None and validation.error is not None:
+            resource.observed, resource.observed_at, resource.phase = validation.observed, now, "failed"
+            resource.updated_at = now
+            operations.set_state(
+                op,
+                operations.FAILED,
+                now=now,
+                effect="partial",
+                error=DomainError("validation_failed", validation.error),
+            )
+            return DONE
+        if validation is not None:
+            resource.observed = validation.observed
+        elif form == "WorkerDeployment":
+            resource.observed = {"versions": resource.spec["versions"]}
+            resource_service.replace_refs_txn(
+                session, source_uid=resource.uid, refs=forms.references(form, resource.spec)
+            )
+        elif form == "DurableWorkflow":
+            resource.observed = instances.observe_workflow_txn(
+                session, workflow=resource, ready=forms.workflow_ready_txn(session, workflow=resource)
+            )
+        elif form == "WorkerCronTrigger":
+            resource.observed = cron_schedules.register_schedule_txn(session, trigger=resource, now=now)
+        resource.observed_at, resource.phase, resource.updated_at = now, "idle", now
+        operations.set_state(op, operations.SUCCEEDED, now=now)
+        if form == "WorkerDeployment":
+            session.flush()
+            observe_workflows_txn(session, worker_uid=resource.worker_uid, now=now)
+    return DONE
+
+
+def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
+    if form == "DurableWorkflow" and not instances.purge_workflow(uid, now=utcnow()):
+        with models_db.session_scope() as session:
+            loaded = _running_txn(session, operation_id)
+            if loaded is not None:
+                now = utcnow()
+                operations.set_state(loaded[0], operations.RUNNING, now=now)
+                loaded[0].next_attempt_at = now + operations.redispatch_after()
+        return RETRY
+    with models_db.session_scope() as session:
+        loaded = _running_txn(session, operation_id)
+        if loaded is None:
+            return DONE
+        op, resource = loaded
+        now = utcnow()
+        if form == "WorkerCronTrigger":
+            cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
+        resource.deleted_at, resource.updated_at = now, now
+        session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == uid))
+        operations.set_state(op, operations.SUCCEEDED, now=now)
+        if form == "WorkerDeployment":
+            session.flush()
+            observe_workflows_txn(session, worker_uid=resource.worker_uid, now=now)
+    return DONE
+
+
+def _running_txn(
+    session: orm.Session, operation_id: str
+) -> tuple[res_models.Operation, res_models.Resource] | None:
+    """The Operation (locked) and its resource, or None when it is no longer unfinished."""
+    op = session.get(res_models.Operation, operation_id, with_for_update=True, populate_existing=True)
+    if op is None or op.state not in operations.UNFINISHED:
+        return None
+    resource = session.get(
+        res_models.Resource, op.resource_uid, with_for_update={"key_share": True}, populate_existing=True
+    )
+    return op, resource
+
+
+def observe_workflows_txn(session: orm.Session, *, worker_uid: str, now: dt.datetime) -> int:
+    """Re-observe every live DurableWorkflow of ``worker_uid`` (its Deployment changed); returns how many."""
+    workflows = session.scalars(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.form == "DurableWorkflow",
+            res_models.Resource.worker_uid == worker_uid,
+            res_models.Resource.deleted_at.is_(None),
+        )
+    ).all()
+    for workflow in workflows:
+        if workflow.observed_at is None and workflow.phase == "reconciling":
+            continue  # its own create reconcile will observe it
+        workflow.observed = instances.observe_workflow_txn(
+            session, workflow=workflow, ready=forms.workflow_ready_txn(session, workflow=workflow)
+        )
+        workflow.observed_at = now
+    return len(workflows)
+
+
+def _record_unexpected(operation_id: str, exc: Exception) -> str:
+    """Count an unexpected failure; fail the Operation with ``effect: unknown`` after MAX_ATTEMPTS."""
+    with models_db.session_scope() as session:
+        loaded = _running_txn(session, operation_id)
+        if loaded is None:
+            return DONE
+        op, resource = loaded
+        now = utcnow()
+        op.attempts = (op.attempts or 0) + 1
+        if op.attempts < MAX_ATTEMPTS:
+            op.next_attempt_at = now + operations.redispatch_after()
+            op.updated_at = now
+            return RETRY
+        message = f"the host could not reconcile this Operation ({type(exc).__name__}); its effect is unknown"
+        operations.set_state(
+            op, operations.FAILED, now=now, effect="unknown", error=DomainError("internal_error", message)
+        )
+        if resource is not None and resource.deleted_at is None:
+            resource.phase, resource.updated_at = "failed", now
+    return DONE

@@ -1,0 +1,366 @@
+"""The cron runs ledger: deliveries of recorded matches and the runs listing (CONTRACT §7; seed 003).
+
+A recorded match (``cron_matches``) is ``pending`` until one delivery finishes ``ok`` or
+``failed``, then ``done``; a delivery whose worker vanished is finished as ``unknown`` and the
+match is delivered again with the identical event (CB-03). Skipped matches (``cron_skips``)
+are listed with their reason and never delivered. Helpers ending in ``_txn`` run in the
+caller's transaction and never commit.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import datetime as dt
+import json
+import random
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import cron as cron_models
+from models import resources as res_models
+from models.errors import DomainError
+from takohost.domain import cron
+
+#: Runs per page of ``GET …/runs``.
+PAGE_SIZE = 50
+#: ``error`` of a delivery finished as ``unknown`` because its worker vanished.
+VANISHED = "the worker running this delivery vanished (no live lease); the match is delivered again"
+#: ``error`` of a delivery finished as ``unknown`` because the host failed around the handler.
+HOST_ERROR = "a host error interrupted this delivery; the match is delivered again"
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeliveryJob:
+    """What one started delivery runs: the ``scheduled`` event and the picked Version's code.
+
+    ``event`` is ``{"cron", "scheduledTime"}`` (UTC epoch milliseconds; CONTRACT §4.6).
+    ``version`` is the picked WorkerVersion's spec, or None with ``problem`` saying why no
+    Version can run (no live Deployment, say): the delivery is then finished ``failed``.
+    """
+
+    delivery_pk: int
+    match_pk: int
+    space: str
+    event: dict
+    version_uid: str | None
+    version: dict | None
+    problem: str | None = None
+
+
+def epoch_ms(t: dt.datetime) -> int:
+    """``t`` (aware) as integer UTC epoch milliseconds (the event's ``scheduledTime``)."""
+    return (t - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def event_of(match: cron_models.CronMatch | sa.Row) -> dict:
+    """The ``scheduled`` event of ``match``: the cron that matched and its instant (seed 003)."""
+    return {"cron": match.cron, "scheduledTime": epoch_ms(match.scheduled_time)}
+
+
+def start_delivery_txn(
+    session: orm.Session, *, match_pk: int, worker_id: str, now: dt.datetime, rng: random.Random | None = None
+) -> DeliveryJob | None:
+    """Start a delivery of ``match_pk``; None when the match is gone or already ``done``.
+
+    The caller holds the match's delivery lease, so every earlier unfinished delivery belongs to
+    a vanished worker: it is finished ``unknown`` here. Picks one Version of the Worker's live
+    Deployment by weight (CONTRACT §3.3) and inserts the ``cron_deliveries`` row. Locks the
+    match row.
+    """
+    match = session.execute(
+        sa.select(
+            cron_models.CronMatch.space,
+            cron_models.CronMatch.worker_uid,
+            cron_models.CronMatch.cron,
+            cron_models.CronMatch.scheduled_time,
+        )
+        .where(cron_models.CronMatch.pk == match_pk, cron_models.CronMatch.state == "pending")
+        .with_for_update()
+    ).one_or_none()
+    if match is None:
+        return None
+    session.execute(
+        sa.update(cron_models.CronDelivery)
+        .where(cron_models.CronDelivery.match_pk == match_pk, cron_models.CronDelivery.finished_at.is_(None))
+        .values(finished_at=now, outcome="unknown", error=VANISHED)
+    )
+    version_uid, version, problem = _pick_version(session, worker_uid=match.worker_uid, rng=rng)
+    delivery_pk = session.scalar(
+        sa.insert(cron_models.CronDelivery)
+        .values(match_pk=match_pk, worker_id=worker_id, version_uid=version_uid, started_at=now)
+        .returning(cron_models.CronDelivery.pk)
+    )
+    return DeliveryJob(
+        delivery_pk=delivery_pk,
+        match_pk=match_pk,
+        space=match.space,
+        event=event_of(match),
+        version_uid=version_uid,
+        version=version,
+        problem=problem,
+    )
+
+
+def finish_delivery_txn(
+    session: orm.Session, *, delivery_pk: int, outcome: str, error: str | None, now: dt.datetime
+) -> bool:
+    """Record ``outcome`` (``ok`` or ``failed``, + ``error`` text) and mark the match ``done``.
+
+    A real outcome replaces an ``unknown`` that a sweep guessed meanwhile. A failure is never
+    retried (seed 003: "その失敗だけを理由に同じ一致分の中で再試行しません"). Returns False when the
+    delivery row does not exist.
+    """
+    if outcome not in ("ok", "failed"):
+        raise ValueError(f"outcome must be ok or failed, not {outcome!r}")
+    match_pk = session.scalar(
+        sa.update(cron_models.CronDelivery)
+        .where(
+            cron_models.CronDelivery.pk == delivery_pk,
+            sa.or_(
+                cron_models.CronDelivery.finished_at.is_(None), cron_models.CronDelivery.outcome == "unknown"
+            ),
+        )
+        .values(finished_at=now, outcome=outcome, error=error)
+        .returning(cron_models.CronDelivery.match_pk)
+    )
+    if match_pk is None:
+        return False
+    session.execute(
+        sa.update(cron_models.CronMatch).where(cron_models.CronMatch.pk == match_pk).values(state="done")
+    )
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingMatch:
+    """A ``pending`` match as the sweep sees it: its unfinished deliveries and last dispatch."""
+
+    pk: int
+    dispatched_at: dt.datetime | None
+    unfinished_delivery_pks: tuple[int, ...]
+
+
+def pending_matches_txn(session: orm.Session, *, limit: int, after_pk: int = 0) -> list[PendingMatch]:
+    """Up to ``limit`` pending matches with ``pk > after_pk``, ascending, with unfinished deliveries."""
+    rows = session.execute(
+        sa.select(cron_models.CronMatch.pk, cron_models.CronMatch.dispatched_at)
+        .where(cron_models.CronMatch.state == "pending", cron_models.CronMatch.pk > after_pk)
+        .order_by(cron_models.CronMatch.pk)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return []
+    unfinished: dict[int, list[int]] = {}
+    for delivery_pk, match_pk in session.execute(
+        sa.select(cron_models.CronDelivery.pk, cron_models.CronDelivery.match_pk).where(
+            cron_models.CronDelivery.match_pk.in_([pk for pk, _ in rows]),
+            cron_models.CronDelivery.finished_at.is_(None),
+        )
+    ):
+        unfinished.setdefault(match_pk, []).append(delivery_pk)
+    return [PendingMatch(pk, at, tuple(unfinished.get(pk, ()))) for pk, at in rows]
+
+
+def mark_vanished_txn(
+    session: orm.Session, *, delivery_pks: list[int], now: dt.datetime, error: str = VANISHED
+) -> int:
+    """Finish still-unfinished deliveries ``delivery_pks`` as ``unknown`` with ``error``; returns how many."""
+    if not delivery_pks:
+        return 0
+    result = session.execute(
+        sa.update(cron_models.CronDelivery)
+        .where(cron_models.CronDelivery.pk.in_(delivery_pks), cron_models.CronDelivery.finished_at.is_(None))
+        .values(finished_at=now, outcome="unknown", error=error)
+    )
+    return result.rowcount or 0
+
+
+def note_dispatched_txn(session: orm.Session, *, match_pks: list[int], now: dt.datetime) -> None:
+    """Set ``dispatched_at = now`` on still-pending matches ``match_pks``."""
+    if match_pks:
+        session.execute(
+            sa.update(cron_models.CronMatch)
+            .where(cron_models.CronMatch.pk.in_(match_pks), cron_models.CronMatch.state == "pending")
+            .values(dispatched_at=now)
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Version choice
+
+#: WorkerVersion specs are immutable (CONTRACT §3.2: a different spec is ``immutable_field``), so
+#: each process keeps the last few it ran instead of reloading the sources for every delivery.
+#: A Version in use by a live Deployment cannot be deleted (§3.2), so a cached one is still live.
+_VERSION_CACHE_SIZE = 64
+_version_specs: dict[str, dict] = {}
+
+
+def _pick_version(
+    session: orm.Session, *, worker_uid: str, rng: random.Random | None
+) -> tuple[str | None, dict | None, str | None]:
+    """``(version_uid, version spec, None)`` picked by weight, or ``(uid?, None, problem)``."""
+    deployment = session.scalar(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.form == "WorkerDeployment",
+            res_models.Resource.worker_uid == worker_uid,
+            res_models.Resource.deleted_at.is_(None),
+        )
+    )
+    if deployment is None:
+        return None, None, "the Worker has no live WorkerDeployment"
+    entries = [e for e in deployment.spec.get("versions", []) if e.get("weight", 0) > 0]
+    if not entries:
+        return None, None, "the Worker's Deployment gives weight to no Version"
+    chosen = (rng or random).choices(entries, weights=[e["weight"] for e in entries])[0]
+    version_uid = chosen["version"]["resourceUid"]
+    spec = _version_specs.get(version_uid)
+    if spec is None:
+        row = session.execute(
+            sa.select(res_models.Resource.spec, res_models.Resource.deleted_at).where(
+                res_models.Resource.uid == version_uid
+            )
+        ).one_or_none()
+        if row is None or row.deleted_at is not None:
+            return version_uid, None, f"WorkerVersion {version_uid} no longer exists"
+        spec = _version_specs[version_uid] = row.spec
+        while len(_version_specs) > _VERSION_CACHE_SIZE:
+            _version_specs.pop(next(iter(_version_specs)))
+    return version_uid, spec, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs listing (GET /v2/spaces/{space}/resources/{uid}/runs)
+
+
+def list_runs_txn(session: orm.Session, *, space: str, trigger_uid: str, page_token: str | None) -> dict:
+    """One page of the trigger's runs ledger, newest ``scheduledTime`` first (CONTRACT §7).
+
+    Returns ``{"runs": [...], "nextPageToken"?}``. A recorded match is ``{"cron",
+    "scheduledTime", "recordedAt", "deliveries": [{"startedAt", "finishedAt"?, "outcome",
+    "error"?}]}`` (a running delivery has no ``finishedAt`` and outcome ``"running"``); a skipped
+    one is ``{"cron", "scheduledTime", "outcome": "skipped", "reason"}``. Times are RFC 3339 UTC
+    (``…Z``). Raises ``DomainError`` ``not_found`` unless ``trigger_uid`` is a live
+    WorkerCronTrigger of ``space``, ``invalid_request`` for a malformed ``page_token``.
+    """
+    trigger = session.get(res_models.Resource, trigger_uid)
+    if trigger is None or trigger.space != space or trigger.form != "WorkerCronTrigger" or trigger.deleted_at:
+        raise DomainError("not_found", "no such WorkerCronTrigger in this Space")
+    position = _decode_token(page_token) if page_token is not None else None
+    matches = sa.select(
+        cron_models.CronMatch.scheduled_time.label("t"),
+        sa.literal("m").label("kind"),
+        cron_models.CronMatch.pk.label("pk"),
+    ).where(cron_models.CronMatch.trigger_uid == trigger_uid)
+    skips = sa.select(
+        cron_models.CronSkip.scheduled_time.label("t"),
+        sa.literal("s").label("kind"),
+        cron_models.CronSkip.pk.label("pk"),
+    ).where(cron_models.CronSkip.trigger_uid == trigger_uid)
+    ledger = sa.union_all(matches, skips).subquery()
+    query = sa.select(ledger.c.t, ledger.c.kind, ledger.c.pk)
+    if position is not None:
+        t, kind = position
+        query = query.where(sa.or_(ledger.c.t < t, sa.and_(ledger.c.t == t, ledger.c.kind < kind)))
+    page = session.execute(query.order_by(ledger.c.t.desc(), ledger.c.kind.desc()).limit(PAGE_SIZE + 1)).all()
+    more = len(page) > PAGE_SIZE
+    page = page[:PAGE_SIZE]
+    runs = _render(session, page)
+    body: dict = {"runs": runs}
+    if more:
+        last_t, last_kind, _ = page[-1]
+        body["nextPageToken"] = _encode_token(last_t, last_kind)
+    return body
+
+
+def _render(session: orm.Session, page: list) -> list[dict]:
+    match_pks = [pk for _, kind, pk in page if kind == "m"]
+    skip_pks = [pk for _, kind, pk in page if kind == "s"]
+    matches = (
+        {
+            m.pk: m
+            for m in session.scalars(
+                sa.select(cron_models.CronMatch).where(cron_models.CronMatch.pk.in_(match_pks))
+            )
+        }
+        if match_pks
+        else {}
+    )
+    skips = (
+        {
+            s.pk: s
+            for s in session.scalars(
+                sa.select(cron_models.CronSkip).where(cron_models.CronSkip.pk.in_(skip_pks))
+            )
+        }
+        if skip_pks
+        else {}
+    )
+    deliveries: dict[int, list[dict]] = {}
+    if match_pks:
+        for d in session.scalars(
+            sa.select(cron_models.CronDelivery)
+            .where(cron_models.CronDelivery.match_pk.in_(match_pks))
+            .order_by(cron_models.CronDelivery.started_at, cron_models.CronDelivery.pk)
+        ):
+            deliveries.setdefault(d.match_pk, []).append(_delivery(d))
+    runs: list[dict] = []
+    for _, kind, pk in page:
+        if kind == "m":
+            m = matches[pk]
+            runs.append(
+                {
+                    "cron": m.cron,
+                    "scheduledTime": cron.format_rfc3339(m.scheduled_time),
+                    "recordedAt": rfc3339_ms(m.recorded_at),
+                    "deliveries": deliveries.get(pk, []),
+                }
+            )
+        else:
+            s = skips[pk]
+            runs.append(
+                {
+                    "cron": s.cron,
+                    "scheduledTime": cron.format_rfc3339(s.scheduled_time),
+                    "outcome": "skipped",
+                    "reason": s.reason,
+                }
+            )
+    return runs
+
+
+def _delivery(d: cron_models.CronDelivery) -> dict:
+    item: dict = {"startedAt": rfc3339_ms(d.started_at)}
+    if d.finished_at is not None:
+        item["finishedAt"] = rfc3339_ms(d.finished_at)
+    item["outcome"] = d.outcome or "running"
+    if d.error:
+        item["error"] = d.error
+    return item
+
+
+def rfc3339_ms(t: dt.datetime) -> str:
+    """``t`` (aware) as RFC 3339 UTC with milliseconds: ``2026-03-04T10:05:00.123Z``."""
+    utc = t.astimezone(dt.UTC)
+    return f"{cron.format_rfc3339(utc)[:-1]}.{utc.microsecond // 1000:03d}Z"
+
+
+def _encode_token(t: dt.datetime, kind: str) -> str:
+    raw = json.dumps({"t": epoch_ms(t), "k": kind}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str) -> tuple[dt.datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        value = json.loads(raw)
+        ms, kind = value["t"], value["k"]
+        if type(ms) is not int or kind not in ("m", "s"):
+            raise ValueError("bad token fields")
+        return _EPOCH + dt.timedelta(milliseconds=ms), kind
+    except (binascii.Error, ValueError, KeyError, TypeError, OverflowError, UnicodeDecodeError):
+        raise DomainError("invalid_request", "pageToken is not a token this API issued") from None

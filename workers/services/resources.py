@@ -1,0 +1,393 @@
+"""Accepting resource mutations, and reading resources (CONTRACT §2.2–2.3).
+
+Every mutation is accepted in **one** transaction that (1) claims the Idempotency-Key (a
+replay returns the first Operation, whatever happened since), (2) runs every rule of
+``workers.services.forms`` before any write, (3) writes the resource change, its references and
+a ``pending`` Operation. The caller commits, then dispatches the reconcile (STYLE §5). Unique
+indexes decide the races: ``uq_resources_live_name`` and ``uq_resources_live_deployment`` →
+``409 name_conflict``, ``uq_operations_active_resource`` → ``409 resource_busy``.
+
+The accepted spec and generation are visible at once; the reconcile task
+(``workers.operations_tasks``) applies them, fills ``observed`` and settles ``phase``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import orm
+
+from models import resources as res_models
+from models.errors import DomainError
+from workers.services import forms, idempotency, operations
+
+#: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
+CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
+    "uq_resources_live_name": ("name_conflict", "a live resource with this name exists in this Space"),
+    "uq_resources_live_deployment": (
+        "name_conflict",
+        "deployment exists: this Worker already has a live WorkerDeployment; update it instead",
+    ),
+    "uq_operations_active_resource": (
+        "resource_busy",
+        "another Operation on this resource is unfinished; retry when it has finished",
+    ),
+}
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    """An accepted (or replayed) mutation: its Operation, and whether this request created it
+    (``new``: the caller dispatches the reconcile after commit; a replay of an unfinished
+    Operation is dispatched again, harmlessly)."""
+
+    operation: res_models.Operation
+    new: bool
+
+
+def accept_create_txn(
+    session: orm.Session,
+    *,
+    space: str,
+    key: str,
+    request_hash: str,
+    form: str,
+    name: str,
+    spec: dict,
+    now: dt.datetime,
+) -> Accepted:
+    """Accept ``POST …/resources`` for a schema-valid ``spec`` of ``form`` (short name).
+
+    Raises:
+        DomainError: ``idempotency_key_reused``, ``reference_not_found``, ``dependency_conflict``,
+            ``resource_busy``, ``name_conflict``.
+    """
+    op_id = str(uuid.uuid4())
+    claim = idempotency.claim_txn(
+        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
+    )
+    if not claim.new:
+        return _replay_txn(session, claim)
+    refs = forms.references(form, spec)
+    resolved = forms.resolve_refs_txn(session, space=space, refs=refs)
+    forms.check_create_txn(session, form=form, spec=spec, resolved=resolved)
+    uid = str(uuid.uuid4())
+    resource = res_models.Resource(
+        uid=uid,
+        space=space,
+        form=form,
+        name=name,
+        generation=1,
+        spec=spec,
+        private_inputs=None,
+        observed={},
+        observed_at=None,
+        output={},
+        phase="reconciling",
+        latest_operation_id=op_id,
+        worker_uid=spec["worker"]["resourceUid"] if "worker" in spec else None,
+        created_at=now,
+        updated_at=now,
+        deleted_at=None,
+    )
+    session.add(resource)
+    _flush(session)
+    op = operations.new_operation(
+        op_id=op_id,
+        space=space,
+        kind="create",
+        resource_uid=uid,
+        generation=1,
+        request={"spec": spec},
+        now=now,
+    )
+    session.add(op)
+    _flush(session)
+    replace_refs_txn(session, source_uid=uid, refs=refs)
+    return Accepted(operation=op, new=True)
+
+
+def accept_update_txn(
+    session: orm.Session,
+    *,
+    space: str,
+    uid: str,
+    key: str,
+    request_hash: str,
+    body: dict,
+    validate: Callable[[dict, str], dict],
+    now: dt.datetime,
+) -> Accepted:
+    """Accept ``PUT …/resources/{uid}`` (whole replacement). ``validate(body, form)`` checks the
+    body against the schema of the resource's Form (short name) and returns the new spec; it runs
+    after the key is claimed, so a replay answers even once the resource is gone. An identical
+    spec still makes a new Operation and generation (CONTRACT §2.3).
+
+    Raises:
+        DomainError: ``not_found``, ``idempotency_key_reused``, ``invalid_spec``, ``immutable_field``,
+            ``reference_not_found``, ``dependency_conflict``, ``resource_busy``.
+    """
+    op_id = str(uuid.uuid4())
+    claim = idempotency.claim_txn(
+        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
+    )
+    if not claim.new:
+        return _replay_txn(session, claim)
+    resource = _live_txn(session, space=space, uid=uid, lock="no_key_update")
+    form = resource.form
+    spec = validate(body, form)
+    forms.check_immutable(resource, spec)
+    refs = forms.references(form, spec)
+    resolved = forms.resolve_refs_txn(session, space=space, refs=refs)
+    forms.check_update_txn(session, resource=resource, spec=spec, resolved=resolved)
+    generation = resource.generation + 1
+    op = operations.new_operation(
+        op_id=op_id,
+        space=space,
+        kind="update",
+        resource_uid=uid,
+        generation=generation,
+        request={"spec": spec},
+        now=now,
+    )
+    session.add(op)
+    _flush(session)
+    if form == "WorkerDeployment":
+        # The applied allocation keeps serving until the reconcile finishes: keep its Versions
+        # referenced (so they cannot be deleted) until then.
+        applied = {"versions": (resource.observed or {}).get("versions", [])}
+        refs = refs + [
+            r
+            for r in forms.references(form, {"versions": applied["versions"]})
+            if r.target_uid not in {x.target_uid for x in refs}
+        ]
+    if form == "WorkerVersion":
+        resource.observed = {}  # re-validating: unverified until the reconcile records the outcome (§3.2)
+    resource.spec = spec
+    resource.generation = generation
+    resource.phase = "reconciling"
+    resource.latest_operation_id = op_id
+    resource.updated_at = now
+    replace_refs_txn(session, source_uid=uid, refs=refs)
+    _flush(session)
+    return Accepted(operation=op, new=True)
+
+
+def accept_delete_txn(
+    session: orm.Session, *, space: str, uid: str, key: str, request_hash: str, now: dt.datetime
+) -> Accepted:
+    """Accept ``DELETE …/resources/{uid}``; the reconcile removes it (and, for a DurableWorkflow,
+    stops and purges its instances first).
+
+    Raises:
+        DomainError: ``not_found``, ``idempotency_key_reused``, ``dependency_conflict``, ``resource_busy``.
+    """
+    op_id = str(uuid.uuid4())
+    claim = idempotency.claim_txn(
+        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
+    )
+    if not claim.new:
+        return _replay_txn(session, claim)
+    resource = _live_txn(session, space=space, uid=uid, lock="update")
+    forms.check_delete_txn(session, resource=resource)
+    op = operations.new_operation(
+        op_id=op_id,
+        space=space,
+        kind="delete",
+        resource_uid=uid,
+        generation=resource.generation,
+        request=None,
+        now=now,
+    )
+    session.add(op)
+    _flush(session)
+    resource.phase = "deleting"
+    resource.latest_operation_id = op_id
+    resource.updated_at = now
+    _flush(session)
+    return Accepted(operation=op, new=True)
+
+
+def _replay_txn(session: orm.Session, claim: idempotency.Claim) -> Accepted:
+    record = claim.record
+    op = session.get(res_models.Operation, record.operation_id) if record and record.operation_id else None
+    if op is None:
+        raise DomainError(
+            "idempotency_key_reused", "this Idempotency-Key was used for a call that made no Operation"
+        )
+    return Accepted(operation=op, new=False)
+
+
+def _live_txn(session: orm.Session, *, space: str, uid: str, lock: str) -> res_models.Resource:
+    """Lock (``FOR UPDATE`` for a delete, ``FOR NO KEY UPDATE`` for an update), then read the row."""
+    if session.get_bind().dialect.name == "postgresql":
+        mode = "UPDATE" if lock == "update" else "NO KEY UPDATE"
+        session.execute(sa.text(f"SELECT 1 FROM resources WHERE uid = :uid FOR {mode}"), {"uid": uid})
+    resource = session.scalar(
+        sa.select(res_models.Resource)
+        .where(
+            res_models.Resource.uid == uid,
+            res_models.Resource.space == space,
+            res_models.Resource.deleted_at.is_(None),
+        )
+        .execution_options(populate_existing=True)
+    )
+    if resource is None:
+        raise DomainError("not_found", f"no resource {uid!r} in this Space")
+    return resource
+
+
+def _flush(session: orm.Session) -> None:
+    """Flush, turning a unique-index violation into its domain error (by constraint name)."""
+    try:
+        session.flush()
+    except sa_exc.IntegrityError as exc:
+        name = constraint_name(exc)
+        if name in CONSTRAINT_ERRORS:
+            code, message = CONSTRAINT_ERRORS[name]
+            raise DomainError(code, message) from None
+        raise
+
+
+def constraint_name(exc: sa_exc.IntegrityError) -> str | None:
+    """The violated constraint's name (Postgres diagnostics; SQLite message fallback)."""
+    diag = getattr(exc.orig, "diag", None)
+    name = getattr(diag, "constraint_name", None)
+    if name:
+        return name
+    text = str(exc.orig)
+    if "resources.space, resources.name" in text:
+        return "uq_resources_live_name"
+    if "resources.worker_uid" in text:
+        return "uq_resources_live_deployment"
+    if "operations.resource_uid" in text:
+        return "uq_operations_active_resource"
+    return None
+
+
+def replace_refs_txn(session: orm.Session, *, source_uid: str, refs: list[forms.Ref]) -> None:
+    """Make ``resource_refs`` of ``source_uid`` exactly ``refs`` (deduplicated)."""
+    session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == source_uid))
+    seen: set[tuple[str, str]] = set()
+    for ref in refs:
+        if (ref.target_uid, ref.kind) not in seen:
+            seen.add((ref.target_uid, ref.kind))
+            session.add(
+                res_models.ResourceRef(source_uid=source_uid, target_uid=ref.target_uid, kind=ref.kind)
+            )
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def view(resource: res_models.Resource) -> dict:
+    """The Resource JSON (CONTRACT §2.2); ``privateInputs`` are never included."""
+    body: dict = {
+        "uid": resource.uid,
+        "form": forms.FORM_URLS[resource.form],
+        "name": resource.name,
+        "generation": resource.generation,
+        "spec": resource.spec,
+        "observed": resource.observed or {},
+    }
+    if resource.observed_at is not None:
+        body["observedAt"] = operations.rfc3339(resource.observed_at)
+    body.update(
+        {
+            "output": resource.output or {},
+            "phase": resource.phase,
+            "createdAt": operations.rfc3339(resource.created_at),
+            "updatedAt": operations.rfc3339(resource.updated_at),
+            "latestOperationId": resource.latest_operation_id,
+        }
+    )
+    return body
+
+
+def get_txn(session: orm.Session, *, space: str, uid: str) -> res_models.Resource:
+    """The live resource ``uid`` of ``space``.
+
+    Raises:
+        DomainError: ``not_found`` (unknown, another Space's, or deleted).
+    """
+    resource = session.scalar(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.uid == uid,
+            res_models.Resource.space == space,
+            res_models.Resource.deleted_at.is_(None),
+        )
+    )
+    if resource is None:
+        raise DomainError("not_found", f"no resource {uid!r} in this Space")
+    return resource
+
+
+def list_txn(
+    session: orm.Session,
+    *,
+    space: str,
+    form: str | None,
+    page_token: str | None,
+    limit: int = DEFAULT_PAGE_SIZE,
+) -> tuple[list[res_models.Resource], str | None]:
+    """One page of live resources of ``space`` (optionally of short Form ``form``), oldest first.
+
+    Returns ``(resources, next_page_token or None)``. The token is opaque (base64 of the last
+    row's ``createdAt`` and UID).
+
+    Raises:
+        DomainError: ``invalid_params`` for a malformed token or limit.
+    """
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise DomainError("invalid_params", f"limit must be between 1 and {MAX_PAGE_SIZE}")
+    query = sa.select(res_models.Resource).where(
+        res_models.Resource.space == space, res_models.Resource.deleted_at.is_(None)
+    )
+    if form is not None:
+        query = query.where(res_models.Resource.form == form)
+    if page_token:
+        after_time, after_uid = _decode_token(page_token)
+        query = query.where(
+            sa.or_(
+                res_models.Resource.created_at > after_time,
+                sa.and_(res_models.Resource.created_at == after_time, res_models.Resource.uid > after_uid),
+            )
+        )
+    rows = list(
+        session.scalars(
+            query.order_by(res_models.Resource.created_at, res_models.Resource.uid).limit(limit + 1)
+        ).all()
+    )
+    next_token = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_token = _encode_token(rows[-1])
+    return rows, next_token
+
+
+def _encode_token(row: res_models.Resource) -> str:
+    raw = json.dumps([row.created_at.isoformat(), row.uid]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str) -> tuple[dt.datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        created, uid = json.loads(raw)
+        moment = dt.datetime.fromisoformat(created)
+        if moment.tzinfo is None or not isinstance(uid, str):
+            raise ValueError("bad token")
+        return moment, uid
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise DomainError("invalid_params", "pageToken is not a token this API issued") from None
