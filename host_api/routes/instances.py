@@ -31,7 +31,9 @@ from workers.services import instances as service
 
 bp = flask.Blueprint("instances", __name__)
 
-_PREFIX = re.compile(r"^/v2/spaces/(?P<space>[^/?#]*)/resources/(?P<uid>[^/?#]*)/instances(?P<rest>/[^?#]*)?$")
+_PREFIX = re.compile(
+    r"^/v2/spaces/(?P<space>[^/?#]*)/resources/(?P<uid>[^/?#]*)/instances(?P<rest>/[^?#]*)?$"
+)
 _ACTIONS = {"events", "terminate", "history"}
 _CREATE_KEYS = {"id", "params"}
 _EVENT_KEYS = {"type", "payload"}

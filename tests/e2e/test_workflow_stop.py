@@ -148,3 +148,34 @@ class W:
         lambda: _status(space, d.workflow, "w")["status"] == "complete", timeout=30, message="complete"
     )
     assert _status(space, d.workflow, "w")["output"] == {"got": {"k": 1}}
+
+
+def test_deployed_through_the_resources_api_and_run_over_http(api_server, worker, space_token):
+    """The whole path through real processes: Worker → DurableWorkflow → Version (validated by the
+    worker) → Deployment over HTTP, then an instance created, woken and finished over HTTP."""
+    space, token = space_token
+    source = """
+class Http:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        a = step.do("a", lambda: {"v": self.env.GREETING})
+        got = step.wait_for_event("w", {"type": "go", "timeoutSeconds": 600})
+        return {"a": a, "got": got, "id": event["instanceId"], "params": event.get("params")}
+"""
+    deployed = workflows.deploy_http(
+        api_server.extra["url"], token, space, source=source, class_name="Http", variables={"GREETING": "hi"}
+    )
+    http = workflows.HttpInstances(api_server.extra["url"], token, space, deployed.workflow)
+    assert http.call("POST", body={"id": "h/1", "params": {"p": 1}}) == (201, {"id": "h/1"})
+    workflows.wait_until(lambda: http.status("h/1")["status"] == "waiting", timeout=30, message="waiting")
+    assert http.call("POST", "/" + http.enc("h/1") + "/events", body={"type": "go", "payload": {"k": 2}}) == (
+        202,
+        {},
+    )
+    workflows.wait_until(lambda: http.status("h/1")["status"] == "complete", timeout=30, message="complete")
+    assert http.status("h/1")["output"] == {
+        "a": {"v": "hi"},
+        "got": {"k": 2},
+        "id": "h/1",
+        "params": {"p": 1},
+    }

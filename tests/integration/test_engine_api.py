@@ -216,3 +216,57 @@ def test_any_valid_id_round_trips_through_every_call(api, instance_id):
     assert history[0]["attributes"] == {"instanceId": instance_id}
     assert api.call("POST", path + "/terminate").get_json() == {"status": "terminated"}
     assert api.call("GET", path).get_json() == {"id": instance_id, "status": "terminated"}
+
+
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        ('{"params":{"k":"\\ud800"}}', "invalid_json"),  # DOC-06: lone surrogates never become U+FFFD
+        ('{"params":{"k":"\\udc00\\ud83d"}}', "invalid_json"),
+        ('{"params":{"a":NaN}}', "invalid_json"),  # DOC-07
+        ('{"params":{"a":Infinity}}', "invalid_json"),
+        ('{"params":{"a":-Infinity}}', "invalid_json"),
+        ('{"params":{"a":1e400}}', None),  # overflow: invalid_json or invalid_params, never stored
+        ('{"params":{"qty":1,"qty":-1}}', "invalid_json"),  # DOC-08
+    ],
+)
+def test_DOC_06_07_08_bad_json_bodies_create_nothing(api, raw, code):
+    response = api.call("POST", data=raw, content_type="application/json")
+    assert response.status_code == 400
+    assert response.get_json()["error"]["code"] in ((code,) if code else ("invalid_json", "invalid_params"))
+    assert api.call("GET").get_json() == {"instances": []}
+
+
+def test_DOC_06_control_an_escaped_pair_is_stored_as_the_real_character(api):
+    response = api.call(
+        "POST", data='{"id":"e","params":{"k":"\\ud83d\\ude00"}}', content_type="application/json"
+    )
+    assert response.status_code == 201
+    history = api.call("GET", "/e/history").get_json()["events"]
+    assert history[0]["eventType"] == "InstanceCreated"
+    import sqlalchemy as sa
+
+    from models import db as models_db
+    from models import instances as inst_models
+
+    with models_db.session_scope() as session:
+        params = session.scalar(
+            sa.select(inst_models.Instance.params).where(
+                inst_models.Instance.workflow_uid == api.deployed.workflow,
+                inst_models.Instance.instance_id == "e",
+            )
+        )
+    assert params == {"k": "\U0001f600"}
+
+
+def test_DOC_09_payload_limit_is_exact(api):
+    api.call("POST", json={"id": "big"})
+    fits = {"p": "a" * 1048568}  # {"p":"a…"} is exactly 1048576 canonical bytes
+    assert (
+        api.call("POST", "/big/events", json={"type": "t", "payload": fits}).status_code == 429
+    )  # queue bytes
+    too_big = {"p": "a" * 1048569}
+    assert _error(api.call("POST", "/big/events", json={"type": "t", "payload": too_big})) == (
+        413,
+        "document_too_large",
+    )

@@ -365,3 +365,25 @@ def test_purge_waits_while_a_context_still_holds_a_lease(db_url, space, driver):
         leases.release(held)
     assert service.purge_workflow(d.workflow, now=driver.clock()) is True
     assert workflows.instance_row(db_url, workflow=d.workflow, instance_id="held") is None
+
+
+def test_a_maximal_payload_goes_straight_to_a_waiting_wait(db_url, space, driver):
+    source = """
+class Big:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        got = step.wait_for_event("w", {"type": "go", "timeoutSeconds": 600})
+        return {"length": len(got["p"])}
+"""
+    d = workflows.deploy(db_url, space=space, source=source, class_name="Big")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="big")
+    service.create(**ids, instance_id="early")
+    assert driver.run() == ["waiting", "waiting"]
+    payload = {"p": "a" * 1048568}  # exactly 1048576 canonical bytes; {type, payload} is more
+    service.send_event(**ids, instance_id="big", event_type="go", payload=payload)
+    assert driver.run() == ["complete"]
+    assert service.status(**ids, instance_id="big") == {"status": "complete", "output": {"length": 1048568}}
+    assert _call(service.send_event, **ids, instance_id="early", event_type="other", payload=payload) == (
+        "event_queue_full"
+    )  # not for a waiting wait: it can never fit in the queue

@@ -838,3 +838,21 @@ class Reuse:
     workflows.set_deployment(run.db_url, deployment=run.deployed.deployment, versions={version2: 100})
     assert driver.advance(1) == ["errored"]
     assert run.status("reuse")["error"]["reason"] == "step_definition_mismatch"
+
+
+def test_DOC_09_an_oversized_output_is_run_threw_and_never_stored(deploy, driver):
+    source = """
+class Big:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        return {"p": "a" * event["params"]["n"]}
+"""
+    run = deploy(source, "Big")
+    run.create("fits", {"n": 1048568})
+    run.create("big", {"n": 1048569})
+    driver.run()
+    assert run.status("fits")["output"] == {"p": "a" * 1048568}
+    status = run.status("big")
+    assert (
+        status["status"] == "errored" and status["error"]["reason"] == "run_threw" and "output" not in status
+    )

@@ -16,13 +16,10 @@ breaks the protocol ends the instance ``errored``/``run_threw``.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import datetime as dt
 import logging
-import os
 import random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,61 +30,13 @@ from takohost import config, errors
 from takohost.domain import documents, identifiers, retry
 from takohost.runtime import protocol
 from workers import dispatch
-from workers.engine import decide, heartbeat, sandbox, store
+from workers.engine import children, decide, heartbeat, sandbox, store
 from workers.engine import lease as lease_mod
 from workers.services import instances as instance_service
 
 log = logging.getLogger(__name__)
 
 _version_cache: dict[str, dict] = {}
-
-# One pre-spawned ("warm") child per process and zygote: forking and the child's hello happen
-# while no context waits for them (ANCHORS.md: keep the fork off the critical path). A warm child
-# holds no tenant data until it gets its job; without one it dies after the runtime's job timeout.
-# The entry is a Future while the background spawn is still running.
-_warm: dict[tuple[int, int], concurrent.futures.Future] = {}
-_warm_lock = threading.Lock()
-
-
-def take_child(zygote: sandbox.Zygote, job: dict) -> sandbox.ChildHandle:
-    """A child running ``job``: the warm one if it is (or is about to be) alive, else a new one."""
-    with _warm_lock:
-        pending = _warm.pop((os.getpid(), id(zygote)), None)
-    handle = None
-    if pending is not None:
-        try:
-            handle = pending.result(timeout=5.0)
-        except Exception:  # noqa: BLE001 - the pre-spawn failed: spawn now
-            handle = None
-    if handle is not None:
-        if not handle.exited:
-            try:
-                handle.send({**job, "op": "job"})
-                return handle
-            except sandbox.ChildGone:
-                pass
-        handle.kill_and_wait()
-        handle.close()
-    return zygote.spawn(job)
-
-
-def prespawn(zygote: sandbox.Zygote) -> None:
-    """Start spawning a warm child for the next context of this process (background thread)."""
-    key = (os.getpid(), id(zygote))
-    future: concurrent.futures.Future = concurrent.futures.Future()
-    with _warm_lock:
-        if key in _warm:
-            return
-        _warm[key] = future
-
-    def work() -> None:
-        try:
-            future.set_result(zygote.spawn(None))
-        except BaseException as exc:  # noqa: BLE001 - the next context spawns synchronously instead
-            log.debug("pre-spawn failed", exc_info=True)
-            future.set_exception(exc)
-
-    threading.Thread(target=work, name="takohost-prespawn", daemon=True).start()
 
 
 class _Stop(Exception):
@@ -187,7 +136,7 @@ class ReplayContext:
         finally:
             self._finish()
             if self.used_child:
-                prespawn(self.zygote)
+                children.prespawn(self.zygote)
 
     def _finish(self) -> None:
         if self.watched is not None:
@@ -235,7 +184,7 @@ class ReplayContext:
             # child before the lease is released — only code outside steps (deterministic and
             # side-effect free by the seed's rule) may have run.
             self.used_child = True
-            self.child = take_child(self.zygote, self._job(snapshot, version))
+            self.child = children.take_child(self.zygote, self._job(snapshot, version))
         if not self.store.start(version_uid=version.uid, now=self.clock()):
             return "not_runnable"
         self.watched = heartbeat.Watched(
@@ -437,31 +386,23 @@ class ReplayContext:
             self._send({"op": "raise", "error": "step_failed", "message": outcome.message})
 
     def _outcome(self, message: dict, decision: decide.RunEffect) -> decide.Outcome:
-        now = self.clock()
-        if not message["ok"]:
-            return decide.decide_outcome(
-                attempt=decision.attempt, policy=decision.policy, ok=False, error=message["error"], now=now
-            )
-        try:  # the child is untrusted: validate the result as a document here too (CONTRACT §5)
-            documents.canonical_document(message["result"], allow_none=True)
-        except documents.InvalidDocument as exc:
-            return decide.decide_outcome(
-                attempt=decision.attempt,
-                policy=decision.policy,
-                ok=False,
-                now=now,
-                error={"type": "InvalidDocument", "message": str(exc)},
-            )
-        except documents.DocumentTooLargeError as exc:
-            return decide.decide_outcome(
-                attempt=decision.attempt,
-                policy=decision.policy,
-                ok=False,
-                now=now,
-                error={"type": "DocumentTooLarge", "message": str(exc)},
-            )
+        """The attempt's outcome from the child's ``effect_result``; the result is validated as a
+        document here too (the child is untrusted; CONTRACT §5: a non-document is a failed attempt)."""
+        ok, result, error = message["ok"], message.get("result"), message.get("error")
+        if ok:
+            try:
+                documents.canonical_document(result, allow_none=True)
+            except documents.InvalidDocument as exc:
+                ok, error = False, {"type": "InvalidDocument", "message": str(exc)}
+            except documents.DocumentTooLargeError as exc:
+                ok, error = False, {"type": "DocumentTooLarge", "message": str(exc)}
         return decide.decide_outcome(
-            attempt=decision.attempt, policy=decision.policy, ok=True, result=message["result"], now=now
+            attempt=decision.attempt,
+            policy=decision.policy,
+            ok=ok,
+            result=result if ok else None,
+            error=error,
+            now=self.clock(),
         )
 
     def _complete_sleep(self, request: decide.Request, decision: decide.CompleteSleep) -> None:
@@ -531,12 +472,14 @@ class ReplayContext:
         """``inst.terminate()`` on the own instance: stop the own child first, then terminate."""
         assert self.snapshot is not None
         self._stop_child()
-        self._release_lease()
-        instance_service.terminate(
-            space=self.snapshot.space,
-            workflow_uid=self.snapshot.workflow_uid,
-            instance_id=self.snapshot.instance_id,
-        )
+        try:
+            instance_service.terminate(
+                space=self.snapshot.space,
+                workflow_uid=self.snapshot.workflow_uid,
+                instance_id=self.snapshot.instance_id,
+            )
+        except DomainError:  # fenced and stopped already; the sweep publishes ``terminated``
+            log.warning("self-terminate left to the sweep", extra={"instance": self.pk}, exc_info=True)
         raise _Stop("terminated")
 
     # -- ends -----------------------------------------------------------------------------------------

@@ -9,10 +9,13 @@ History events are appended in the same statement or transaction as the state th
 Speed (ANCHORS.md): the hot commits (an attempt's outcome, a sleep) are ONE statement in
 autocommit mode whose data-modifying CTEs all hang off the fenced ``UPDATE`` (``… FROM f``), so a
 step costs one round trip and one commit. Commits that must read what a concurrent ``send_event``
-just committed (the inbox) run as a short transaction instead: the fenced ``UPDATE`` takes the
-instance row lock first, and the next statement's fresh READ COMMITTED snapshot sees everything
-committed before the lock was granted. Raw psycopg on one connection per process and URL; the
-schema is ``models.instances`` (names and types are bytea UTF-8, documents ``json``).
+just committed (the inbox) run as a short transaction instead, pipelined into two round trips: the
+fenced ``UPDATE`` takes the instance row lock first, and the next statement's fresh READ COMMITTED
+snapshot sees everything committed before the lock was granted. The terminal commit is one
+statement that detects (by ``next_sequence``) an event committed while it waited for the lock and
+purges it too. The epoch bump at context start uses a second connection without synchronous commit
+(see :func:`connection_for`). Raw psycopg on one connection per process and URL; the schema is
+``models.instances`` (names and types are bytea UTF-8, documents ``json``).
 """
 
 from __future__ import annotations
@@ -303,42 +306,19 @@ class ContextStore:
         if self.conn.execute(sql, params).fetchone() is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
 
-    def _lock(
-        self,
-        cur: psycopg.Cursor,
-        *,
-        n_events: int,
-        sets: str = "",
-        new_steps: int = 0,
-        now: dt.datetime,
-        extra: dict | None = None,
-    ) -> int:
-        """Inside a transaction: the fenced ``UPDATE`` (row lock); returns the first event id."""
-        row = cur.execute(
-            f"""
-UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,
-       updated_at = %(now)s{sets}
-WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s""",
-            self._params(now, n=n_events, new=new_steps, **(extra or {})),
-        ).fetchone()
-        if row is None:
-            raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
-        return row[0]
+    def _history(self, *, first_id: int, events: list[history.Event], now: dt.datetime) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)"
+                " VALUES (%s, %s, %s, %s::json, %s)",
+                [
+                    (self.pk, first_id + i, e.event_type, _json(e.attributes), e.timestamp or now)
+                    for i, e in enumerate(events)
+                ],
+            )
 
-    def _history(
-        self, cur: psycopg.Cursor, *, first_id: int, events: list[history.Event], now: dt.datetime
-    ) -> None:
-        cur.executemany(
-            "INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)"
-            " VALUES (%s, %s, %s, %s::json, %s)",
-            [
-                (self.pk, first_id + i, e.event_type, _json(e.attributes), e.timestamp or now)
-                for i, e in enumerate(events)
-            ],
-        )
-
-    def _step(self, cur: psycopg.Cursor, **values: Any) -> None:
-        cur.execute("WITH f AS (SELECT 1)," + _STEP_UPSERT + " SELECT 1", {"pk": self.pk, **values})
+    def _step(self, **values: Any) -> None:
+        self.conn.execute("WITH f AS (SELECT 1)," + _STEP_UPSERT + " SELECT 1", {"pk": self.pk, **values})
 
     # -- do ------------------------------------------------------------------------------------------
     def commit_attempt(
@@ -445,117 +425,111 @@ WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s""",
     # -- wait ------------------------------------------------------------------------------------------
     def try_wait(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> tuple[str, dict | None]:
         """Consume the oldest matching event (accepted at or before the timeout) with the step result,
-        or record ``wait_timeout`` when ``now >= timeout_at``; one transaction.
+        or record ``wait_timeout`` when ``now >= timeout_at``; one transaction, two round trips
+        (psycopg pipeline): the fenced row lock with the inbox lookup, then the writes and COMMIT.
 
         Returns ``("consumed", payload)``, ``("timed_out", None)`` or ``("suspend", None)`` (nothing
-        committed: the caller kills the child, then calls :meth:`commit_wait_suspend`). Raises
+        recorded: the caller kills the child, then calls :meth:`commit_wait_suspend`). Raises
         :class:`Fenced`.
         """
-        with self.conn.transaction():
-            cur = self.conn.cursor()
-            self._lock(cur, n_events=0, now=now)
-            row = cur.execute(
-                "SELECT pk, sequence, payload, canonical_bytes FROM inbox_events"
-                " WHERE instance_pk = %s AND type = %s AND accepted_at <= %s ORDER BY sequence LIMIT 1",
-                [self.pk, wait.event_type.encode("utf-8"), wait.timeout_at],
-            ).fetchone()
+        with self.conn.pipeline() as pipeline, self.conn.transaction():
+            first, row = self._lock_and_find(
+                pipeline, wait=wait, now=now, columns="pk, sequence, payload, canonical_bytes"
+            )
             events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
-            config = _json({"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds})
-            step = {
-                "name": name.encode("utf-8"),
-                "kind": "wait",
-                "attempts": 0,
-                "error": None,
-                "config": config,
-                "wake_at": None,
-                "timeout_at": wait.timeout_at,
-                "now": now,
-            }
+            step = self._wait_step(name, wait, now=now)
             if row is not None:
                 inbox_pk, sequence, payload, size = row
-                cur.execute("DELETE FROM inbox_events WHERE pk = %s", [inbox_pk])
+                self.conn.execute("DELETE FROM inbox_events WHERE pk = %s", [inbox_pk])
                 events += [
                     history.event_consumed(name, sequence, wait.event_type),
                     history.step_completed(name, "wait"),
                 ]
-                first = self._lock(
-                    cur,
-                    n_events=len(events),
+                self._reserve(
+                    events,
                     new_steps=int(wait.new),
-                    now=now,
                     sets=", inbox_count = inbox_count - 1, inbox_bytes = inbox_bytes - %(size)s",
                     extra={"size": size},
                 )
-                self._step(cur, state="succeeded", result=_json(payload), **step)
-                self._history(cur, first_id=first, events=events, now=now)
+                self._step(**{**step, "state": "succeeded", "result": _json(payload)})
+                self._history(first_id=first, events=events, now=now)
                 return "consumed", payload
-            if now >= wait.timeout_at:
-                events.append(history.wait_timed_out(name))
-                first = self._lock(cur, n_events=len(events), new_steps=int(wait.new), now=now)
-                self._step(
-                    cur,
-                    state="failed",
-                    result=None,
-                    **{
-                        **step,
-                        "error": _json(
-                            {
-                                "type": "WaitTimeout",
-                                "message": f"no {wait.event_type!r} event before the timeout",
-                            }
-                        ),
-                    },
-                )
-                self._history(cur, first_id=first, events=events, now=now)
-                return "timed_out", None
-        return "suspend", None
+            if now < wait.timeout_at:
+                return "suspend", None
+            events.append(history.wait_timed_out(name))
+            error = {"type": "WaitTimeout", "message": f"no {wait.event_type!r} event before the timeout"}
+            self._reserve(events, new_steps=int(wait.new))
+            self._step(**{**step, "state": "failed", "error": _json(error)})
+            self._history(first_id=first, events=events, now=now)
+            return "timed_out", None
 
     def commit_wait_suspend(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> bool:
         """After the child is dead: publish ``waiting`` with the timeout timer — unless a matching
-        event arrived meanwhile (then stay ``running``; returns True: dispatch a context)."""
-        with self.conn.transaction():
-            cur = self.conn.cursor()
-            self._lock(cur, n_events=0, now=now)
-            arrived = (
-                cur.execute(
-                    "SELECT 1 FROM inbox_events WHERE instance_pk = %s AND type = %s AND accepted_at <= %s LIMIT 1",
-                    [self.pk, wait.event_type.encode("utf-8"), wait.timeout_at],
-                ).fetchone()
-                is not None
-            )
+        event arrived meanwhile (then stay ``running``; returns True: dispatch a context). Same two
+        round trips as :meth:`try_wait`; the inbox is read after the row lock was granted, so an
+        event whose ``send_event`` saw ``running`` is never missed (no lost wake-up)."""
+        with self.conn.pipeline() as pipeline, self.conn.transaction():
+            first, row = self._lock_and_find(pipeline, wait=wait, now=now, columns="1")
+            arrived = row is not None
             status = "running" if arrived else "waiting"
             events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
             events.append(history.suspended(status, reason="wait", until=wait.timeout_at))
-            first = self._lock(
-                cur,
-                n_events=len(events),
-                new_steps=int(wait.new),
-                now=now,
-                sets=", status = %(status)s",
-                extra={"status": status},
+            self._reserve(
+                events, new_steps=int(wait.new), sets=", status = %(status)s", extra={"status": status}
             )
             if wait.new:
-                self._step(
-                    cur,
-                    name=name.encode("utf-8"),
-                    kind="wait",
-                    state="pending",
-                    attempts=0,
-                    result=None,
-                    error=None,
-                    config=_json({"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds}),
-                    wake_at=None,
-                    timeout_at=wait.timeout_at,
-                    now=now,
-                )
+                self._step(**{**self._wait_step(name, wait, now=now), "state": "pending"})
             if not arrived:
-                cur.execute(
+                self.conn.execute(
                     "INSERT INTO timers (instance_pk, kind, due_at, created_at) VALUES (%s, 'timeout', %s, %s)"
                     " ON CONFLICT (instance_pk, kind) DO UPDATE SET due_at = excluded.due_at",
                     [self.pk, decide.timer_due(wait.timeout_at, lifetime_ends_at=self.lifetime_ends_at), now],
                 )
-            self._history(cur, first_id=first, events=events, now=now)
+            self._history(first_id=first, events=events, now=now)
         return arrived
+
+    def _lock_and_find(
+        self, pipeline: psycopg.Pipeline, *, wait: decide.TryWait, now: dt.datetime, columns: str
+    ) -> tuple[int, tuple | None]:
+        """In a pipelined transaction: the fenced row lock (returns the next event id) and the oldest
+        matching inbox row (a separate statement: its snapshot follows the lock). Raises Fenced."""
+        lock = self.conn.execute(
+            "UPDATE instances SET updated_at = %(now)s WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id",
+            self._params(now),
+        )
+        found = self.conn.execute(
+            f"SELECT {columns} FROM inbox_events WHERE instance_pk = %s AND type = %s AND accepted_at <= %s"
+            " ORDER BY sequence LIMIT 1",
+            [self.pk, wait.event_type.encode("utf-8"), wait.timeout_at],
+        )
+        pipeline.sync()
+        locked = lock.fetchone()
+        if locked is None:
+            raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
+        return locked[0], found.fetchone()
+
+    def _reserve(
+        self, events: list[history.Event], *, new_steps: int, sets: str = "", extra: dict | None = None
+    ) -> None:
+        """Under the row lock: take ``len(events)`` history ids and count a new step."""
+        self.conn.execute(
+            f"UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s{sets}"
+            " WHERE pk = %(pk)s",
+            {"pk": self.pk, "n": len(events), "new": new_steps, **(extra or {})},
+        )
+
+    def _wait_step(self, name: str, wait: decide.TryWait, *, now: dt.datetime) -> dict:
+        return {
+            "name": name.encode("utf-8"),
+            "kind": "wait",
+            "attempts": 0,
+            "result": None,
+            "error": None,
+            "config": _json({"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds}),
+            "wake_at": None,
+            "timeout_at": wait.timeout_at,
+            "now": now,
+        }
 
     # -- the end ---------------------------------------------------------------------------------------
     def commit_terminal(

@@ -14,7 +14,7 @@ from celery import signals
 
 from workers.celery_app import app
 from workers.dispatch import RUN_CONTEXT
-from workers.engine import context, sandbox
+from workers.engine import children, context, sandbox
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,6 @@ def run_context(instance_pk: int) -> str:
 def _start_zygote(**_: object) -> None:
     """Start this pool process's zygote and a warm child before the first task."""
     try:
-        context.prespawn(sandbox.get_zygote())
+        children.prespawn(sandbox.get_zygote())
     except Exception:  # noqa: BLE001 - the first task will try again and report
         log.warning("could not pre-start the sandbox zygote", exc_info=True)

@@ -170,10 +170,6 @@ def _workflow_txn(session: orm.Session, *, space: str, workflow_uid: str) -> res
     return workflow
 
 
-def _is_closed_txn(session: orm.Session, workflow_uid: str) -> bool:
-    return session.get(inst_models.WorkflowClosure, workflow_uid) is not None
-
-
 def _instance_txn(
     session: orm.Session, *, workflow_uid: str, instance_id: str, lock: bool = False
 ) -> inst_models.Instance:
@@ -399,16 +395,6 @@ def list_instances(
 # events
 
 
-def _pending_wait_txn(session: orm.Session, instance_pk: int) -> inst_models.Step | None:
-    return session.scalar(
-        sa.select(inst_models.Step).where(
-            inst_models.Step.instance_pk == instance_pk,
-            inst_models.Step.kind == "wait",
-            inst_models.Step.state == "pending",
-        )
-    )
-
-
 def send_event(
     *,
     space: str,
@@ -438,11 +424,13 @@ def send_event(
     stored: dict[str, Any] = {"type": event_type}
     if payload is not ABSENT:
         stored["payload"] = payload
-    size = len(documents.canonical_document(stored, allow_none=False) or b"")
-    wake_pk = None
+    try:
+        size = len(documents.canonical_document(stored, allow_none=False) or b"")
+    except documents.DocumentTooLargeError as exc:  # a 1 MiB payload plus its type: never queueable
+        size = exc.size
     with models_db.session_scope() as session:
-        _workflow_txn(session, space=space, workflow_uid=workflow_uid)
         if idempotency is not None:
+            _workflow_txn(session, space=space, workflow_uid=workflow_uid)
             claim = idempotency_service.claim_txn(
                 session,
                 space=space,
@@ -457,59 +445,85 @@ def send_event(
             idempotency_service.store_response_txn(
                 session, space=space, key=idempotency[0], status=202, body={}
             )
-        instance = _instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id, lock=True)
-        if instance.status in inst_models.TERMINAL_STATUSES:
-            raise DomainError(
-                "instance_terminal", f"the instance is {instance.status}; it takes no more events"
-            )
-        if _is_closed_txn(session, workflow_uid):
+        row = session.execute(
+            _LOCK_INSTANCE, {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
+        ).first()
+        if row is None:
+            _workflow_txn(session, space=space, workflow_uid=workflow_uid)  # not_found first
+            raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
+        if row.status in inst_models.TERMINAL_STATUSES:
+            raise DomainError("instance_terminal", f"the instance is {row.status}; it takes no more events")
+        if row.closed:
             raise DomainError("unknown_instance", "this instance is being deleted with its DurableWorkflow")
         direct = False
-        if instance.status == "waiting" and instance.stopping is None:
-            wait = _pending_wait_txn(session, instance.pk)
+        if row.status == "waiting" and row.stopping is None:
+            # A separate statement: its snapshot is taken after the row lock was granted, so it sees
+            # the pending wait that the context committed together with ``waiting``.
+            wait = session.execute(_PENDING_WAIT, {"pk": row.pk}).first()
             direct = (
                 wait is not None
                 and (wait.config or {}).get("type") == event_type
                 and (wait.timeout_at is None or now <= wait.timeout_at)
             )
         if not direct and (
-            instance.inbox_count + 1 > MAX_QUEUED_EVENTS or instance.inbox_bytes + size > MAX_QUEUED_BYTES
+            row.inbox_count + 1 > MAX_QUEUED_EVENTS or row.inbox_bytes + size > MAX_QUEUED_BYTES
         ):
             raise DomainError(
                 "event_queue_full",
                 (
-                    f"the instance holds {instance.inbox_count} unconsumed events of {instance.inbox_bytes} bytes;"
+                    f"the instance holds {row.inbox_count} unconsumed events of {row.inbox_bytes} bytes;"
                     f" limits are {MAX_QUEUED_EVENTS} events and {MAX_QUEUED_BYTES} bytes"
                 ),
             )
-        sequence = instance.next_sequence
-        session.add(
-            inst_models.InboxEvent(
-                instance_pk=instance.pk,
-                sequence=sequence,
-                type=event_type,
-                payload=None if payload is ABSENT else payload,
-                canonical_bytes=size,
-                accepted_at=now,
-            )
+        session.execute(
+            _ACCEPT_EVENT,
+            {
+                "pk": row.pk,
+                "type": event_type.encode("utf-8"),
+                "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
+                "payload": None if payload is ABSENT else json.dumps(payload, allow_nan=False),
+                "size": size,
+                "now": now,
+                "direct": direct,
+            },
         )
-        instance.next_sequence = sequence + 1
-        instance.inbox_count += 1
-        instance.inbox_bytes += size
-        instance.updated_at = now
-        append_history_txn(
-            session,
-            instance=instance,
-            now=now,
-            events=[("EventAccepted", {"sequence": sequence, "type": event_type})],
-        )
-        if direct:
-            instance.status = "running"
-            session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == instance.pk))
-            wake_pk = instance.pk
-    if wake_pk is not None:
-        dispatch.run_context(wake_pk)
+    if direct:
+        dispatch.run_context(row.pk)
     return {}
+
+
+_LOCK_INSTANCE = sa.text("""
+SELECT i.pk, i.status, i.stopping, i.inbox_count, i.inbox_bytes,
+       EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
+FROM instances i JOIN resources r ON r.uid = i.workflow_uid
+WHERE i.workflow_uid = :uid AND i.instance_id = :instance_id
+  AND r.space = :space AND r.form = 'DurableWorkflow' AND r.deleted_at IS NULL
+FOR UPDATE OF i
+""")
+_PENDING_WAIT = sa.text("""
+SELECT config, timeout_at FROM steps
+WHERE instance_pk = :pk AND kind = 'wait' AND state = 'pending' LIMIT 1
+""")
+# One statement: the event with the next sequence, the counters, EventAccepted, and for a direct
+# delivery the wake (status running, the timeout timer cancelled).
+_ACCEPT_EVENT = sa.text("""
+WITH f AS (
+  UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1,
+         inbox_bytes = inbox_bytes + :size, next_event_id = next_event_id + 1, updated_at = :now,
+         status = CASE WHEN :direct THEN 'running' ELSE status END
+  WHERE pk = :pk RETURNING next_sequence - 1 AS sequence, next_event_id - 1 AS event_id
+), e AS (
+  INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)
+  SELECT :pk, f.sequence, :type, CAST(:payload AS json), :size, :now FROM f
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT :pk, f.event_id, 'EventAccepted',
+         CAST('{"sequence":' || f.sequence || ',"type":' || :type_json || '}' AS json), :now FROM f
+), t AS (
+  DELETE FROM timers WHERE instance_pk = :pk AND CAST(:direct AS boolean)
+)
+SELECT sequence FROM f
+""")
 
 
 def inbox(*, space: str, workflow_uid: str, instance_id: str) -> dict:
@@ -801,14 +815,3 @@ def call_binding(
         return None
     terminate(space=space, workflow_uid=workflow_uid, instance_id=args["id"], now=now)
     return None
-
-
-def instance_pk_of(*, workflow_uid: str, instance_id: str) -> int | None:
-    """The row key of an instance id (``None`` if unknown): lets a context spot a self-terminate."""
-    with models_db.session_scope() as session:
-        return session.scalar(
-            sa.select(inst_models.Instance.pk).where(
-                inst_models.Instance.workflow_uid == workflow_uid,
-                inst_models.Instance.instance_id == instance_id,
-            )
-        )

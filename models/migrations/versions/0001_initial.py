@@ -2,7 +2,7 @@
 
 Revision ID: 0001_initial
 Revises:
-Create Date: 2026-11-30 09:46:49.896835
+Create Date: 2026-11-30 10:27:43.608879
 """
 
 from __future__ import annotations

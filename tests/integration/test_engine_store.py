@@ -1,0 +1,105 @@
+"""Store-level races (workers/engine/store.py): what a concurrent send_event commits while a
+context's statement waits for the instance row lock is never lost or left behind."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import psycopg
+import pytest
+
+from models.base import utcnow
+from tests.support import workflows
+from workers import dispatch
+from workers.engine import decide, store
+from workers.services import instances as service
+
+SOURCE = """
+class W:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        return {}
+"""
+
+
+@pytest.fixture(scope="module")
+def db_url():
+    with workflows.isolated_database() as url:
+        yield url
+
+
+@pytest.fixture()
+def started(db_url, space_token, monkeypatch):
+    """A context store that took the token of a fresh instance (no child: the store alone)."""
+    monkeypatch.setattr(dispatch, "run_context", lambda pk: None)
+    space = space_token[0]
+    deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name="W")
+    service.create(space=space, workflow_uid=deployed.workflow, instance_id="i")
+    pk = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="i").pk
+    conn = psycopg.connect(**store.connect_kwargs(db_url), autocommit=True)
+    snapshot = store.load_instance(conn, pk)
+    cs = store.ContextStore(conn, pk=pk, lifetime_ends_at=snapshot.lifetime_ends_at)
+    assert cs.start(version_uid=deployed.version, now=utcnow())
+    yield cs, deployed
+    conn.close()
+
+
+def _concurrent_event(db_url, pk, event_type, *, hold: float, during):
+    """Accept an event in a transaction that holds the instance row lock while ``during`` runs in a
+    thread (so that its statement waits for the lock), then commit it."""
+    conn = psycopg.connect(**store.connect_kwargs(db_url))
+    conn.execute("SELECT 1 FROM instances WHERE pk = %s FOR UPDATE", [pk])
+    conn.execute(
+        "INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)"
+        " SELECT pk, next_sequence, %s, NULL, 12, now() FROM instances WHERE pk = %s",
+        [event_type.encode(), pk],
+    )
+    conn.execute(
+        "UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1 WHERE pk = %s",
+        [pk],
+    )
+    result = []
+    thread = threading.Thread(target=lambda: result.append(during()))
+    thread.start()
+    time.sleep(hold)
+    assert thread.is_alive()  # it waits for our lock
+    conn.commit()
+    conn.close()
+    thread.join(10)
+    return result
+
+
+def test_a_terminal_commit_purges_an_event_committed_while_it_waited(db_url, started):
+    cs, deployed = started
+    _concurrent_event(
+        db_url,
+        cs.pk,
+        "late",
+        hold=0.3,
+        during=lambda: cs.commit_terminal(status="complete", output={}, now=utcnow()),
+    )
+    assert (
+        service.status(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")["status"]
+        == "complete"
+    )
+    assert service.inbox(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i") == {
+        "events": []
+    }
+    with psycopg.connect(**store.connect_kwargs(db_url)) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM inbox_events WHERE instance_pk = %s", [cs.pk]
+        ).fetchone() == (0,)
+
+
+def test_a_wait_that_suspends_sees_an_event_committed_while_it_waited(db_url, started):
+    cs, _ = started
+    now = utcnow()
+    wait = decide.TryWait("go", 60, now + dt.timedelta(seconds=60), new=True)
+    result = _concurrent_event(
+        db_url, cs.pk, "go", hold=0.3, during=lambda: cs.commit_wait_suspend(name="w", wait=wait, now=now)
+    )
+    assert result == [True]  # the event arrived: stay running and dispatch, never sit in waiting
+    consumed = cs.try_wait(name="w", wait=decide.TryWait("go", 60, wait.timeout_at, new=False), now=now)
+    assert consumed == ("consumed", None)
