@@ -179,3 +179,47 @@ class Http:
         "id": "h/1",
         "params": {"p": 1},
     }
+
+
+def test_the_embedded_default_database_runs_the_same_engine(tmp_path):
+    """API, worker and beat processes sharing one SQLite file (``takohost dev``'s database): a
+    sleep woken by beat, an event over HTTP, a retried step — the portable store, same semantics."""
+    source = """
+class Dev:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        a = step.do("a", lambda: {"ok": True})
+        step.sleep("nap", 1)
+        got = step.wait_for_event("w", {"type": "go", "timeoutSeconds": 600})
+        marker = event["params"]["marker"]
+        def flaky():
+            import os
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                raise RuntimeError("first attempt fails")
+            return {"second": True}
+        return {"a": a, "got": got, "flaky": step.do("flaky", flaky, {"maxAttempts": 2, "initialDelaySeconds": 1})}
+"""
+    with workflows.private_stack(workers=1, database="sqlite") as stack:
+        deployed = workflows.deploy(stack.db_url, space=stack.space, source=source, class_name="Dev")
+        http = stack.instances(deployed.workflow)
+        marker = str(tmp_path / "marker")
+        assert http.call("POST", body={"id": "dev/1", "params": {"marker": marker}}) == (201, {"id": "dev/1"})
+        workflows.wait_until(
+            lambda: http.status("dev/1")["status"] == "waiting", timeout=30, message="waiting"
+        )
+        assert http.call(
+            "POST", "/" + http.enc("dev/1") + "/events", body={"type": "go", "payload": {"k": 1}}
+        ) == (202, {})
+        workflows.wait_until(
+            lambda: http.status("dev/1")["status"] == "complete", timeout=30, message="complete"
+        )
+        assert http.status("dev/1")["output"] == {
+            "a": {"ok": True},
+            "got": {"k": 1},
+            "flaky": {"second": True},
+        }
+        code, history = http.call("GET", "/" + http.enc("dev/1") + "/history")
+        types = [e["eventType"] for e in history["events"]]
+        assert types[0] == "InstanceCreated" and types[-1] == "InstanceCompleted"
+        assert "SleepCompleted" in types and types.count("StepAttemptFailed") == 1

@@ -178,7 +178,9 @@ def test_the_heartbeat_notices_fencing_and_kills_a_running_effect(
     leases = lease_mod.store_for(
         redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
     )
-    beat = heartbeat.heartbeat_for(leases=leases, database_url_kwargs=store.connect_kwargs(db_url))
+    beat = heartbeat.heartbeat_for(
+        leases=leases, url=db_url, read_epochs=store.backend_for(db_url).read_epochs
+    )
     captured = []
     original = beat.register
     monkeypatch.setattr(beat, "register", lambda watched: (captured.append(watched), original(watched)))

@@ -73,10 +73,10 @@ def pick_version(deployment_spec: dict | None, *, rng: random.Random | None = No
     return (rng or random).choices(uids, weights=weights)[0]
 
 
-def _version(conn: Any, uid: str) -> VersionChoice | None:
+def _version(backend: Any, uid: str) -> VersionChoice | None:
     spec = _version_cache.get(uid)
     if spec is None:
-        spec = store.load_version(conn, uid)
+        spec = backend.load_version(uid)
         if spec is None:
             return None
         _version_cache[uid] = spec  # Versions are immutable (CONTRACT §3.2)
@@ -101,14 +101,14 @@ class ReplayContext:
         self.settings = settings
         self.zygote = zygote
         self.leases = leases
-        self.conn = store.connection_for(settings.database_url)
+        self.backend = store.backend_for(settings.database_url)
         self.heartbeat = heartbeat.heartbeat_for(
-            leases=leases, database_url_kwargs=store.connect_kwargs(settings.database_url)
+            leases=leases, url=settings.database_url, read_epochs=self.backend.read_epochs
         )
         self.watched: heartbeat.Watched | None = None
         self.lease: lease_mod.Lease | None = None
         self.child: sandbox.ChildHandle | None = None
-        self.store: store.ContextStore | None = None
+        self.store: Any = None  # store.ContextStore or store_sqla.SqlaContextStore
         self.snapshot: store.InstanceSnapshot | None = None
         self.version: VersionChoice | None = None
         self.steps: dict[str, decide.StepRecord] = {}
@@ -131,7 +131,7 @@ class ReplayContext:
         except BaseException:
             log.exception("replay context failed", extra={"instance": self.pk})
             self._kill_child()
-            store.discard_connection(self.settings.database_url)
+            self.backend.discard()
             raise
         finally:
             self._finish()
@@ -156,7 +156,7 @@ class ReplayContext:
             self.lease = None
 
     def _run(self) -> str:
-        snapshot = self.snapshot = store.load_instance(self.conn, self.pk)
+        snapshot = self.snapshot = self.backend.load_instance(self.pk)
         if (
             snapshot is None
             or snapshot.status not in ("queued", "running")
@@ -166,16 +166,11 @@ class ReplayContext:
         ):
             return "not_runnable"
         version_uid = pick_version(snapshot.deployment_spec)
-        version = self.version = None if version_uid is None else _version(self.conn, version_uid)
+        version = self.version = None if version_uid is None else _version(self.backend, version_uid)
         if version is None:
             log.warning("no Version to run; left for the sweep", extra={"instance": self.pk})
             return "no_version"
-        self.store = store.ContextStore(
-            self.conn,
-            pk=self.pk,
-            lifetime_ends_at=snapshot.lifetime_ends_at,
-            start_conn=store.connection_for(self.settings.database_url, synchronous_commit=False),
-        )
+        self.store = self.backend.context_store(pk=self.pk, lifetime_ends_at=snapshot.lifetime_ends_at)
         lifetime_over = self.clock() >= snapshot.lifetime_ends_at
         if not lifetime_over:
             # The child imports the code while the token is taken (the fork and the import are the

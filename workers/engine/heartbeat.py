@@ -21,8 +21,7 @@ import dataclasses
 import logging
 import os
 import threading
-
-import psycopg
+from collections.abc import Callable
 
 from workers.engine import lease as lease_mod
 from workers.engine import sandbox
@@ -45,11 +44,16 @@ class Watched:
 class Heartbeat:
     """The process's heartbeat thread (started on first :meth:`register`)."""
 
-    def __init__(self, *, leases: lease_mod.LeaseStore, database_url_kwargs: dict, interval: float) -> None:
+    def __init__(
+        self,
+        *,
+        leases: lease_mod.LeaseStore,
+        read_epochs: Callable[[list[int]], dict[int, int]],
+        interval: float,
+    ) -> None:
         self.leases = leases
         self.interval = interval
-        self._db_kwargs = database_url_kwargs
-        self._conn: psycopg.Connection | None = None
+        self._read_epochs = read_epochs
         self._watched: set[Watched] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -105,14 +109,10 @@ class Heartbeat:
 
     def _epochs(self, pks: list[int]) -> dict[int, int] | None:
         try:
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = psycopg.connect(**self._db_kwargs, autocommit=True)
-            rows = self._conn.execute("SELECT pk, epoch FROM instances WHERE pk = ANY(%s)", [pks]).fetchall()
-        except psycopg.Error:
+            return self._read_epochs(pks)
+        except Exception:  # noqa: BLE001 - the database is away: check again next time
             log.warning("heartbeat cannot read epochs", exc_info=True)
-            self._conn = None
             return None
-        return dict(rows)
 
     @staticmethod
     def _kill(watched: Watched) -> None:
@@ -128,13 +128,16 @@ _heartbeats: dict[tuple[int, str, str], Heartbeat] = {}
 _heartbeats_lock = threading.Lock()
 
 
-def heartbeat_for(*, leases: lease_mod.LeaseStore, database_url_kwargs: dict) -> Heartbeat:
-    """This process's heartbeat for ``leases`` (interval: a third of the lease TTL)."""
-    key = (os.getpid(), leases.key(0), repr(sorted(database_url_kwargs.items())))
+def heartbeat_for(
+    *, leases: lease_mod.LeaseStore, url: str, read_epochs: Callable[[list[int]], dict[int, int]]
+) -> Heartbeat:
+    """This process's heartbeat for ``leases`` and database ``url`` (interval: a third of the
+    lease TTL); ``read_epochs`` reads stored epochs on a connection the thread may use."""
+    key = (os.getpid(), leases.key(0), url)
     with _heartbeats_lock:
         beat = _heartbeats.get(key)
         if beat is None:
             beat = _heartbeats[key] = Heartbeat(
-                leases=leases, database_url_kwargs=database_url_kwargs, interval=leases.ttl_ms / 3000.0
+                leases=leases, read_epochs=read_epochs, interval=leases.ttl_ms / 3000.0
             )
         return beat

@@ -16,6 +16,10 @@ statement that detects (by ``next_sequence``) an event committed while it waited
 purges it too. The epoch bump at context start uses a second connection without synchronous commit
 (see :func:`connection_for`). Raw psycopg on one connection per process and URL; the schema is
 ``models.instances`` (names and types are bytea UTF-8, documents ``json``).
+
+Other databases (the embedded default's SQLite) get ``store_sqla.SqlaBackend`` from
+:func:`backend_for`: the same interface and the same commit plans (``commits``), as plain
+transactions. The context only talks to a backend.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from workers.engine import decide, history
+from workers.engine import commits, decide, history
 
 _SELECT_START = """
 SELECT i.status, i.stopping, i.workflow_uid, i.space, i.instance_id, i.params, i.lifetime_ends_at,
@@ -207,6 +211,64 @@ def load_version(conn: psycopg.Connection, version_uid: str) -> dict | None:
     return None if row is None else row[0]
 
 
+class PgBackend:
+    """Reads of a context and its :class:`ContextStore` on Postgres (raw psycopg, this process's
+    connections to ``url``); ``store_sqla.SqlaBackend`` is the portable twin."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._epoch_conn: psycopg.Connection | None = None
+        self._epoch_pid = 0
+
+    def load_instance(self, pk: int) -> InstanceSnapshot | None:
+        """See :func:`load_instance`."""
+        return load_instance(connection_for(self.url), pk)
+
+    def load_version(self, version_uid: str) -> dict | None:
+        """See :func:`load_version`."""
+        return load_version(connection_for(self.url), version_uid)
+
+    def context_store(self, *, pk: int, lifetime_ends_at: dt.datetime) -> ContextStore:
+        """The fenced writes of one context of instance ``pk``."""
+        return ContextStore(
+            connection_for(self.url),
+            pk=pk,
+            lifetime_ends_at=lifetime_ends_at,
+            start_conn=connection_for(self.url, synchronous_commit=False),
+        )
+
+    def read_epochs(self, pks: list[int]) -> dict[int, int]:
+        """The stored epoch of each instance, on a connection of its own (the heartbeat thread's)."""
+        conn = self._epoch_conn
+        if conn is None or conn.closed or conn.broken or self._epoch_pid != os.getpid():
+            conn = self._epoch_conn = psycopg.connect(**connect_kwargs(self.url), autocommit=True)
+            self._epoch_pid = os.getpid()
+        return dict(conn.execute("SELECT pk, epoch FROM instances WHERE pk = ANY(%s)", [pks]).fetchall())
+
+    def discard(self) -> None:
+        """Drop this process's connections after an unexpected error."""
+        discard_connection(self.url)
+
+
+_backends: dict[tuple[int, str], Any] = {}
+
+
+def backend_for(url: str) -> Any:
+    """This process's store backend for ``url``: :class:`PgBackend` for Postgres, else the
+    portable ``store_sqla.SqlaBackend`` (the embedded default's SQLite)."""
+    key = (os.getpid(), url)
+    backend = _backends.get(key)
+    if backend is None:
+        if url.startswith("postgresql"):
+            backend = PgBackend(url)
+        else:
+            from workers.engine import store_sqla
+
+            backend = store_sqla.SqlaBackend(url)
+        _backends[key] = backend
+    return backend
+
+
 class ContextStore:
     """The fenced writes of one replay context of instance ``pk`` holding token ``epoch``."""
 
@@ -255,38 +317,52 @@ class ContextStore:
             )
         return steps
 
-    # -- helpers -----------------------------------------------------------------------------------
+    # -- applying commit plans ---------------------------------------------------------------------
     def _params(self, now: dt.datetime, **extra: Any) -> dict[str, Any]:
         return {"pk": self.pk, "epoch": self.epoch, "now": now, **extra}
 
-    def _one_statement(
-        self,
-        *,
-        sets: str,
-        new_steps: int,
-        events: list[history.Event],
-        now: dt.datetime,
-        step: dict | None = None,
-        timer: tuple[str, dt.datetime] | None = None,
-    ) -> None:
-        """Run one fenced autocommit statement: the instance ``UPDATE`` (``sets`` extra assignments,
-        each starting with ``", "``), a step upsert, a timer upsert and the history rows. Raises
-        :class:`Fenced`. ``updated_at`` (indexed, read by the sweep) is touched only when ``sets``
-        says so, i.e. on status changes: a step that only records its outcome stays a cheap
-        (HOT-eligible) row update."""
-        params = self._params(now, n=len(events), new=new_steps)
+    @staticmethod
+    def _sets(commit: commits.Commit) -> str:
+        sets = ""
+        if commit.status is not None:
+            sets += ", status = %(status)s"
+        if commit.touch:
+            sets += ", updated_at = %(now)s"
+        return sets
+
+    @staticmethod
+    def _step_params(row: commits.StepRow) -> dict[str, Any]:
+        return {
+            "name": row.name.encode("utf-8"),
+            "kind": row.kind,
+            "state": row.state,
+            "attempts": row.attempts,
+            "result": _json(row.result),
+            "error": _json(row.error),
+            "config": _json(row.config),
+            "wake_at": row.wake_at,
+            "timeout_at": row.timeout_at,
+        }
+
+    def apply(self, commit: commits.Commit, *, now: dt.datetime) -> None:
+        """Apply a commit plan as ONE fenced autocommit statement: the instance ``UPDATE`` and,
+        hanging off it (``… FROM f``), the step upsert, the timer upsert and the history rows.
+        Raises :class:`Fenced`. Only for commits that read nothing a concurrent ``send_event`` may
+        just have written (the inbox): the statement's snapshot predates a lock wait."""
+        events = commit.events
+        params = self._params(now, n=len(events), new=commit.new_steps, status=commit.status)
         parts = [
             f"""f AS (
-  UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s{sets}
+  UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s{self._sets(commit)}
   WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s AS e0
 )"""
         ]
-        if step is not None:
+        if commit.step is not None:
             parts.append(_STEP_UPSERT)
-            params.update(step)
-        if timer is not None:
+            params.update(self._step_params(commit.step))
+        if commit.timer is not None:
             parts.append(_TIMER_UPSERT)
-            params.update(timer_kind=timer[0], timer_due=timer[1])
+            params.update(timer_kind=commit.timer[0], timer_due=commit.timer[1])
         if events:
             values = []
             for index, event in enumerate(events):
@@ -298,29 +374,60 @@ class ContextStore:
                         f"ts{index}": event.timestamp or now,
                     }
                 )
-            parts.append(f"""h AS (
+            parts.append(
+                f"""h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
   SELECT %(pk)s, f.e0 + v.i, v.t, v.a::json, v.ts FROM f CROSS JOIN (VALUES {", ".join(values)}) AS v(i, t, a, ts)
-)""")
+)"""
+            )
         sql = "WITH " + ",\n".join(parts) + "\nSELECT e0 FROM f"
         if self.conn.execute(sql, params).fetchone() is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
 
-    def _history(self, *, first_id: int, events: list[history.Event], now: dt.datetime) -> None:
+    def _apply_locked(
+        self,
+        commit: commits.Commit,
+        *,
+        first_id: int,
+        now: dt.datetime,
+        sets: str = "",
+        extra: dict | None = None,
+    ) -> None:
+        """Inside a transaction that holds the row lock (from :meth:`_lock_and_find`): the same
+        writes as :meth:`apply`, as separate statements (they all go out in the pipeline)."""
+        self.conn.execute(
+            "UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s"
+            f"{self._sets(commit)}{sets} WHERE pk = %(pk)s",
+            {
+                "pk": self.pk,
+                "n": len(commit.events),
+                "new": commit.new_steps,
+                "status": commit.status,
+                "now": now,
+                **(extra or {}),
+            },
+        )
+        if commit.step is not None:
+            self.conn.execute(
+                "WITH f AS (SELECT 1)," + _STEP_UPSERT + " SELECT 1",
+                {"pk": self.pk, "now": now, **self._step_params(commit.step)},
+            )
+        if commit.timer is not None:
+            self.conn.execute(
+                "WITH f AS (SELECT 1)," + _TIMER_UPSERT + " SELECT 1",
+                {"pk": self.pk, "now": now, "timer_kind": commit.timer[0], "timer_due": commit.timer[1]},
+            )
         with self.conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)"
                 " VALUES (%s, %s, %s, %s::json, %s)",
                 [
                     (self.pk, first_id + i, e.event_type, _json(e.attributes), e.timestamp or now)
-                    for i, e in enumerate(events)
+                    for i, e in enumerate(commit.events)
                 ],
             )
 
-    def _step(self, **values: Any) -> None:
-        self.conn.execute("WITH f AS (SELECT 1)," + _STEP_UPSERT + " SELECT 1", {"pk": self.pk, **values})
-
-    # -- do ------------------------------------------------------------------------------------------
+    # -- do, sleep -------------------------------------------------------------------------------------
     def commit_attempt(
         self,
         *,
@@ -332,97 +439,34 @@ class ContextStore:
         outcome: decide.Outcome,
         now: dt.datetime,
     ) -> None:
-        """Record one finished attempt of ``step.do`` with its history (one statement).
+        """Record one finished attempt of ``step.do`` (``commits.attempt``). Raises :class:`Fenced`."""
+        self.apply(
+            commits.attempt(
+                name=name,
+                attempt=attempt,
+                new=new,
+                policy=policy,
+                started_at=started_at,
+                outcome=outcome,
+                lifetime_ends_at=self.lifetime_ends_at,
+            ),
+            now=now,
+        )
 
-        Success → ``succeeded`` with the result; a retry → ``pending`` with ``attempts`` and the next
-        attempt's time (a ``retry`` timer unless the delay is 0: the caller dispatches a context
-        itself); final failure → ``failed``. Raises :class:`Fenced`.
-        """
-        events = [history.attempt_started(name, attempt, at=started_at)]
-        step = {
-            "name": name.encode("utf-8"),
-            "kind": "do",
-            "attempts": attempt,
-            "config": _json({"policy": policy}),
-            "timeout_at": None,
-            "wake_at": None,
-            "result": None,
-            "error": None,
-        }
-        timer = None
-        if isinstance(outcome, decide.AttemptSucceeded):
-            step.update(state="succeeded", result=_json(outcome.result))
-            events.append(history.step_completed(name, "do", attempt=attempt))
-        elif isinstance(outcome, decide.AttemptFailedRetry):
-            step.update(state="pending", error=_json(outcome.error), wake_at=outcome.retry_at)
-            events.append(history.attempt_failed(name, attempt, outcome.error, retry_at=outcome.retry_at))
-            events.append(history.suspended("running", reason="retry", until=outcome.retry_at))
-            if outcome.delay > 0:
-                timer = ("retry", decide.timer_due(outcome.retry_at, lifetime_ends_at=self.lifetime_ends_at))
-        else:
-            assert isinstance(outcome, decide.AttemptFailedFinal)
-            step.update(state="failed", error=_json({**outcome.error, "message": outcome.message}))
-            events.append(history.attempt_failed(name, attempt, outcome.error))
-            events.append(history.step_failed(name, attempt, outcome.message))
-        touch = ", updated_at = %(now)s" if isinstance(outcome, decide.AttemptFailedRetry) else ""
-        self._one_statement(sets=touch, new_steps=int(new), events=events, now=now, step=step, timer=timer)
-
-    # -- sleep -----------------------------------------------------------------------------------------
     def commit_sleep_completed(
         self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
     ) -> None:
-        """Record a completed sleep (0 s in place, or a deadline that passed). Raises :class:`Fenced`."""
-        events = [history.sleep_scheduled(name, wake_at)] if new else []
-        events.append(history.sleep_completed(name))
-        step = {
-            "name": name.encode("utf-8"),
-            "kind": "sleep",
-            "state": "succeeded",
-            "attempts": 0,
-            "result": None,
-            "error": None,
-            "config": _json({"seconds": seconds} if new else None),
-            "wake_at": wake_at,
-            "timeout_at": None,
-        }
-        self._one_statement(sets="", new_steps=int(new), events=events, now=now, step=step)
+        """Record a completed sleep (``commits.sleep_completed``). Raises :class:`Fenced`."""
+        self.apply(commits.sleep_completed(name=name, seconds=seconds, wake_at=wake_at, new=new), now=now)
 
     def commit_suspend(
         self, *, suspend: decide.Suspend, name: str, seconds: int | None, now: dt.datetime
     ) -> None:
-        """After the child is dead: publish ``sleeping`` (sleep) or keep ``running`` (a retry delay
-        not yet over) with the timer row. Raises :class:`Fenced`."""
-        events: list[history.Event] = []
-        step = None
-        if suspend.kind == "sleep":
-            status = "sleeping"
-            timer_kind = "wake"
-            if suspend.new:
-                events.append(history.sleep_scheduled(name, suspend.due))
-                step = {
-                    "name": name.encode("utf-8"),
-                    "kind": "sleep",
-                    "state": "pending",
-                    "attempts": 0,
-                    "result": None,
-                    "error": None,
-                    "config": _json({"seconds": seconds}),
-                    "wake_at": suspend.due,
-                    "timeout_at": None,
-                }
-        else:
-            status, timer_kind = "running", "retry"
-        events.append(history.suspended(status, reason=suspend.kind, until=suspend.due))
-        self._one_statement(
-            sets=f", status = '{status}', updated_at = %(now)s",
-            new_steps=int(step is not None),
-            events=events,
-            now=now,
-            step=step,
-            timer=(timer_kind, suspend.timer_due),
-        )
+        """After the child is dead: ``sleeping``, or ``running`` with a retry timer
+        (``commits.suspend``). Raises :class:`Fenced`."""
+        self.apply(commits.suspend(suspend=suspend, name=name, seconds=seconds), now=now)
 
-    # -- wait ------------------------------------------------------------------------------------------
+    # -- wait --------------------------------------------------------------------------------------------
     def try_wait(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> tuple[str, dict | None]:
         """Consume the oldest matching event (accepted at or before the timeout) with the step result,
         or record ``wait_timeout`` when ``now >= timeout_at``; one transaction, two round trips
@@ -436,31 +480,21 @@ class ContextStore:
             first, row = self._lock_and_find(
                 pipeline, wait=wait, now=now, columns="pk, sequence, payload, canonical_bytes"
             )
-            events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
-            step = self._wait_step(name, wait, now=now)
             if row is not None:
                 inbox_pk, sequence, payload, size = row
                 self.conn.execute("DELETE FROM inbox_events WHERE pk = %s", [inbox_pk])
-                events += [
-                    history.event_consumed(name, sequence, wait.event_type),
-                    history.step_completed(name, "wait"),
-                ]
-                self._reserve(
-                    events,
-                    new_steps=int(wait.new),
-                    sets=", inbox_count = inbox_count - 1, inbox_bytes = inbox_bytes - %(size)s",
+                commit = commits.wait_consumed(name=name, wait=wait, sequence=sequence, payload=payload)
+                self._apply_locked(
+                    commit,
+                    first_id=first,
+                    now=now,
                     extra={"size": size},
+                    sets=", inbox_count = inbox_count - 1, inbox_bytes = inbox_bytes - %(size)s",
                 )
-                self._step(**{**step, "state": "succeeded", "result": _json(payload)})
-                self._history(first_id=first, events=events, now=now)
                 return "consumed", payload
             if now < wait.timeout_at:
                 return "suspend", None
-            events.append(history.wait_timed_out(name))
-            error = {"type": "WaitTimeout", "message": f"no {wait.event_type!r} event before the timeout"}
-            self._reserve(events, new_steps=int(wait.new))
-            self._step(**{**step, "state": "failed", "error": _json(error)})
-            self._history(first_id=first, events=events, now=now)
+            self._apply_locked(commits.wait_timed_out(name=name, wait=wait), first_id=first, now=now)
             return "timed_out", None
 
     def commit_wait_suspend(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> bool:
@@ -470,23 +504,11 @@ class ContextStore:
         event whose ``send_event`` saw ``running`` is never missed (no lost wake-up)."""
         with self.conn.pipeline() as pipeline, self.conn.transaction():
             first, row = self._lock_and_find(pipeline, wait=wait, now=now, columns="1")
-            arrived = row is not None
-            status = "running" if arrived else "waiting"
-            events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
-            events.append(history.suspended(status, reason="wait", until=wait.timeout_at))
-            self._reserve(
-                events, new_steps=int(wait.new), sets=", status = %(status)s", extra={"status": status}
+            commit = commits.wait_suspend(
+                name=name, wait=wait, arrived=row is not None, lifetime_ends_at=self.lifetime_ends_at
             )
-            if wait.new:
-                self._step(**{**self._wait_step(name, wait, now=now), "state": "pending"})
-            if not arrived:
-                self.conn.execute(
-                    "INSERT INTO timers (instance_pk, kind, due_at, created_at) VALUES (%s, 'timeout', %s, %s)"
-                    " ON CONFLICT (instance_pk, kind) DO UPDATE SET due_at = excluded.due_at",
-                    [self.pk, decide.timer_due(wait.timeout_at, lifetime_ends_at=self.lifetime_ends_at), now],
-                )
-            self._history(first_id=first, events=events, now=now)
-        return arrived
+            self._apply_locked(commit, first_id=first, now=now)
+        return row is not None
 
     def _lock_and_find(
         self, pipeline: psycopg.Pipeline, *, wait: decide.TryWait, now: dt.datetime, columns: str
@@ -507,29 +529,6 @@ class ContextStore:
         if locked is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
         return locked[0], found.fetchone()
-
-    def _reserve(
-        self, events: list[history.Event], *, new_steps: int, sets: str = "", extra: dict | None = None
-    ) -> None:
-        """Under the row lock: take ``len(events)`` history ids and count a new step."""
-        self.conn.execute(
-            f"UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s{sets}"
-            " WHERE pk = %(pk)s",
-            {"pk": self.pk, "n": len(events), "new": new_steps, **(extra or {})},
-        )
-
-    def _wait_step(self, name: str, wait: decide.TryWait, *, now: dt.datetime) -> dict:
-        return {
-            "name": name.encode("utf-8"),
-            "kind": "wait",
-            "attempts": 0,
-            "result": None,
-            "error": None,
-            "config": _json({"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds}),
-            "wake_at": None,
-            "timeout_at": wait.timeout_at,
-            "now": now,
-        }
 
     # -- the end ---------------------------------------------------------------------------------------
     def commit_terminal(

@@ -17,6 +17,7 @@ import logging
 import sqlalchemy as sa
 
 from models import db as models_db
+from models import instances as inst_models
 from takohost import config
 from workers import dispatch
 from workers.services import instances as instance_service
@@ -26,21 +27,39 @@ log = logging.getLogger(__name__)
 BATCH = 1000
 MIN_GRACE_SECONDS = 5.0
 
-_CANDIDATES = sa.text("""
-SELECT i.pk FROM instances i
-WHERE i.status IN ('queued', 'running') AND i.stopping IS NULL AND i.updated_at < :cutoff
-  AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.instance_pk = i.pk AND t.kind = 'retry')
-  AND NOT EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid)
-ORDER BY i.updated_at LIMIT :batch
-""")
-_STOPPING = sa.text("""
-SELECT pk FROM instances
-WHERE stopping = 'terminate' AND status IN ('queued', 'running', 'sleeping', 'waiting') AND updated_at < :cutoff
-ORDER BY updated_at LIMIT :batch
-""")
-_TOUCH = sa.text(
-    "UPDATE instances SET updated_at = :now WHERE pk = ANY(:pks) AND status IN ('queued', 'running')"
-)
+INSTANCES = inst_models.Instance.__table__
+TIMERS = inst_models.Timer.__table__
+CLOSURES = inst_models.WorkflowClosure.__table__
+
+
+def _candidates(cutoff: dt.datetime) -> sa.Select:
+    retry = sa.select(TIMERS.c.pk).where(TIMERS.c.instance_pk == INSTANCES.c.pk, TIMERS.c.kind == "retry")
+    closed = sa.select(CLOSURES.c.workflow_uid).where(CLOSURES.c.workflow_uid == INSTANCES.c.workflow_uid)
+    return (
+        sa.select(INSTANCES.c.pk)
+        .where(
+            INSTANCES.c.status.in_(("queued", "running")),
+            INSTANCES.c.stopping.is_(None),
+            INSTANCES.c.updated_at < cutoff,
+            ~retry.exists(),
+            ~closed.exists(),
+        )
+        .order_by(INSTANCES.c.updated_at)
+        .limit(BATCH)
+    )
+
+
+def _stopping(cutoff: dt.datetime) -> sa.Select:
+    return (
+        sa.select(INSTANCES.c.pk)
+        .where(
+            INSTANCES.c.stopping == "terminate",
+            INSTANCES.c.status.in_(("queued", "running", "sleeping", "waiting")),
+            INSTANCES.c.updated_at < cutoff,
+        )
+        .order_by(INSTANCES.c.updated_at)
+        .limit(BATCH)
+    )
 
 
 def grace_seconds(settings: config.Settings) -> float:
@@ -54,7 +73,7 @@ def finish_terminations(*, now: dt.datetime, settings: config.Settings) -> int:
     ``backend_unavailable`` and did not call again) once no lease proves a context still runs."""
     cutoff = now - dt.timedelta(seconds=grace_seconds(settings))
     with models_db.session_scope() as session:
-        stopping = session.scalars(_STOPPING, {"cutoff": cutoff, "batch": BATCH}).all()
+        stopping = session.scalars(_stopping(cutoff)).all()
     if not stopping:
         return 0
     live = instance_service.live_leases(list(stopping), settings=settings)
@@ -76,7 +95,7 @@ def sweep(*, now: dt.datetime) -> int:
     settings = config.load_settings()
     cutoff = now - dt.timedelta(seconds=grace_seconds(settings))
     with models_db.session_scope() as session:
-        candidates = session.scalars(_CANDIDATES, {"cutoff": cutoff, "batch": BATCH}).all()
+        candidates = session.scalars(_candidates(cutoff)).all()
     try:
         finished = finish_terminations(now=now, settings=settings)
         live = instance_service.live_leases(list(candidates), settings=settings)
@@ -89,7 +108,11 @@ def sweep(*, now: dt.datetime) -> int:
     if not orphans:
         return finished
     with models_db.session_scope() as session:
-        session.execute(_TOUCH, {"now": now, "pks": orphans})
+        session.execute(
+            sa.update(INSTANCES)
+            .where(INSTANCES.c.pk.in_(orphans), INSTANCES.c.status.in_(("queued", "running")))
+            .values(updated_at=now)
+        )
     for pk in orphans:
         dispatch.run_context(pk)
     log.info("sweep re-dispatched instances", extra={"count": len(orphans)})

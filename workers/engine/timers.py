@@ -15,22 +15,15 @@ import logging
 import sqlalchemy as sa
 
 from models import db as models_db
+from models import instances as inst_models
 from workers import dispatch
 
 log = logging.getLogger(__name__)
 
 BATCH = 500
 
-_TAKE = sa.text("""
-DELETE FROM timers WHERE pk IN (
-  SELECT pk FROM timers WHERE due_at <= :now ORDER BY due_at LIMIT :batch FOR UPDATE SKIP LOCKED
-) RETURNING instance_pk
-""")
-_WAKE = sa.text("""
-UPDATE instances SET status = 'running', updated_at = :now
-WHERE pk = ANY(:pks) AND status IN ('sleeping', 'waiting', 'running') AND stopping IS NULL
-RETURNING pk
-""")
+TIMERS = inst_models.Timer.__table__
+INSTANCES = inst_models.Instance.__table__
 
 
 def fire_due(*, now: dt.datetime) -> int:
@@ -40,8 +33,26 @@ def fire_due(*, now: dt.datetime) -> int:
     dispatched = 0
     while True:
         with models_db.session_scope() as session:
-            taken = session.scalars(_TAKE, {"now": now, "batch": BATCH}).all()
-            woken = session.scalars(_WAKE, {"now": now, "pks": sorted(set(taken))}).all() if taken else []
+            taken = session.execute(
+                sa.select(TIMERS.c.pk, TIMERS.c.instance_pk)
+                .where(TIMERS.c.due_at <= now)
+                .order_by(TIMERS.c.due_at)
+                .limit(BATCH)
+                .with_for_update(skip_locked=True)
+            ).all()
+            woken: list[int] = []
+            if taken:
+                session.execute(sa.delete(TIMERS).where(TIMERS.c.pk.in_([row.pk for row in taken])))
+                woken = session.scalars(
+                    sa.update(INSTANCES)
+                    .where(
+                        INSTANCES.c.pk.in_(sorted({row.instance_pk for row in taken})),
+                        INSTANCES.c.status.in_(("sleeping", "waiting", "running")),
+                        INSTANCES.c.stopping.is_(None),
+                    )
+                    .values(status="running", updated_at=now)
+                    .returning(INSTANCES.c.pk)
+                ).all()
         for pk in woken:
             dispatch.run_context(pk)
         dispatched += len(woken)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -29,7 +30,6 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 from sqlalchemy import orm
-from sqlalchemy.dialects import postgresql
 
 from models import db as models_db
 from models import instances as inst_models
@@ -269,6 +269,74 @@ SELECT (SELECT closed FROM closed), (SELECT pk FROM ins)
 """)
 
 
+def _postgres(session: orm.Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _insert_instance_pg_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
+    """Postgres: ``(closed, pk)`` in two statements. A shared advisory lock pairs with the
+    exclusive one ``purge_workflow`` closes the UID under, so a create either commits before the
+    close (and is purged with it) or sees the closure: the closure is read by the next statement,
+    whose snapshot is taken after the lock was granted. ``pk`` ``None``: the id exists."""
+    live = session.execute(_LOCK_WORKFLOW, {"uid": values["workflow_uid"], "space": values["space"]}).first()
+    if live is None:
+        raise DomainError("not_found", "no such DurableWorkflow in this Space")
+    closed, pk = session.execute(
+        _INSERT_INSTANCE,
+        {
+            "uid": values["workflow_uid"],
+            "space": values["space"],
+            "instance_id": values["instance_id"].encode("utf-8"),
+            "params": None if values["params"] is None else json.dumps(values["params"], allow_nan=False),
+            "now": values["now"],
+            "lifetime": values["lifetime"],
+            "attributes": json.dumps({"instanceId": values["instance_id"]}),
+        },
+    ).one()
+    return bool(closed), pk
+
+
+def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
+    """Any other database (the embedded default's SQLite, one writer at a time): the same checks
+    and rows as :func:`_insert_instance_pg_txn`, statement by statement."""
+    _workflow_txn(session, space=values["space"], workflow_uid=values["workflow_uid"])
+    if session.get(inst_models.WorkflowClosure, values["workflow_uid"]) is not None:
+        return True, None
+    now = values["now"]
+    pk = session.scalar(
+        models_db.insert(session, inst_models.Instance.__table__)
+        .values(
+            workflow_uid=values["workflow_uid"],
+            space=values["space"],
+            instance_id=values["instance_id"],
+            status="queued",
+            epoch=0,
+            params=values["params"],
+            step_count=0,
+            next_event_id=2,
+            next_sequence=1,
+            inbox_count=0,
+            inbox_bytes=0,
+            created_at=now,
+            updated_at=now,
+            lifetime_ends_at=values["lifetime"],
+        )
+        .on_conflict_do_nothing(index_elements=["workflow_uid", "instance_id"])
+        .returning(inst_models.Instance.__table__.c.pk)
+    )
+    if pk is not None:
+        session.execute(
+            sa.insert(inst_models.HistoryEvent.__table__).values(
+                instance_pk=pk,
+                event_id=1,
+                event_type="InstanceCreated",
+                attributes={"instanceId": values["instance_id"]},
+                event_timestamp=now,
+            )
+        )
+    return False, pk
+
+
 def create(
     *,
     space: str,
@@ -294,25 +362,19 @@ def create(
     stored_params = None if canonical is None else params
     generated = instance_id is None
     instance_id = instance_id or str(uuid.uuid4())
+    values = {
+        "workflow_uid": workflow_uid,
+        "space": space,
+        "instance_id": instance_id,
+        "params": stored_params,
+        "now": now,
+        "lifetime": now + dt.timedelta(seconds=LIFETIME_SECONDS),
+    }
     with models_db.session_scope() as session:
-        # Shared advisory lock: purge_workflow closes the UID under the exclusive one, so a create
-        # either commits before the close (and is purged with it) or sees the closure; the closure
-        # is read by the next statement, whose snapshot is taken after the lock was granted.
-        live = session.execute(_LOCK_WORKFLOW, {"uid": workflow_uid, "space": space}).first()
-        if live is None:
-            raise DomainError("not_found", "no such DurableWorkflow in this Space")
-        closed, pk = session.execute(
-            _INSERT_INSTANCE,
-            {
-                "uid": workflow_uid,
-                "space": space,
-                "instance_id": instance_id.encode("utf-8"),
-                "params": None if stored_params is None else json.dumps(stored_params, allow_nan=False),
-                "now": now,
-                "lifetime": now + dt.timedelta(seconds=LIFETIME_SECONDS),
-                "attributes": json.dumps({"instanceId": instance_id}),
-            },
-        ).one()
+        if _postgres(session):
+            closed, pk = _insert_instance_pg_txn(session, **values)
+        else:
+            closed, pk = _insert_instance_txn(session, **values)
         if closed:
             raise DomainError("backend_unavailable", "this DurableWorkflow is being deleted")
         if pk is None:
@@ -445,9 +507,9 @@ def send_event(
             idempotency_service.store_response_txn(
                 session, space=space, key=idempotency[0], status=202, body={}
             )
-        row = session.execute(
-            _LOCK_INSTANCE, {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
-        ).first()
+        row = (_lock_instance_pg_txn if _postgres(session) else _lock_instance_txn)(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id, now=now
+        )
         if row is None:
             _workflow_txn(session, space=space, workflow_uid=workflow_uid)  # not_found first
             raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
@@ -459,7 +521,12 @@ def send_event(
         if row.status == "waiting" and row.stopping is None:
             # A separate statement: its snapshot is taken after the row lock was granted, so it sees
             # the pending wait that the context committed together with ``waiting``.
-            wait = session.execute(_PENDING_WAIT, {"pk": row.pk}).first()
+            steps = inst_models.Step.__table__
+            wait = session.execute(
+                sa.select(steps.c.config, steps.c.timeout_at).where(
+                    steps.c.instance_pk == row.pk, steps.c.kind == "wait", steps.c.state == "pending"
+                )
+            ).first()
             direct = (
                 wait is not None
                 and (wait.config or {}).get("type") == event_type
@@ -475,37 +542,143 @@ def send_event(
                     f" limits are {MAX_QUEUED_EVENTS} events and {MAX_QUEUED_BYTES} bytes"
                 ),
             )
-        session.execute(
-            _ACCEPT_EVENT,
-            {
-                "pk": row.pk,
-                "type": event_type.encode("utf-8"),
-                "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
-                "payload": None if payload is ABSENT else json.dumps(payload, allow_nan=False),
-                "size": size,
-                "now": now,
-                "direct": direct,
-            },
-        )
+        accept = _accept_event_pg_txn if _postgres(session) else _accept_event_txn
+        accept(session, row=row, event_type=event_type, payload=payload, size=size, now=now, direct=direct)
     if direct:
         dispatch.run_context(row.pk)
     return {}
 
 
 _LOCK_INSTANCE = sa.text("""
-SELECT i.pk, i.status, i.stopping, i.inbox_count, i.inbox_bytes,
+SELECT i.pk, i.status, i.stopping, i.inbox_count, i.inbox_bytes, i.next_sequence, i.next_event_id,
        EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
 FROM instances i JOIN resources r ON r.uid = i.workflow_uid
 WHERE i.workflow_uid = :uid AND i.instance_id = :instance_id
   AND r.space = :space AND r.form = 'DurableWorkflow' AND r.deleted_at IS NULL
 FOR UPDATE OF i
 """)
-_PENDING_WAIT = sa.text("""
-SELECT config, timeout_at FROM steps
-WHERE instance_pk = :pk AND kind = 'wait' AND state = 'pending' LIMIT 1
-""")
-# One statement: the event with the next sequence, the counters, EventAccepted, and for a direct
-# delivery the wake (status running, the timeout timer cancelled).
+
+
+def _lock_instance_pg_txn(
+    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, now: dt.datetime
+) -> Any:
+    """Postgres: the instance row locked ``FOR UPDATE``, with its closure flag (``None``: unknown
+    instance, or a workflow that is not a live DurableWorkflow of ``space``)."""
+    return session.execute(
+        _LOCK_INSTANCE, {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
+    ).first()
+
+
+def _lock_instance_txn(
+    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, now: dt.datetime
+) -> Any:
+    """Any other database: an ``UPDATE`` comes first (on SQLite it takes the write lock), then the
+    workflow and closure checks; the same row shape as :func:`_lock_instance_pg_txn`."""
+    table = inst_models.Instance.__table__
+    row = session.execute(
+        sa.update(table)
+        .where(table.c.workflow_uid == workflow_uid, table.c.instance_id == instance_id)
+        .values(updated_at=now)
+        .returning(
+            table.c.pk,
+            table.c.status,
+            table.c.stopping,
+            table.c.inbox_count,
+            table.c.inbox_bytes,
+            table.c.next_sequence,
+            table.c.next_event_id,
+        )
+    ).first()
+    if row is None:
+        return None
+    _workflow_txn(session, space=space, workflow_uid=workflow_uid)
+    closed = session.get(inst_models.WorkflowClosure, workflow_uid) is not None
+    return _LockedInstance(*row, closed=closed)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LockedInstance:
+    pk: int
+    status: str
+    stopping: str | None
+    inbox_count: int
+    inbox_bytes: int
+    next_sequence: int
+    next_event_id: int
+    closed: bool
+
+
+def _accept_event_pg_txn(
+    session: orm.Session,
+    *,
+    row: Any,
+    event_type: str,
+    payload: Any,
+    size: int,
+    now: dt.datetime,
+    direct: bool,
+) -> None:
+    """Postgres: the event, the counters, ``EventAccepted`` and a direct wake in one statement."""
+    session.execute(
+        _ACCEPT_EVENT,
+        {
+            "pk": row.pk,
+            "type": event_type.encode("utf-8"),
+            "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
+            "payload": None if payload is ABSENT else json.dumps(payload, allow_nan=False),
+            "size": size,
+            "now": now,
+            "direct": direct,
+        },
+    )
+
+
+def _accept_event_txn(
+    session: orm.Session,
+    *,
+    row: Any,
+    event_type: str,
+    payload: Any,
+    size: int,
+    now: dt.datetime,
+    direct: bool,
+) -> None:
+    """Any other database: the same rows as :func:`_accept_event_pg_txn`, statement by statement
+    (the row is locked, so the stored sequence and event id are the ones to use)."""
+    instances = inst_models.Instance.__table__
+    session.execute(
+        sa.insert(inst_models.InboxEvent.__table__).values(
+            instance_pk=row.pk,
+            sequence=row.next_sequence,
+            type=event_type,
+            payload=None if payload is ABSENT else payload,
+            canonical_bytes=size,
+            accepted_at=now,
+        )
+    )
+    values = {
+        "next_sequence": row.next_sequence + 1,
+        "inbox_count": instances.c.inbox_count + 1,
+        "inbox_bytes": instances.c.inbox_bytes + size,
+        "next_event_id": row.next_event_id + 1,
+        "updated_at": now,
+    }
+    if direct:
+        values["status"] = "running"
+    session.execute(sa.update(instances).where(instances.c.pk == row.pk).values(**values))
+    session.execute(
+        sa.insert(inst_models.HistoryEvent.__table__).values(
+            instance_pk=row.pk,
+            event_id=row.next_event_id,
+            event_type="EventAccepted",
+            attributes={"sequence": row.next_sequence, "type": event_type},
+            event_timestamp=now,
+        )
+    )
+    if direct:
+        session.execute(sa.delete(inst_models.Timer.__table__).where(inst_models.Timer.instance_pk == row.pk))
+
+
 _ACCEPT_EVENT = sa.text("""
 WITH f AS (
   UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1,
@@ -698,9 +871,10 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
     when nothing of the UID is left. Idempotent; touches nothing outside the UID.
     """
     with models_db.session_scope() as session:
-        session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(workflow_uid))))
+        if _postgres(session):  # pairs with the shared lock of create (see _insert_instance_pg_txn)
+            session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(workflow_uid))))
         session.execute(
-            postgresql.insert(inst_models.WorkflowClosure)
+            models_db.insert(session, inst_models.WorkflowClosure.__table__)
             .values(workflow_uid=workflow_uid, closed_at=now)
             .on_conflict_do_nothing(index_elements=["workflow_uid"])
         )
