@@ -57,13 +57,17 @@ def api(host: str, port: int, num_workers: int) -> None:
     from gunicorn.app.base import BaseApplication
 
     from host_api.app import create_app
+    from host_api.server import JsonErrorThreadWorker
 
     class _Server(BaseApplication):
         def load_config(self) -> None:
             self.cfg.set("bind", f"{host}:{port}")
             self.cfg.set("workers", num_workers)
             self.cfg.set("threads", 4)
-            self.cfg.set("worker_class", "gthread")
+            # gthread, with gunicorn's own error pages (414, 431, bad header…) as JSON (§2.4).
+            self.cfg.set("worker_class", JsonErrorThreadWorker)
+            # gunicorn's maximum: a 256-character instance id percent-encodes to up to 3 KiB.
+            self.cfg.set("limit_request_line", 8190)
             self.cfg.set("accesslog", None)
             self.cfg.set("timeout", 120)
             # Several hosts (or test sessions) may run on one machine: no shared control socket.

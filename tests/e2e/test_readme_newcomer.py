@@ -1,0 +1,181 @@
+"""A newcomer follows the README (issue 6 items 1, 2 and 5): on a copy of the repository, in a
+fresh virtualenv, with no Postgres or Redis configured, the README's first command installs and
+starts ``takohost dev``; the five-minute tour runs an order to ``complete``; the other examples
+deploy and run; and a sleeping instance started before a Ctrl-C wakes after a restart.
+
+This test deliberately runs the README's own text: if the README drifts, it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+import requests
+
+from tests.support import processes
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _sh_blocks(readme: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", readme, flags=re.S)
+
+
+def _commands(block: str) -> list[str]:
+    """Shell commands of a README block (joins ``\\`` continuations, drops comments)."""
+    joined = block.replace("\\\n", " ")
+    return [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip()]
+
+
+def _newcomer_env(tmp: pathlib.Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TAKOHOST_", "VIRTUAL_ENV", "PYTHON"))}
+    env["HOME"] = str(tmp / "home")
+    env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if "/.venv/" not in p)
+    return env
+
+
+def _copy_repo(target: pathlib.Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    for name in files:
+        source = REPO / name
+        if source.is_file() and not name.startswith(".venv/"):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+
+
+def _start_dev(command: str, *, cwd: pathlib.Path, env: dict[str, str], port: int, log: pathlib.Path):
+    proc = subprocess.Popen(["bash", "-c", f"{command} --port {port}"], cwd=cwd, env=env,
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200 \
+                    and "Token:" in log.read_text():
+                return proc
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(log.read_text())
+
+
+def _stop_dev(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a user would, and require a clean exit."""
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(60) == 0
+
+
+def _run(cmd: str, *, cwd: pathlib.Path, env: dict[str, str], timeout: float = 240) -> str:
+    result = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f"{cmd}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def test_readme_first_command_tour_examples_and_restart(tmp_path: pathlib.Path) -> None:
+    repo = tmp_path / "takohost"
+    _copy_repo(repo)
+    (tmp_path / "home").mkdir()
+    env = _newcomer_env(tmp_path)
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    blocks = _sh_blocks(readme)
+    first_command = _commands(blocks[0])[0]
+    assert first_command.endswith("takohost dev"), first_command
+    port = processes.free_port()
+    log = tmp_path / "dev.log"
+    dev = _start_dev(first_command, cwd=repo, env=env, port=port, log=log)
+    try:
+        printed = log.read_text()
+        assert f"http://127.0.0.1:{port}" in printed and "Space:  dev" in printed
+        token = re.search(r"Token:\s+(\S+)", printed).group(1)
+        assert (repo / ".takohost" / "token").read_text().strip() == token
+
+        tour = next(b for b in blocks if "takohost deploy examples/orders" in b)
+        for cmd in _commands(tour):
+            cmd = cmd.replace("http://127.0.0.1:8080", f"http://127.0.0.1:{port}")
+            if cmd.startswith("export "):
+                for name, value in re.findall(r"(\w+)=(\$\(cat [^)]*\)|\S+)", cmd[len("export "):]):
+                    env[name] = (repo / ".takohost" / "token").read_text().strip() \
+                        if value.startswith("$(") else value
+                continue
+            if "instances status" in cmd:  # the tour's comment says it is waiting for "shipped"
+                deadline = time.monotonic() + 60
+                while "waiting" not in _run(cmd, cwd=repo, env=env):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.5)
+                continue
+            _run(cmd, cwd=repo, env=env)
+        cli = ".venv/bin/takohost"
+        final = json.loads(_run(f"{cli} instances status order-fulfilment A-1001 --json", cwd=repo, env=env))
+        assert final["status"] == "complete"
+        assert final["output"]["trackingNumber"] == "00340434161094042557"
+
+        # The approvals example: a human decision.
+        _run(f"{cli} deploy examples/approvals", cwd=repo, env=env)
+        _run(f"{cli} instances create approval-request --id CR-1 --params '{{\"title\": \"Ship it\"}}'",
+             cwd=repo, env=env)
+        deadline = time.monotonic() + 60
+        while json.loads(_run(f"{cli} instances status approval-request CR-1 --json", cwd=repo,
+                              env=env))["status"] != "waiting":
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        _run(f"{cli} instances send-event approval-request CR-1 decision "
+             f"--payload '{{\"approved\": false, \"by\": \"alan\"}}'", cwd=repo, env=env)
+        final = json.loads(_run(f"{cli} status approval-request CR-1 --watch --timeout 90 --json",
+                                cwd=repo, env=env))
+        assert final["status"] == "complete" and final["output"]["status"] == "rejected"
+
+        # The nightly-report example deploys (its cron fires at 02:00 UTC).
+        _run(f"{cli} deploy examples/nightly-report", cwd=repo, env=env)
+
+        # A sleeping instance survives Ctrl-C and a restart.
+        nap = tmp_path / "nap"
+        nap.mkdir()
+        (nap / "main.py").write_text(textwrap.dedent("""
+            class Nap:
+                def __init__(self, env):
+                    self.env = env
+
+                def run(self, event, step):
+                    step.sleep("nap", 6)
+                    return {"woke": True}
+        """))
+        (nap / "takohost.toml").write_text(textwrap.dedent("""
+            [worker]
+            name = "napper"
+
+            [[workflows]]
+            name = "nap"
+            class = "Nap"
+        """))
+        _run(f"{cli} deploy {nap}", cwd=repo, env=env)
+        _run(f"{cli} instances create nap --id n1", cwd=repo, env=env)
+        deadline = time.monotonic() + 60
+        while json.loads(_run(f"{cli} instances status nap n1 --json", cwd=repo, env=env))["status"] != "sleeping":
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+    finally:
+        _stop_dev(dev)
+    dev = _start_dev(first_command, cwd=repo, env=env, port=port, log=log)
+    try:
+        assert re.findall(r"Token:\s+(\S+)", log.read_text())[-1] == token, "the token survives a restart"
+        final = json.loads(_run(f"{cli} status nap n1 --watch --timeout 120 --json", cwd=repo, env=env))
+        assert final == {"id": "n1", "status": "complete", "output": {"woke": True}} or (
+            final["status"] == "complete" and final["output"] == {"woke": True})
+        assert json.loads(_run(f"{cli} instances status order-fulfilment A-1001 --json", cwd=repo,
+                               env=env))["status"] == "complete", "state survives a restart"
+    finally:
+        _stop_dev(dev)
