@@ -8,6 +8,7 @@ import flask
 
 from host_api import auth, errors
 from takohost import config
+from workers.services import ids
 
 #: Blueprint modules, each exposing ``bp``.
 BLUEPRINT_MODULES = (
@@ -34,9 +35,34 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     )
     app.json.ensure_ascii = False
     app.json.sort_keys = False
+    # Routing never redirects (a redirect is an HTML page, CONTRACT §2.4) and each route has one
+    # spelling: '//' is not merged into '/' and a trailing slash is not a second spelling of a
+    # path (no rule ends in '/', so strict slashes never redirect). Rules copy these when added.
+    app.url_map.merge_slashes = False
+    app.url_map.strict_slashes = True
+    app.url_map.redirect_defaults = False
     errors.register(app)
     app.before_request(auth.authenticate)
+    app.before_request(check_path_ids)
     for name in BLUEPRINT_MODULES:
         app.register_blueprint(importlib.import_module(name).bp)
-    app.url_map.strict_slashes = False
     return app
+
+
+#: URL-map path parameters that hold host-generated ids, and what they name.
+PATH_ID_PARAMS = {"uid": "resource", "op_id": "Operation"}
+
+
+def check_path_ids() -> None:
+    """``before_request`` (after authentication): a ``{uid}`` or ``{op_id}`` path parameter of any
+    URL-map route must have the shape of an id the host issued (``workers.services.ids``), else
+    ``404 not_found`` before any query. The raw-path instance routes are not in the URL map:
+    they call ``ids.require_host_id`` themselves.
+
+    Raises:
+        DomainError: ``not_found``.
+    """
+    args = flask.request.view_args or {}
+    for param, what in PATH_ID_PARAMS.items():
+        if param in args:
+            ids.require_host_id(args[param], what=what)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import flask
 from werkzeug import exceptions as wz
@@ -42,7 +43,30 @@ STATUS_BY_CODE: dict[str, int] = {
 
 
 class ApiError(DomainError):
-    """A DomainError raised by the HTTP layer itself (bad JSON, auth, routing)."""
+    """A DomainError raised by the HTTP layer itself (bad JSON, auth, routing).
+
+    ``headers`` are added to the error response (e.g. ``Allow`` on a 405).
+    """
+
+    def __init__(
+        self, code: str, message: str, details: dict | None = None, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(code, message, details)
+        self.headers = dict(headers or {})
+
+
+def method_not_allowed(allowed: Iterable[str]) -> ApiError:
+    """``405 method_not_allowed`` with the ``Allow`` header listing ``allowed`` (RFC 9110 §15.5.6).
+
+    For routes matched outside Werkzeug's URL map (the raw-path instance routes); the URL map's
+    own 405s get their ``Allow`` header from Werkzeug.
+    """
+    methods = sorted(set(allowed) | ({"HEAD"} if "GET" in allowed else set()))
+    return ApiError(
+        "method_not_allowed",
+        f"method {flask.request.method} not allowed here; allowed: {', '.join(methods)}",
+        headers={"Allow": ", ".join(methods)},
+    )
 
 
 def error_response(code: str, message: str, details: dict | None = None) -> flask.Response:
@@ -55,12 +79,24 @@ def error_response(code: str, message: str, details: dict | None = None) -> flas
     return response
 
 
+def _code_for_status(status: int) -> str:
+    """The §2.4 code for a bare HTTP status (responses not made by :func:`error_response`)."""
+    return {
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "document_too_large",
+        415: "unsupported_media_type",
+    }.get(status, "internal_error" if status >= 500 else "invalid_request")
+
+
 def register(app: flask.Flask) -> None:
     """Install handlers so that every error leaves as the JSON envelope."""
 
     @app.errorhandler(DomainError)
     def _domain(exc: DomainError) -> flask.Response:
-        return error_response(exc.code, exc.message, exc.details)
+        response = error_response(exc.code, exc.message, exc.details)
+        response.headers.update(getattr(exc, "headers", None) or {})
+        return response
 
     @app.errorhandler(wz.RequestEntityTooLarge)
     def _too_large(exc: wz.HTTPException) -> flask.Response:
@@ -72,16 +108,41 @@ def register(app: flask.Flask) -> None:
         return error_response("not_found", "no such resource or route")
 
     @app.errorhandler(wz.MethodNotAllowed)
-    def _method(exc: wz.HTTPException) -> flask.Response:
-        return error_response("method_not_allowed", f"method {flask.request.method} not allowed here")
+    def _method(exc: wz.MethodNotAllowed) -> flask.Response:
+        allowed = sorted(exc.valid_methods or ())
+        response = error_response(
+            "method_not_allowed",
+            f"method {flask.request.method} not allowed here; allowed: {', '.join(allowed)}",
+        )
+        if allowed:
+            response.headers["Allow"] = ", ".join(allowed)
+        return response
 
     @app.errorhandler(wz.HTTPException)
     def _http(exc: wz.HTTPException) -> flask.Response:
-        response = error_response("invalid_request", exc.description or exc.name)
-        response.status_code = exc.code or 400
+        status = exc.code or 400
+        response = error_response(_code_for_status(status), exc.description or exc.name)
+        response.status_code = status
         return response
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> flask.Response:
         log.exception("unhandled error", extra={"path": flask.request.path})
         return error_response("internal_error", "internal error; the request may not have been applied")
+
+    @app.after_request
+    def _never_html(response: flask.Response) -> flask.Response:
+        """Last guard of "no HTML error pages, ever" (§2.4): a non-JSON response of status 300 or
+        more (a Werkzeug routing redirect, an HTTPException used as a response) becomes the
+        envelope. The API never redirects, so a 3xx is answered as ``404 not_found``."""
+        if response.status_code < 300 or response.mimetype == "application/json":
+            return response
+        status = 404 if response.status_code < 400 else response.status_code
+        replacement = error_response(
+            _code_for_status(status),
+            "no such resource or route" if status == 404 else f"request failed with HTTP status {status}",
+        )
+        replacement.status_code = status
+        if "Allow" in response.headers:
+            replacement.headers["Allow"] = response.headers["Allow"]
+        return replacement

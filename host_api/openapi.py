@@ -16,21 +16,35 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 
 from host_api import schemas
 from host_api.errors import STATUS_BY_CODE
+from models import instances as inst_models
+from workers.services import ids, instances, resources, tokens
 
-SPACE = {"name": "space", "in": "path", "required": True, "schema": {"type": "string"}}
+SPACE = {
+    "name": "space",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": f"^{tokens.SPACE_RE.pattern}$"},
+    "description": "the Space of the token (any other is 404 not_found)",
+}
 UID = {
     "name": "uid",
     "in": "path",
     "required": True,
-    "schema": {"type": "string"},
-    "description": "resource UID",
+    "schema": {"type": "string", "pattern": ids.HOST_ID_PATTERN},
+    "description": "resource UID (issued by the host; any other string is 404 not_found)",
 }
-OP_ID = {"name": "op_id", "in": "path", "required": True, "schema": {"type": "string"}}
+OP_ID = {
+    "name": "op_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": ids.HOST_ID_PATTERN},
+    "description": "Operation id (issued by the host; any other string is 404 not_found)",
+}
 INSTANCE_ID = {
     "name": "instance_id",
     "in": "path",
     "required": True,
-    "schema": {"type": "string"},
+    "schema": {"type": "string", "minLength": 1, "maxLength": schemas.MAX_SCALAR_STRING},
     "description": "1-256 Unicode scalar values, percent-encoded as one path segment",
 }
 IDEMPOTENCY_KEY = {
@@ -41,8 +55,27 @@ IDEMPOTENCY_KEY = {
     "description": "same key + same request → the same Operation; another request → 422 (CONTRACT §2.3)",
 }
 OPTIONAL_KEY = {**IDEMPOTENCY_KEY, "required": False}
-PAGE_TOKEN = {"name": "pageToken", "in": "query", "required": False, "schema": {"type": "string"}}
-LIMIT = {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}
+PAGE_TOKEN = {
+    "name": "pageToken",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1},
+    "description": "the nextPageToken of the previous page, unchanged (anything else is 400 invalid_request)",
+}
+
+
+def _limit(maximum: int, default: int) -> dict:
+    return {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
+        "description": "page size, in ASCII digits",
+    }
+
+
+RESOURCE_LIMIT = _limit(resources.MAX_PAGE_SIZE, resources.DEFAULT_PAGE_SIZE)
+INSTANCE_LIMIT = _limit(instances.MAX_PAGE, instances.DEFAULT_PAGE)
 
 SCHEMAS = {
     cls.__name__: cls
@@ -173,11 +206,11 @@ def _paths() -> dict[str, dict]:
                         "schema": {"type": "string", "enum": sorted(schemas.forms.FORM_URLS.values())},
                     },
                     PAGE_TOKEN,
-                    LIMIT,
+                    RESOURCE_LIMIT,
                 ],
                 "responses": {
                     "200": _json("ResourceList", "one page"),
-                    **_errors("unsupported_form", "invalid_params"),
+                    **_errors("unsupported_form", "invalid_request"),
                 },
             },
         },
@@ -223,7 +256,7 @@ def _paths() -> dict[str, dict]:
             "get": {
                 "summary": "a WorkerCronTrigger's recorded and skipped matches, newest first (§7)",
                 "parameters": [PAGE_TOKEN],
-                "responses": {"200": _json("CronRunList", "one page"), **_errors("invalid_params")},
+                "responses": {"200": _json("CronRunList", "one page"), **_errors("invalid_request")},
             },
         },
         instances: {
@@ -249,11 +282,16 @@ def _paths() -> dict[str, dict]:
             "get": {
                 "summary": "list instances",
                 "parameters": [
-                    {"name": "status", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {
+                        "name": "status",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": list(inst_models.STATUSES)},
+                    },
                     PAGE_TOKEN,
-                    LIMIT,
+                    INSTANCE_LIMIT,
                 ],
-                "responses": {"200": _json("InstanceList", "one page"), **_errors("invalid_params")},
+                "responses": {"200": _json("InstanceList", "one page"), **_errors("invalid_request")},
             },
         },
         instances + "/{instance_id}": {
@@ -308,10 +346,10 @@ def _paths() -> dict[str, dict]:
             "parameters": [SPACE, UID, INSTANCE_ID],
             "get": {
                 "summary": "the SWF-style history, newest last (§6)",
-                "parameters": [PAGE_TOKEN],
+                "parameters": [PAGE_TOKEN, INSTANCE_LIMIT],
                 "responses": {
                     "200": _json("HistoryPage", "one page"),
-                    **_errors("unknown_instance", "invalid_params"),
+                    **_errors("unknown_instance", "invalid_request"),
                 },
             },
         },
@@ -353,7 +391,12 @@ def document() -> dict:
             "description": "must be absent or empty for all five Forms",
         }
     components["WorkerVersionSpec"]["properties"]["modules"].update(
-        {"additionalProperties": {"type": "string"}, "minProperties": 1, "maxProperties": schemas.MAX_MODULES}
+        {
+            # Characters ≤ UTF-8 bytes: a necessary bound (the byte limits are in the description).
+            "additionalProperties": {"type": "string", "maxLength": schemas.MAX_MODULE_BYTES},
+            "minProperties": 1,
+            "maxProperties": schemas.MAX_MODULES,
+        }
     )
     _ecma_patterns(result)
     return result

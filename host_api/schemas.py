@@ -19,13 +19,16 @@ from marshmallow import fields, validate
 
 from models.errors import DomainError
 from takohost.domain import cron, documents, identifiers
-from workers.services import forms
+from workers.services import forms, ids
 
 MAX_MODULES = 64
 MAX_MODULE_BYTES = 1024 * 1024
 MAX_TOTAL_MODULE_BYTES = 4 * 1024 * 1024
 MAX_BINDINGS = 64
 MAX_DESCRIPTION = 1024
+#: Instance ids and event types: 1..256 Unicode scalar values (seed 000; documentation here, the
+#: instance service validates).
+MAX_SCALAR_STRING = identifiers.MAX_SCALAR_STRING_LENGTH
 
 
 class _Closed(ma.Schema):
@@ -38,7 +41,14 @@ class _Closed(ma.Schema):
 class Reference(_Closed):
     """``{"resourceUid": string}`` and nothing else (CONTRACT §2.1)."""
 
-    resourceUid = fields.String(required=True, validate=validate.Length(min=1, max=64))
+    resourceUid = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=64),
+        metadata={
+            "pattern": ids.HOST_ID_PATTERN,
+            "description": "a UID this host issued; any other string is 404 reference_not_found",
+        },
+    )
 
 
 # --- per-Form specs ---------------------------------------------------------------------------
@@ -70,9 +80,24 @@ class WorkerVersionSpec(_Closed):
     """
 
     worker = fields.Nested(Reference, required=True)
-    mainModule = fields.String(required=True)
-    modules = fields.Dict(required=True)
-    vars = fields.Dict()
+    mainModule = fields.String(
+        required=True,
+        metadata={"pattern": identifiers.MODULE_NAME_RE.pattern, "description": "one of the module names"},
+    )
+    modules = fields.Dict(
+        required=True,
+        metadata={
+            "description": "file name (^[A-Za-z_][A-Za-z0-9_]*\\.py$, optionally under package "
+            "directories) → source; each at most 1 MiB of UTF-8, all together at most 4 MiB"
+        },
+    )
+    vars = fields.Dict(
+        metadata={
+            "description": "a document (CONTRACT §5) keyed by ^[A-Z_][A-Z0-9_]*$; integers within "
+            "±(2**53-1), nesting at most 512 levels",
+            "maxProperties": documents.MAX_KEYS,
+        }
+    )
     workflowBindings = fields.List(fields.Nested(WorkflowBinding), validate=validate.Length(max=MAX_BINDINGS))
 
     @ma.validates_schema
@@ -108,7 +133,7 @@ class WorkerVersionSpec(_Closed):
             try:
                 documents.canonical_document(var_map, allow_none=False)
             except documents.InvalidDocument as exc:
-                errors["vars"] = _nest(exc.pointer, [f"not a document: {exc.message}"])
+                errors["vars"] = [PointedMessage(f"not a document: {exc.message}", pointer=exc.pointer)]
             except documents.DocumentTooLargeError as exc:
                 errors["vars"] = [str(exc)]
         seen: set[str] = set()
@@ -123,13 +148,21 @@ class WorkerVersionSpec(_Closed):
             raise ma.ValidationError(errors)
 
 
-def _nest(pointer: str, messages: list[str]) -> object:
-    """Turn an RFC 6901 ``pointer`` into marshmallow's nested error dict holding ``messages``."""
-    nested: object = messages
-    tokens = pointer.split("/")[1:] if pointer else []
-    for token in reversed(tokens):
-        nested = {token.replace("~1", "/").replace("~0", "~"): nested}
-    return nested
+class PointedMessage(str):
+    """An error message that carries its own RFC 6901 ``pointer`` below the field holding it.
+
+    A document error may sit 512 levels deep; spelled as marshmallow's nested error dict it
+    would be copied recursively by marshmallow (``copy_containers``) and overflow the stack — a
+    500 instead of ``400 invalid_spec``. Kept flat, :func:`_flatten` appends the pointer.
+    """
+
+    pointer: str
+
+    def __new__(cls, message: str, *, pointer: str) -> PointedMessage:
+        """``message`` (the text) at ``pointer`` (already escaped, ``""`` = the field itself)."""
+        self = super().__new__(cls, message)
+        self.pointer = pointer
+        return self
 
 
 class DeploymentEntry(_Closed):
@@ -144,7 +177,10 @@ class WorkerDeploymentSpec(_Closed):
 
     worker = fields.Nested(Reference, required=True)
     versions = fields.List(
-        fields.Nested(DeploymentEntry), required=True, validate=validate.Length(min=1, max=10)
+        fields.Nested(DeploymentEntry),
+        required=True,
+        validate=validate.Length(min=1, max=10),
+        metadata={"description": "distinct Versions of this Worker whose weights sum to 100"},
     )
 
     @ma.validates_schema
@@ -185,7 +221,11 @@ class WorkerCronTriggerSpec(_Closed):
     """WorkerCronTrigger 0.3.0 spec (seed 003 "入力"): ``worker`` and a UTC ``cron``, nothing else."""
 
     worker = fields.Nested(Reference, required=True)
-    cron = fields.String(required=True, validate=_valid_cron)
+    cron = fields.String(
+        required=True,
+        validate=_valid_cron,
+        metadata={"minLength": 9, "description": "a strict 5-field UTC cron expression (CONTRACT §3.4)"},
+    )
 
 
 SPEC_SCHEMAS: dict[str, type[ma.Schema]] = {
@@ -215,6 +255,7 @@ class CreateResourceBody(_Closed):
             identifiers.RESOURCE_NAME_RE,
             error="must be 1-63 characters matching ^[a-z0-9]([a-z0-9-]{{0,61}}[a-z0-9])?$",
         ),
+        metadata={"minLength": 1, "maxLength": 63},
     )
     spec = fields.Dict(required=True, metadata={"description": "the Form's spec (see the *Spec schemas)"})
     privateInputs = fields.Dict(metadata={"description": "must be absent or empty for all five Forms"})
@@ -306,6 +347,8 @@ def _flatten(messages: object, pointer: str):  # noqa: ANN202 - generator of (po
     elif isinstance(messages, list):
         for item in messages:
             yield from _flatten(item, pointer)
+    elif isinstance(messages, PointedMessage):
+        yield pointer + messages.pointer, str(messages)
     else:
         yield pointer, str(messages)
 
@@ -383,7 +426,10 @@ class ResourceList(ma.Schema):
 class InstanceCreateBody(_Closed):
     """``POST …/instances`` body (CONTRACT §2.5): ``{"id"?, "params"?}``."""
 
-    id = fields.String(metadata={"description": "1-256 Unicode scalar values"})
+    id = fields.String(
+        validate=validate.Length(min=1, max=MAX_SCALAR_STRING),
+        metadata={"description": "1-256 Unicode scalar values (no lone surrogates)"},
+    )
     params = fields.Dict(metadata={"description": "a document (CONTRACT §5)"})
 
 
@@ -432,7 +478,11 @@ class InstanceStatus(ma.Schema):
 class EventBody(_Closed):
     """``POST …/instances/{id}/events`` body: ``{"type", "payload"?}``."""
 
-    type = fields.String(required=True, metadata={"description": "1-256 Unicode scalar values"})
+    type = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=MAX_SCALAR_STRING),
+        metadata={"description": "1-256 Unicode scalar values (no lone surrogates)"},
+    )
     payload = fields.Dict(metadata={"description": "a document (CONTRACT §5)"})
 
 

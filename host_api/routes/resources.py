@@ -9,7 +9,7 @@ from __future__ import annotations
 import flask
 
 from host_api import body as request_body
-from host_api import db, schemas
+from host_api import db, query, schemas
 from models.base import utcnow
 from models.errors import DomainError
 from workers import dispatch
@@ -51,17 +51,20 @@ def create_resource(space: str) -> flask.Response:
 
 @bp.get("/v2/spaces/<space>/resources")
 def list_resources(space: str) -> flask.Response:
-    """``GET …/resources[?form=&pageToken=&limit=]`` → ``{"resources", "nextPageToken"?}``."""
+    """``GET …/resources[?form=&pageToken=&limit=]`` → ``{"resources", "nextPageToken"?}``.
+
+    ``400 invalid_request`` for a ``limit`` outside 1..500 or not in ASCII digits and for a
+    ``pageToken`` the API did not issue; ``400 unsupported_form`` for an unknown ``form``.
+    """
     args = flask.request.args
     form = None
     if "form" in args:
         form = forms.FORM_BY_URL.get(args["form"])
         if form is None:
             raise DomainError("unsupported_form", f"unsupported Form URL {args['form']!r}")
-    try:
-        limit = int(args.get("limit", resources.DEFAULT_PAGE_SIZE))
-    except ValueError:
-        raise DomainError("invalid_params", "limit must be an integer") from None
+    limit = query.count_param("limit")
+    if limit is None:
+        limit = resources.DEFAULT_PAGE_SIZE
     with db.session() as session:
         rows, next_token = resources.list_txn(
             session, space=space, form=form, page_token=args.get("pageToken"), limit=limit

@@ -162,7 +162,7 @@ def test_listing_filters_by_exact_form_url_and_pages(client, space_token):
     bad_token = client.get(
         f"/v2/spaces/{space}/resources", query_string={"pageToken": "garbage!"}, headers=headers(token, None)
     )
-    assert bad_token.status_code == 400 and bad_token.get_json()["error"]["code"] == "invalid_params"
+    assert bad_token.status_code == 400 and bad_token.get_json()["error"]["code"] == "invalid_request"
 
 
 def test_deleted_resources_are_not_listed_nor_fetchable_nor_mutable(client, space_token):

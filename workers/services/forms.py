@@ -29,6 +29,7 @@ from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
+from workers.services import ids
 
 FORM_URLS: dict[str, str] = {
     "ModuleWorker": "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/",
@@ -90,13 +91,20 @@ def resolve_refs_txn(session: orm.Session, *, space: str, refs: list[Ref]) -> di
     """Load and lock (``FOR KEY SHARE``) every referenced resource; returns them by UID.
 
     Raises:
-        DomainError: ``reference_not_found`` (no live resource of that UID in ``space``, or it is
-            being deleted); ``dependency_conflict`` (it exists but is of another Form).
+        DomainError: ``reference_not_found`` (no live resource of that UID in ``space``, a UID of
+            a shape the host never issues — decided before any query —, or it is being deleted);
+            ``dependency_conflict`` (it exists but is of another Form).
     """
     found: dict[str, res_models.Resource] = {}
     for ref in refs:
         if ref.target_uid in found:
             target = found[ref.target_uid]
+        elif not ids.is_host_id(ref.target_uid):  # names nothing; never sent to the database
+            raise DomainError(
+                "reference_not_found",
+                f"{ref.pointer}: no live resource with this UID in this Space (not a UID this host issued)",
+                {"pointer": ref.pointer, "resourceUid": ref.target_uid},
+            )
         else:
             target = session.scalar(
                 sa.select(res_models.Resource)

@@ -18,7 +18,6 @@ import binascii
 import dataclasses
 import datetime as dt
 import json
-import uuid
 from collections.abc import Callable
 
 import sqlalchemy as sa
@@ -27,7 +26,7 @@ from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
-from workers.services import forms, idempotency, operations
+from workers.services import forms, idempotency, ids, operations
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
@@ -73,7 +72,7 @@ def accept_create_txn(
         DomainError: ``idempotency_key_reused``, ``reference_not_found``, ``dependency_conflict``,
             ``resource_busy``, ``name_conflict``.
     """
-    op_id = str(uuid.uuid4())
+    op_id = ids.new_id()
     claim = idempotency.claim_txn(
         session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
     )
@@ -82,7 +81,7 @@ def accept_create_txn(
     refs = forms.references(form, spec)
     resolved = forms.resolve_refs_txn(session, space=space, refs=refs)
     forms.check_create_txn(session, form=form, spec=spec, resolved=resolved)
-    uid = str(uuid.uuid4())
+    uid = ids.new_id()
     resource = res_models.Resource(
         uid=uid,
         space=space,
@@ -138,7 +137,7 @@ def accept_update_txn(
         DomainError: ``not_found``, ``idempotency_key_reused``, ``invalid_spec``, ``immutable_field``,
             ``reference_not_found``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id = str(uuid.uuid4())
+    op_id = ids.new_id()
     claim = idempotency.claim_txn(
         session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
     )
@@ -193,7 +192,7 @@ def accept_delete_txn(
     Raises:
         DomainError: ``not_found``, ``idempotency_key_reused``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id = str(uuid.uuid4())
+    op_id = ids.new_id()
     claim = idempotency.claim_txn(
         session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
     )
@@ -343,21 +342,23 @@ def list_txn(
 ) -> tuple[list[res_models.Resource], str | None]:
     """One page of live resources of ``space`` (optionally of short Form ``form``), oldest first.
 
-    Returns ``(resources, next_page_token or None)``. The token is opaque (base64 of the last
-    row's ``createdAt`` and UID).
+    Returns ``(resources, next_page_token or None)``. The token is opaque: unpadded URL-safe
+    base64 of the JSON ``[createdAt (ISO 8601, UTC), uid]`` of the page's last row.
 
     Raises:
-        DomainError: ``invalid_params`` for a malformed token or limit.
+        DomainError: ``invalid_request`` for a ``limit`` outside 1..``MAX_PAGE_SIZE`` or a
+            ``page_token`` this API did not issue (CONTRACT §2.4: a bad query parameter is a
+            bad request; ``invalid_params`` is for documents).
     """
-    if not 1 <= limit <= MAX_PAGE_SIZE:
-        raise DomainError("invalid_params", f"limit must be between 1 and {MAX_PAGE_SIZE}")
+    if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise DomainError("invalid_request", f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
     query = sa.select(res_models.Resource).where(
         res_models.Resource.space == space, res_models.Resource.deleted_at.is_(None)
     )
     if form is not None:
         query = query.where(res_models.Resource.form == form)
-    if page_token:
-        after_time, after_uid = _decode_token(page_token)
+    if page_token is not None:
+        after_time, after_uid = decode_page_token(page_token)
         query = query.where(
             sa.or_(
                 res_models.Resource.created_at > after_time,
@@ -372,22 +373,40 @@ def list_txn(
     next_token = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_token = _encode_token(rows[-1])
+        next_token = encode_page_token(rows[-1].created_at, rows[-1].uid)
     return rows, next_token
 
 
-def _encode_token(row: res_models.Resource) -> str:
-    raw = json.dumps([row.created_at.isoformat(), row.uid]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def encode_page_token(created_at: dt.datetime, uid: str) -> str:
+    """The page token after the row ``(created_at, uid)`` (``created_at`` aware; stored as UTC)."""
+    raw = json.dumps([created_at.astimezone(dt.UTC).isoformat(), uid]).encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def _decode_token(token: str) -> tuple[dt.datetime, str]:
+def decode_page_token(token: str) -> tuple[dt.datetime, str]:
+    """The ``(created_at, uid)`` position of a token :func:`encode_page_token` made; pure.
+
+    A token is accepted only if it is exactly what :func:`encode_page_token` writes for its
+    decoded position (so no other spelling, offset, padding or whitespace), the time is aware
+    and in range, and the UID has the host's shape — so nothing a client invents reaches the
+    database (an out-of-range offset overflowed, a U+0000 broke the query: both were 500s).
+
+    Raises:
+        DomainError: ``invalid_request``.
+    """
+    bad = DomainError("invalid_request", "pageToken is not a token this API issued")
+    if type(token) is not str or not 0 < len(token) <= 512 or not token.isascii():
+        raise bad
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        created, uid = json.loads(raw)
-        moment = dt.datetime.fromisoformat(created)
-        if moment.tzinfo is None or not isinstance(uid, str):
+        created, uid = json.loads(raw.decode("utf-8"))
+        if type(created) is not str or not ids.is_host_id(uid):
             raise ValueError("bad token")
-        return moment, uid
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise DomainError("invalid_params", "pageToken is not a token this API issued") from None
+        moment = dt.datetime.fromisoformat(created)
+        if moment.tzinfo is None:
+            raise ValueError("bad token")
+        if encode_page_token(moment, uid) != token:
+            raise ValueError("not a token this API wrote")
+        return moment.astimezone(dt.UTC), uid
+    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
+        raise bad from None
