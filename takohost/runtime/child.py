@@ -9,8 +9,9 @@ Life of a child (forked by ``takohost.runtime.zygote``; ``run_forked`` never ret
    (``/dev/null``) and the link to the zygote, empty environment but ``PATH``/``LANG``, working
    directory a fresh empty directory;
 2. the zygote hands over the channel descriptor (it becomes fd 3, replacing the link); the child
-   sends ``hello {pid}`` and reads one ``job`` frame;
-3. a reader thread routes the parent's answers to the waiting call and watches the parent: EOF
+   sends ``hello {pid}`` and starts its reader thread, which reads one ``job`` frame (so a child
+   spawned ahead of its job is completely ready when the job arrives);
+3. the reader thread routes the parent's answers to the waiting call and watches the parent: EOF
    on the channel, or no frame for longer than ``watchdogSeconds`` → ``killpg(0, SIGKILL)``
    (DESIGN "Terminate and delete": a child whose parent stops answering kills itself);
 4. the Version's ``modules`` are installed from memory (``SourceModules``) and ``mainModule`` is
@@ -45,7 +46,17 @@ from typing import Any, NoReturn
 from takohost.domain import documents, identifiers
 from takohost.runtime import bindings, protocol, step
 
-__all__ = ["Channel", "SourceModules", "die", "prctl", "prepare", "run_forked", "run_job", "set_pdeathsig"]
+__all__ = [
+    "Channel",
+    "SourceModules",
+    "die",
+    "prctl",
+    "prepare",
+    "run_forked",
+    "run_job",
+    "set_pdeathsig",
+    "warm_up",
+]
 
 CHANNEL_FD = 3
 VIRTUAL_ROOT = "/takohost/version"
@@ -103,10 +114,11 @@ def run_forked(*, link_fd: int, children_dir: str, zygote_pid: int, keep_stderr:
         _harden(link_fd=link_fd, children_dir=children_dir, zygote_pid=zygote_pid, keep_stderr=keep_stderr)
         sock = _receive_channel()
         protocol.write_frame(sock, {"op": "hello", "pid": os.getpid(), "protocol": protocol.PROTOCOL_VERSION})
-        job, buffer = _read_job(sock)
-        channel = Channel(sock, buffer=buffer, watchdog_seconds=job.get("watchdogSeconds"))
-        channel.start()
-        run_job(job, channel)
+        # The reader thread starts now and reads the job itself: a pre-spawned child is fully
+        # ready (thread created) before its job arrives, so none of this is on the job's path.
+        channel = Channel(sock, buffer=protocol.FrameBuffer(), watchdog_seconds=None)
+        channel.start(expect_job=True)
+        run_job(channel.job(), channel)
     except BaseException:  # noqa: BLE001 - nothing may escape into the zygote's stack
         if keep_stderr:
             traceback.print_exc()
@@ -171,27 +183,6 @@ def _max_fd() -> int:
         return 65536
 
 
-def _read_job(sock: socket.socket) -> tuple[dict[str, Any], protocol.FrameBuffer]:
-    """Read the ``job`` frame (EOF or ``JOB_TIMEOUT_SECONDS`` without it → die)."""
-    buffer = protocol.FrameBuffer()
-    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN)
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not poller.poll(remaining * 1000):
-            die()
-        data = sock.recv(_RECV_BYTES)
-        if not data:
-            die()
-        messages = buffer.feed(data)
-        if messages:
-            job = messages[0]
-            if job.get("op") != "job" or len(messages) > 1:
-                die()
-            return job, buffer
-
-
 # ---------------------------------------------------------------------------------------------
 # Channel
 
@@ -212,9 +203,18 @@ class Channel:
         self._closed = False
         self._last_seen = time.monotonic()
 
-    def start(self) -> None:
-        """Start the reader/watchdog thread."""
-        threading.Thread(target=self._read_loop, name="takohost-channel", daemon=True).start()
+    def start(self, *, expect_job: bool = False) -> None:
+        """Start the reader/watchdog thread. With ``expect_job`` it first reads the ``job`` frame
+        (``job()`` returns it): EOF, any other frame, a second frame in the same read, or
+        ``JOB_TIMEOUT_SECONDS`` without a job kills the child; the job's ``watchdogSeconds`` then
+        arms the watchdog."""
+        threading.Thread(
+            target=self._read_loop, args=(expect_job,), name="takohost-channel", daemon=True
+        ).start()
+
+    def job(self) -> dict[str, Any]:
+        """The ``job`` frame read by the reader thread (blocks until it arrived)."""
+        return self._replies.get()
 
     def send(self, message: dict[str, Any]) -> None:
         """Write one frame; any failure kills the child. Blocks forever once a final was sent."""
@@ -243,10 +243,12 @@ class Channel:
         """The parent sent something the protocol does not allow here: stop at once."""
         die()
 
-    def _read_loop(self) -> None:
+    def _read_loop(self, expect_job: bool) -> None:
         poller = select.poll()
         poller.register(self._sock.fileno(), select.POLLIN)
         try:
+            if expect_job:
+                self._read_job(poller)
             while True:
                 timeout_ms = None
                 if self._watchdog is not None:
@@ -265,6 +267,27 @@ class Channel:
                         self._replies.put(message)
         except BaseException:  # noqa: BLE001 - a broken channel or frame: the parent is gone or lying
             die()
+
+    def _read_job(self, poller: select.poll) -> None:
+        """Wait for the ``job`` frame (alone in its read), queue it and arm the watchdog."""
+        deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not poller.poll(remaining * 1000):
+                die()
+            data = self._sock.recv(_RECV_BYTES)
+            if not data:
+                die()
+            messages = self._buffer.feed(data)
+            if messages:
+                job = messages[0]
+                if job.get("op") != "job" or len(messages) > 1:
+                    die()
+                watchdog = job.get("watchdogSeconds")
+                self._watchdog = float(watchdog) if type(watchdog) in (int, float) else None
+                self._last_seen = time.monotonic()
+                self._replies.put(job)
+                return
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,8 +339,9 @@ class SourceModules(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
         for loaded in list(sys.modules):
             if loaded.split(".")[0] in tops:
                 del sys.modules[loaded]
+        # No importlib.invalidate_caches(): this finder is first on sys.meta_path and keeps no
+        # cache, and no file appears on sys.path for the Version's modules.
         sys.meta_path.insert(0, self)
-        importlib.invalidate_caches()
 
     def find_spec(
         self, fullname: str, path: Any = None, target: Any = None
@@ -366,6 +390,75 @@ def import_main(job: dict[str, Any]) -> Any:
         raise ImportError(f"mainModule {protocol.safe_text(main, limit=300)!r} is not one of the modules")
     finder.install()
     return importlib.import_module(SourceModules.module_name(main))
+
+
+_WARM_UP_MODULE = "_takohost_warm_up"
+_WARM_UP_SOURCE = """
+class Warm:
+    def __init__(self, env):
+        self.env = env
+
+    def run(self, event, step):
+        first = step.do("s0", lambda: {"n": 0})
+        for i in range(1, 3):
+            step.do(f"s{i}", lambda: {"n": i})
+        return {"first": first, "event": event}
+"""
+
+
+class _WarmUpChannel:
+    """A channel answering like a parent would (``run_effect`` then ``resolve``), in memory."""
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        protocol.FrameBuffer().feed(protocol.encode_frame(message))
+        if message["op"] == "do":
+            reply: dict[str, Any] = {"op": "run_effect", "attempt": 1}
+        else:
+            reply = {"op": "resolve", "result": message.get("result")}
+        return protocol.FrameBuffer().feed(protocol.encode_frame(reply))[0]
+
+    def final(self, message: dict[str, Any]) -> NoReturn:
+        raise RuntimeError("no final message in the warm-up")
+
+    def fatal(self, message: str) -> NoReturn:
+        raise RuntimeError(message)
+
+
+def warm_up(rounds: int = 16) -> None:
+    """Run the runtime's per-context code paths ``rounds`` times in this process, with a module of
+    its own (no user code, nothing left behind: the warm-up module and its finder are removed).
+
+    Called once in the zygote before it freezes its heap, so every forked child starts with this
+    code already quickened and specialised instead of warming it up again in each context. Only
+    the interpreter's caches are shared this way; no module state of a Version ever exists in the
+    zygote.
+    """
+    channel = _WarmUpChannel()
+    job = {
+        "op": "job",
+        "kind": "workflow",
+        "modules": {f"{_WARM_UP_MODULE}.py": _WARM_UP_SOURCE},
+        "mainModule": f"{_WARM_UP_MODULE}.py",
+        "className": "Warm",
+        "vars": {"A": {"b": [1, 2.5, "c", None, True]}},
+        "bindings": [],
+        "event": {"instanceId": "warm-up"},
+        "watchdogSeconds": 10.0,
+    }
+    saved_meta_path = list(sys.meta_path)
+    try:
+        for _ in range(rounds):
+            received = protocol.FrameBuffer().feed(protocol.encode_frame(job))[0]
+            module = import_main(received)
+            env = bindings.make_env(variables=received["vars"], bindings=[], channel=channel)
+            value = module.Warm(env).run(received["event"], step.Step(step.Context(channel)))
+            documents.canonical_document(value, allow_none=True)
+            protocol.encode_frame({"op": "run_returned", "output": value})
+            sys.meta_path[:] = saved_meta_path
+            sys.modules.pop(_WARM_UP_MODULE, None)
+    finally:
+        sys.meta_path[:] = saved_meta_path
+        sys.modules.pop(_WARM_UP_MODULE, None)
 
 
 def last_traceback_line(exc: BaseException) -> str:

@@ -319,7 +319,7 @@ class ZygoteServer:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
             if workdir is not None:
-                shutil.rmtree(workdir, ignore_errors=True)
+                _remove_workdir(workdir)
 
     def _forget_idle(self, pid: int) -> None:
         for entry in self.idle:
@@ -347,6 +347,17 @@ class ZygoteServer:
         shutil.rmtree(self.children_dir, ignore_errors=True)
 
 
+def _remove_workdir(path: str) -> None:
+    """Remove a child's working directory: one ``rmdir`` when it is empty (the usual case), else
+    the whole tree; a directory already gone is fine."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _ignore_signal(signum: int, frame: Any) -> None:
     return None
 
@@ -370,6 +381,10 @@ def _preload() -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     child.prepare()
+    try:
+        child.warm_up()
+    except Exception:  # noqa: BLE001 - only slower children without it; never a reason not to serve
+        logger.exception("the runtime warm-up failed; children start cold")
     gc.collect()
     gc.freeze()  # keep the preloaded objects out of the children's collections (copy-on-write)
 
