@@ -124,15 +124,25 @@ def test_resources_through_real_api_and_worker(api_server, worker, space_token):
     huge = api.call("POST", f"/v2/spaces/{space}/resources", raw=b" " * (20 * 1024 * 1024))
     assert huge.status_code == 413 and huge.json()["error"]["code"] == "document_too_large"
 
-    # A busy resource, then a lasting dependency: never confused.
+    # A busy resource, then a lasting dependency: never confused. The Version's import takes
+    # 3 s, so its create Operation is certainly unfinished when the DELETE arrives.
+    slow = api.create(
+        "WorkerVersion",
+        {
+            "worker": {"resourceUid": worker_uid},
+            "mainModule": "main.py",
+            "modules": {"main.py": "import time\ntime.sleep(3)\n" + MAIN},
+        },
+    )
+    busy = api.call("DELETE", f"/v2/spaces/{space}/resources/{slow.json()['resourceUid']}")
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "resource_busy"
+    assert api.wait(slow)["state"] == "succeeded"
     put = api.call(
         "PUT",
         f"/v2/spaces/{space}/resources/{workflow['resourceUid']}",
         body={"spec": {"worker": {"resourceUid": worker_uid}, "className": "ReportWorkflow"}},
     )
-    busy = api.call("DELETE", f"/v2/spaces/{space}/resources/{workflow['resourceUid']}")
     assert put.status_code == 202
-    assert busy.status_code == 409 and busy.json()["error"]["code"] == "resource_busy"
     assert api.wait(put)["generation"] == 2
     in_use = api.call("DELETE", f"/v2/spaces/{space}/resources/{worker_uid}")
     assert in_use.status_code == 409 and in_use.json()["error"]["code"] == "dependency_conflict"

@@ -138,8 +138,22 @@ def test_readme_first_command_tour_examples_and_restart(tmp_path: pathlib.Path) 
                                 cwd=repo, env=env))
         assert final["status"] == "complete" and final["output"]["status"] == "rejected"
 
-        # The nightly-report example deploys (its cron fires at 02:00 UTC).
-        _run(f"{cli} deploy examples/nightly-report", cwd=repo, env=env)
+        # The nightly-report example, every minute instead of 02:00 UTC: its ``scheduled`` handler
+        # starts a report instance through its binding, which runs to complete.
+        nightly = tmp_path / "nightly-report"
+        shutil.copytree(repo / "examples" / "nightly-report", nightly)
+        toml = (nightly / "takohost.toml").read_text()
+        assert 'cron = "0 2 * * *"' in toml
+        (nightly / "takohost.toml").write_text(toml.replace('cron = "0 2 * * *"', 'cron = "* * * * *"'))
+        _run(f"{cli} deploy {nightly}", cwd=repo, env=env)
+        deadline = time.monotonic() + 150
+        while not (listed := json.loads(_run(f"{cli} instances list daily-report --json", cwd=repo,
+                                             env=env))["instances"]):
+            assert time.monotonic() < deadline, "the cron trigger started no instance"
+            time.sleep(2)
+        report = json.loads(_run(f"{cli} status daily-report {listed[0]['id']} --watch --timeout 90 --json",
+                                 cwd=repo, env=env))
+        assert report["status"] == "complete", report
 
         # A sleeping instance survives Ctrl-C and a restart.
         nap = tmp_path / "nap"
