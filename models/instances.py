@@ -64,6 +64,9 @@ class Instance(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     lifetime_ends_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     terminal_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: Timestamp of the newest history event: every append stamps its events
+    #: ``max(now, last_event_at)`` under the row lock, so the history is newest-last in time too.
+    last_event_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class Step(Base):
@@ -135,7 +138,9 @@ class InboxEvent(Base):
 
 
 class Timer(Base):
-    """A durable timer fired by beat: ``kind`` ∈ wake (sleep), retry, timeout (wait), lifetime."""
+    """A durable timer fired by beat: ``kind`` ∈ wake (sleep), retry, timeout (wait), lifetime
+    (written at creation, due at ``lifetime_ends_at``: ends the instance ``lifetime_exceeded``
+    whatever it is doing)."""
 
     __tablename__ = "timers"
     __table_args__ = (sa.UniqueConstraint("instance_pk", "kind"),)

@@ -40,6 +40,12 @@ class Settings:
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
+    #: Test-only (``TAKOHOST_TEST_LIFETIME_SECONDS``): instance lifetime in seconds for instances
+    #: created by this process; production is seed 000's 31536000 (``None`` = production).
+    test_lifetime_seconds: float | None = None
+    #: Test-only (``TAKOHOST_TEST_RETENTION_SECONDS``): seconds a terminal instance is kept before
+    #: the retention sweep purges it; production is seed 000's 2592000 (``None`` = production).
+    test_retention_seconds: float | None = None
 
     @property
     def queue(self) -> str:
@@ -50,6 +56,11 @@ class Settings:
 def _float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     return default if raw in (None, "") else float(raw)
+
+
+def _optional_float(name: str) -> float | None:
+    raw = os.environ.get(name)
+    return None if raw in (None, "") else float(raw)
 
 
 def load_settings() -> Settings:
@@ -64,4 +75,6 @@ def load_settings() -> Settings:
         sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
+        test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),
+        test_retention_seconds=_optional_float("TAKOHOST_TEST_RETENTION_SECONDS"),
     )

@@ -26,7 +26,9 @@ import urllib.parse
 import flask
 
 from host_api import body as request_body
+from host_api import query
 from host_api.errors import ApiError
+from workers.services import ids
 from workers.services import instances as service
 
 bp = flask.Blueprint("instances", __name__)
@@ -71,12 +73,20 @@ def _json(value: object, status: int = 200) -> flask.Response:
 
 
 def _limit() -> int | None:
-    raw = flask.request.args.get("limit")
-    if raw is None:
-        return None
-    if not raw.isdigit():
-        raise ApiError("invalid_request", "limit must be a positive integer")
-    return int(raw)
+    """``limit`` in ASCII digits (``str.isdigit`` would accept ``²`` or Arabic-Indic digits, which
+    ``int()`` refuses); the service checks the range 1..1000."""
+    return query.count_param("limit")
+
+
+def _object_or_empty_body() -> dict:
+    """The body as a JSON object; an empty body means ``{}``. Any other root (``null``, ``[]``, a
+    number) is ``invalid_request`` — ``null`` is a body, not the absence of one."""
+    body = request_body.json_body(required=False)
+    if body is None and not request_body.raw_body():
+        return {}
+    if not isinstance(body, dict):
+        raise ApiError("invalid_request", "the request body must be a JSON object")
+    return body
 
 
 @bp.before_app_request
@@ -92,7 +102,7 @@ def route_instances() -> flask.Response | None:
     space = _decode(match["space"], what="Space")
     if getattr(flask.g, "space", None) != space:
         raise ApiError("not_found", "no such resource or route")
-    uid = _decode(match["uid"], what="resource uid")
+    uid = ids.require_host_id(_decode(match["uid"], what="resource uid"))  # never a NUL into SQL
     rest = match["rest"]
     method = flask.request.method
     if rest is None or rest == "/":
@@ -116,7 +126,7 @@ def route_instances() -> flask.Response | None:
     if key == ("GET", "events"):
         return _json(service.inbox(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("POST", "terminate"):
-        request_body.json_body(required=False)
+        _unknown_keys(_object_or_empty_body(), set())  # no body, or {}
         return _json(service.terminate(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("GET", "history"):
         return _json(
@@ -132,10 +142,7 @@ def route_instances() -> flask.Response | None:
 
 
 def _create(space: str, uid: str) -> flask.Response:
-    body = request_body.json_body(required=False)
-    body = {} if body is None else body
-    if not isinstance(body, dict):
-        raise ApiError("invalid_request", "the request body must be a JSON object")
+    body = _object_or_empty_body()
     _unknown_keys(body, _CREATE_KEYS)
     if "id" in body and not isinstance(body["id"], str):
         raise ApiError("invalid_request", "id must be a string of 1-256 Unicode scalar values")

@@ -18,7 +18,11 @@ from typing import Any, Protocol
 from takohost import errors
 from takohost.domain import documents, identifiers
 
-__all__ = ["Env", "Requester", "WorkflowBinding", "WorkflowInstance", "make_env"]
+__all__ = ["TYPE_ERROR_NAME", "Env", "Requester", "WorkflowBinding", "WorkflowInstance", "make_env"]
+
+#: The ``binding_error`` name the parent sends when the host found the arguments invalid
+#: (HTTP ``invalid_request``); the caller gets a ``TypeError`` (CONTRACT §8), not an SDK error.
+TYPE_ERROR_NAME = "invalid_request"
 
 
 class Requester(Protocol):
@@ -150,6 +154,8 @@ def _call(channel: Requester, *, binding: str, call: str, args: dict[str, Any]) 
     if op == "binding_error":
         name, message = reply.get("name"), reply.get("message")
         message = message if type(message) is str else ""
+        if name == TYPE_ERROR_NAME:
+            raise TypeError(message)
         try:
             error = errors.error_from_name(name, message)  # type: ignore[arg-type]
         except ValueError:

@@ -270,3 +270,90 @@ def test_DOC_09_payload_limit_is_exact(api):
         413,
         "document_too_large",
     )
+
+
+@pytest.mark.parametrize(
+    "limit", ["\u00b2", "\u0661", "\u0663\u0660", "1.0", "+5", " 5", "0", "1001", "-1", "99999"]
+)
+def test_limit_must_be_ascii_digits_1_to_1000(api, limit):
+    api.call("POST", json={"id": "l"})
+    for path in ("", "/l/history"):
+        response = api.call("GET", path, query_string={"limit": limit})
+        assert _error(response) == (400, "invalid_request"), (path, limit, response.get_json())
+    assert api.call("GET", "", query_string={"limit": "1000"}).status_code == 200
+
+
+def _token(value: dict | str) -> str:
+    import base64
+    import json
+
+    raw = value if isinstance(value, str) else json.dumps(value)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        _token({"after": 9223372036854775808}),
+        _token({"after": 2**70}),
+        _token({"after": -1}),
+        _token({"after": 1.5}),
+        _token({"after": True}),
+        _token({"after": 1, "x": 2}),
+        _token({"after": "1"}),
+        _token("[1]"),
+        _token('{"after":1}') + "==",
+        "not base64!",
+        "\u00e9t\u00e9",
+    ],
+)
+def test_a_page_token_the_api_did_not_issue_is_invalid_request(api, token):
+    api.call("POST", json={"id": "p"})
+    assert _error(api.call("GET", "", query_string={"pageToken": token})) == (400, "invalid_request")
+    assert _error(api.call("GET", "/p/history", query_string={"pageToken": token})) == (
+        400,
+        "invalid_request",
+    )
+
+
+def test_history_page_token_beyond_an_event_id_is_invalid_request(api):
+    api.call("POST", json={"id": "h"})
+    big = _token({"after": 2**31})
+    assert _error(api.call("GET", "/h/history", query_string={"pageToken": big})) == (400, "invalid_request")
+    assert api.call("GET", "", query_string={"pageToken": big}).get_json() == {"instances": []}
+
+
+@pytest.mark.parametrize("raw", ["null", "[]", "1", '"x"', "true"])
+def test_create_body_root_must_be_an_object(api, raw):
+    assert _error(api.call("POST", data=raw, content_type="application/json")) == (400, "invalid_request")
+    assert api.call("GET").get_json() == {"instances": []}
+
+
+@pytest.mark.parametrize("raw", ['{"x":1}', "[]", "null", "1", '{"reason":"x"}'])
+def test_terminate_takes_no_body_or_an_empty_object(api, raw):
+    api.call("POST", json={"id": "k"})
+    response = api.call("POST", "/k/terminate", data=raw, content_type="application/json")
+    assert _error(response) == (400, "invalid_request")
+    assert api.call("GET", "/k").get_json()["status"] != "terminated"
+    answer = api.call("POST", "/k/terminate", data="{}", content_type="application/json")
+    assert answer.status_code == 200 and answer.get_json() == {"status": "terminated"}
+
+
+@pytest.mark.parametrize("uid", ["%00", "not-a-uid", "%E2%80%A8", "00000000-0000-0000-0000-00000000000%00"])
+def test_a_workflow_uid_the_host_never_issued_is_not_found(client, space_token, uid):
+    space, token = space_token
+    headers = {"Authorization": f"Bearer {token}"}
+    for method, path in (
+        ("GET", ""),
+        ("POST", ""),
+        ("GET", "/x"),
+        ("POST", "/x/terminate"),
+        ("GET", "/x/history"),
+    ):
+        response = client.open(
+            f"/v2/spaces/{space}/resources/{uid}/instances{path}", method=method, headers=headers
+        )
+        assert (response.status_code, response.get_json()["error"]["code"]) == (404, "not_found"), (
+            method,
+            path,
+        )

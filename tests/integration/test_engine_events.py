@@ -303,9 +303,8 @@ def test_purge_workflow_stops_and_deletes_only_that_uid(db_url, space, driver):
     service.send_event(space=space, workflow_uid=doomed.workflow, instance_id="a", event_type="t")
     assert service.purge_workflow(doomed.workflow, now=driver.clock()) is True
     assert (
-        _call(service.create, space=space, workflow_uid=doomed.workflow, instance_id="c")
-        == "backend_unavailable"
-    )
+        _call(service.create, space=space, workflow_uid=doomed.workflow, instance_id="c") == "not_found"
+    )  # the workflow is going away: not a backend failure
     assert (
         _call(service.status, space=space, workflow_uid=doomed.workflow, instance_id="a")
         == "unknown_instance"
@@ -340,8 +339,15 @@ def test_terminate_that_cannot_prove_the_stop_is_backend_unavailable_and_can_be_
         assert _call(service.terminate, **ids, instance_id="busy", wait_seconds=0.3) == "backend_unavailable"
         assert service.status(**ids, instance_id="busy") == {"status": "sleeping"}  # nothing published
         assert _call(service.send_event, **ids, instance_id="busy", event_type="t") == {}
-    finally:
+        fenced_epoch = workflows.instance_row(db_url, workflow=d.workflow, instance_id="busy").epoch
+        assert _call(service.terminate, **ids, instance_id="busy", wait_seconds=0.1) == "backend_unavailable"
+    except BaseException:
         leases.release(held)
+        raise
+    assert _call(service.terminate, **ids, instance_id="busy", wait_seconds=0.1) == "backend_unavailable"
+    row = workflows.instance_row(db_url, workflow=d.workflow, instance_id="busy")
+    assert row.stopping == "terminate" and row.epoch == fenced_epoch  # the same termination, one fence
+    leases.release(held)
     assert service.terminate(**ids, instance_id="busy") == {"status": "terminated"}  # continues
     assert service.inbox(**ids, instance_id="busy") == {"events": []}
     assert driver.advance(3601) == []
@@ -360,8 +366,8 @@ def test_purge_waits_while_a_context_still_holds_a_lease(db_url, space, driver):
             _call(
                 service.send_event, space=space, workflow_uid=d.workflow, instance_id="held", event_type="t"
             )
-            == "unknown_instance"
-        )  # closed for new events
+            == "not_found"
+        )  # closed for new events: the workflow is going away
     finally:
         leases.release(held)
     assert service.purge_workflow(d.workflow, now=driver.clock()) is True
@@ -388,3 +394,77 @@ class Big:
     assert _call(service.send_event, **ids, instance_id="early", event_type="other", payload=payload) == (
         "event_queue_full"
     )  # not for a waiting wait: it can never fit in the queue
+
+
+def test_history_is_newest_last_in_time_too(db_url, space, driver):
+    """An event accepted with a later clock than the context that consumes it (the API's clock was
+    read before the context's): the context's events keep increasing ids AND timestamps."""
+    import datetime as dt
+
+    d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="t", now=driver.clock())
+    assert driver.run() == ["waiting"]
+    service.send_event(**ids, instance_id="t", event_type="go", now=driver.clock() + dt.timedelta(seconds=5))
+    assert driver.run() == ["complete"]
+    events = service.history(**ids, instance_id="t")["events"]
+    assert [e["eventId"] for e in events] == list(range(1, len(events) + 1))
+    stamps = [e["eventTimestamp"] for e in events]
+    assert stamps == sorted(stamps), stamps
+    assert events[-1]["eventType"] == "InstanceCompleted"
+
+
+def test_terminate_while_the_workflow_is_being_deleted_is_not_found(db_url, space, driver):
+    d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    service.create(**ids, instance_id="x")
+    driver.run()
+    leases, held = _hold_lease(db_url, d.workflow, "x")
+    try:
+        assert service.purge_workflow(d.workflow, now=driver.clock()) is False  # still stopping
+        epoch = workflows.instance_row(db_url, workflow=d.workflow, instance_id="x").epoch
+        assert _call(service.terminate, **ids, instance_id="x") == "not_found"  # it is going away
+        assert _call(service.create, **ids, instance_id="y") == "not_found"
+        assert service.purge_workflow(d.workflow, now=driver.clock()) is False
+        assert (
+            workflows.instance_row(db_url, workflow=d.workflow, instance_id="x").epoch == epoch
+        )  # one fence
+    finally:
+        leases.release(held)
+    assert service.purge_workflow(d.workflow, now=driver.clock()) is True
+
+
+BAD_BINDING = """
+from takohost.runtime import bindings
+class Caller:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        peers = self.env.PEERS
+        out = {}
+        try:   # arguments the child lets through but the host refuses (invalid_request)
+            bindings._call(peers._channel, binding="PEERS", call="get", args={"id": ""})
+        except TypeError as e:
+            out["get"] = "TypeError"
+        except Exception as e:
+            out["get"] = type(e).__name__
+        try:
+            bindings._call(peers._channel, binding="PEERS", call="send_event", args={"id": "x"})
+        except TypeError:
+            out["send_event"] = "TypeError"
+        except Exception as e:
+            out["send_event"] = type(e).__name__
+        return out
+"""
+
+
+def test_a_binding_call_the_host_finds_invalid_raises_type_error_in_the_workflow(db_url, space, driver):
+    peers = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
+    caller = workflows.deploy(
+        db_url, space=space, source=BAD_BINDING, class_name="Caller", bindings={"PEERS": peers.workflow}
+    )
+    service.create(space=space, workflow_uid=caller.workflow, instance_id="c")
+    assert driver.run() == ["complete"]
+    assert service.status(space=space, workflow_uid=caller.workflow, instance_id="c") == {
+        "status": "complete",
+        "output": {"get": "TypeError", "send_event": "TypeError"},
+    }

@@ -76,6 +76,21 @@ def _bump(db_url, pk):
         )
 
 
+def _quiet_heartbeat(monkeypatch, db_url):
+    """This process's heartbeat for ``db_url`` with its periodic beat made 60 s long for the test
+    (one beat still runs when a context registers); returns it."""
+    settings = config.load_settings()
+    leases = lease_mod.store_for(
+        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
+    )
+    beat = heartbeat.heartbeat_for(
+        leases=leases, url=db_url, read_epochs=store.backend_for(db_url).read_epochs
+    )
+    monkeypatch.setattr(beat, "interval", 60.0)
+    beat._wake.set()  # a waiting loop picks the new interval up now
+    return beat
+
+
 def _wait_file(path, timeout=20):
     workflows.wait_until(lambda: path.exists(), timeout=timeout, message=str(path))
 
@@ -89,6 +104,7 @@ def test_a_context_whose_epoch_was_bumped_fails_its_next_commit_and_stops(
     params = {"started": str(tmp_path / "started"), "go": str(tmp_path / "go"), "log": str(tmp_path / "log")}
     service.create(space=space, workflow_uid=deployed.workflow, instance_id="fenced", params=params)
     pk = driver.queue.pop()
+    _quiet_heartbeat(monkeypatch, db_url)  # the commit fence is under test, not the heartbeat's kill
     outcome = []
     thread = threading.Thread(target=lambda: outcome.append(context.run_context(pk, zygote=zygote)))
     thread.start()
@@ -197,3 +213,114 @@ def test_the_heartbeat_notices_fencing_and_kills_a_running_effect(
     time.sleep(0.3)
     assert log.stat().st_size == size  # the effect is dead: the file never grows again
     assert not service.live_leases([pk], settings=settings)
+
+
+def test_terminate_asks_the_owner_to_stop_at_once_and_returns_once_the_stop_is_proven(
+    db_url, space_token, zygote, monkeypatch, tmp_path
+):
+    """The stop hint (``{namespace}:stop``) wakes the owner's heartbeat: terminate does not wait for
+    the next heartbeat period (made 60 s here) nor for the effect, which never ends."""
+    space, _ = space_token
+    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
+    driver = workflows.Driver(monkeypatch, zygote=zygote)
+    log = tmp_path / "log"
+    service.create(space=space, workflow_uid=deployed.workflow, instance_id="hint", params={"log": str(log)})
+    pk = driver.queue.pop()
+    _quiet_heartbeat(monkeypatch, db_url)  # no periodic epoch check during this test: only the hint
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(context.run_context(pk, zygote=zygote)))
+    thread.start()
+    _wait_file(log)
+    time.sleep(0.5)  # the heartbeat's listener has subscribed by now (it starts with the context)
+    started = time.monotonic()
+    answer = service.terminate(space=space, workflow_uid=deployed.workflow, instance_id="hint")
+    assert answer == {"status": "terminated"}
+    assert time.monotonic() - started < 2.5
+    thread.join(30)
+    assert outcome == ["fenced"]
+    size = log.stat().st_size
+    time.sleep(0.3)
+    assert log.stat().st_size == size
+
+
+def test_a_context_fenced_by_a_delete_can_never_commit_later(db_url, space_token, zygote, monkeypatch):
+    """Seed 000 DELETE: "古いowner tokenはその後commitできない" — also after the purge removed the
+    instance, and after an instance of the same id exists again elsewhere."""
+    space, _ = space_token
+    deployed = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
+    workflows.Driver(monkeypatch, zygote=zygote)
+    service.create(space=space, workflow_uid=deployed.workflow, instance_id="doomed")
+    pk = _pk(db_url, deployed.workflow, "doomed")
+    conn = store.connection_for(db_url)
+    snapshot = store.load_instance(conn, pk)
+    owner = store.ContextStore(conn, pk=pk, lifetime_ends_at=snapshot.lifetime_ends_at)
+    now = utcnow()
+    assert owner.start(version_uid=deployed.version, now=now)
+    assert service.purge_workflow(deployed.workflow, now=now) is True  # no lease: nothing runs
+    other = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
+    service.create(space=space, workflow_uid=other.workflow, instance_id="doomed")
+    policy = {"maxAttempts": 1, "initialDelaySeconds": 0, "backoff": "constant", "maxDelaySeconds": 43200}
+    with pytest.raises(store.Fenced):
+        owner.commit_attempt(
+            name="a",
+            attempt=1,
+            new=True,
+            policy=policy,
+            started_at=now,
+            outcome=decide.AttemptSucceeded({"v": 1}),
+            now=now,
+        )
+    with pytest.raises(store.Fenced):
+        owner.commit_terminal(status="complete", output={}, now=now)
+    assert workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="doomed") is None
+    with models_db.session_scope(db_url) as session:
+        assert (
+            session.scalar(
+                sa.select(sa.func.count())
+                .select_from(inst_models.Step)
+                .where(inst_models.Step.instance_pk == pk)
+            )
+            == 0
+        )
+    assert service.status(space=space, workflow_uid=other.workflow, instance_id="doomed") == {
+        "status": "queued"
+    }
+
+
+def test_a_child_lost_to_its_watchdog_because_the_host_stalled_is_not_a_failed_attempt(
+    db_url, space_token, zygote, monkeypatch, tmp_path
+):
+    """Renewals fail (Redis away, or this process starved): pings are withheld so that the child dies
+    before the lease can expire. That death is the host's doing: nothing is recorded against the
+    step, and a fresh context is dispatched (the effect runs again: at-least-once)."""
+    import dataclasses
+
+    space, _ = space_token
+    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
+    driver = workflows.Driver(monkeypatch, zygote=zygote)
+    log = tmp_path / "log"
+    service.create(space=space, workflow_uid=deployed.workflow, instance_id="stall", params={"log": str(log)})
+    pk = driver.queue.pop()
+    settings = dataclasses.replace(config.load_settings(), lease_ttl_ms=1000)
+    leases = lease_mod.store_for(redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=1000)
+
+    def unreachable(lease):
+        raise ConnectionError("Redis is away")
+
+    monkeypatch.setattr(leases, "renew", unreachable)
+    started = time.monotonic()
+    outcome = context.run_context(pk, settings=settings, zygote=zygote)
+    assert outcome == "restart"
+    assert time.monotonic() - started < 5  # the watchdog (half the TTL) fired
+    assert driver.queue == [pk]  # a fresh context takes over
+    size = log.stat().st_size
+    time.sleep(0.3)
+    assert log.stat().st_size == size
+    types = [
+        e["eventType"]
+        for e in service.history(space=space, workflow_uid=deployed.workflow, instance_id="stall")["events"]
+    ]
+    assert "StepAttemptFailed" not in types and "StepFailed" not in types
+    assert service.status(space=space, workflow_uid=deployed.workflow, instance_id="stall") == {
+        "status": "running"
+    }

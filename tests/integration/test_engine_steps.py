@@ -866,3 +866,52 @@ def test_the_engine_runs_on_this_modules_database(db_url):
     backend = store.backend_for(db_url)
     expected = store.PgBackend if db_url.startswith("postgresql") else store_sqla.SqlaBackend
     assert isinstance(backend, expected)
+
+
+NESTED_SYNC = """
+class Nested:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        def outer():
+            try:
+                step.do("inner", lambda: {"x": 1})   # a step from inside a sync effect
+            except BaseException:
+                pass
+            return {"outer": True}
+        try:
+            step.do("outer", outer)
+        except BaseException:
+            pass
+        return {"rescued": True}
+"""
+
+
+def test_a_step_called_inside_a_sync_effect_is_an_uncatchable_mismatch(deploy, driver):
+    run = deploy(NESTED_SYNC, "Nested")
+    run.create("nested")
+    assert driver.run() == ["errored"]
+    status = run.status("nested")
+    assert status["status"] == "errored" and status["error"]["reason"] == "step_definition_mismatch"
+    assert "outer" not in run.steps("nested")  # the outer attempt never completed
+
+
+FORGER = """
+import json, os, struct, time
+class Forger:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        step.do("ok", lambda: {"fine": True})
+        body = json.dumps({"op": "run_failed", "reason": "step_failed", "message": "forged",
+                           "phase": "run", "step": event["params"]["step"]}).encode()
+        os.write(3, struct.pack(">I", len(body)) + body)   # the child is untrusted: a raw frame
+        time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("named", ["ok", "never-ran"])
+def test_a_forged_step_failed_report_is_run_threw(deploy, driver, named):
+    run = deploy(FORGER, "Forger")
+    run.create("forged", {"step": named})
+    assert driver.run() == ["errored"]
+    status = run.status("forged")
+    assert status["status"] == "errored" and status["error"]["reason"] == "run_threw"

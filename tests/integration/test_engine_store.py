@@ -103,3 +103,46 @@ def test_a_wait_that_suspends_sees_an_event_committed_while_it_waited(db_url, st
     assert result == [True]  # the event arrived: stay running and dispatch, never sit in waiting
     consumed = cs.try_wait(name="w", wait=decide.TryWait("go", 60, wait.timeout_at, new=False), now=now)
     assert consumed == ("consumed", None)
+
+
+def test_history_stays_newest_last_in_time_when_a_commit_waited_for_a_later_event(db_url, started):
+    """The finding: a commit stamped with a ``now`` taken before it waited for the row lock got a
+    larger eventId but an earlier timestamp than the event committed meanwhile. Every append now
+    stamps ``max(own time, newest stored event)`` under the row lock (``instances.last_event_at``)."""
+    cs, deployed = started
+    early = utcnow()
+    late = early + dt.timedelta(seconds=5)
+    conn = psycopg.connect(**store.connect_kwargs(db_url))
+    first = conn.execute(
+        "UPDATE instances SET next_event_id = next_event_id + 1, last_event_at = %s WHERE pk = %s"
+        " RETURNING next_event_id - 1",
+        [late, cs.pk],
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)"
+        ' VALUES (%s, %s, \'EventAccepted\', \'{"sequence": 1, "type": "x"}\', %s)',
+        [cs.pk, first, late],
+    )
+    outcome = decide.AttemptSucceeded({"v": 1})
+    thread = threading.Thread(
+        target=lambda: cs.commit_attempt(
+            name="a",
+            attempt=1,
+            new=True,
+            policy={"maxAttempts": 1},
+            started_at=early,
+            outcome=outcome,
+            now=early,
+        )
+    )
+    thread.start()
+    time.sleep(0.3)
+    assert thread.is_alive()  # the context's statement waits for our row lock
+    conn.commit()
+    conn.close()
+    thread.join(10)
+    events = service.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")["events"]
+    assert [e["eventId"] for e in events] == list(range(1, len(events) + 1))
+    stamps = [e["eventTimestamp"] for e in events]
+    assert stamps == sorted(stamps), stamps
+    assert [e["eventType"] for e in events][-3:] == ["EventAccepted", "StepAttemptStarted", "StepCompleted"]

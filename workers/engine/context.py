@@ -28,7 +28,7 @@ from models.base import utcnow
 from models.errors import DomainError
 from takohost import config, errors
 from takohost.domain import documents, identifiers, retry
-from takohost.runtime import protocol
+from takohost.runtime import bindings, protocol
 from workers import dispatch
 from workers.engine import children, decide, heartbeat, sandbox, store
 from workers.engine import lease as lease_mod
@@ -37,6 +37,10 @@ from workers.services import instances as instance_service
 log = logging.getLogger(__name__)
 
 _version_cache: dict[str, dict] = {}
+
+#: A child that vanished while it had gone this share of its watchdog without a ping was (most
+#: likely) killed by the watchdog: the host's fault, never recorded as the code's failure.
+WATCHDOG_SUSPECT = 0.8
 
 
 class _Stop(Exception):
@@ -113,11 +117,14 @@ class ReplayContext:
         self.version: VersionChoice | None = None
         self.steps: dict[str, decide.StepRecord] = {}
         self.used_child = False
+        self.lease_taken = 0.0  # monotonic: just before the lease was acquired
+        self.job_sent = 0.0  # monotonic: when the child got its job (its watchdog's first frame)
 
     # -- the whole context --------------------------------------------------------------------------
     def run(self) -> str:
         """Run the context; returns an outcome word for logs and tests (``complete``, ``errored``,
         ``sleeping``, ``waiting``, ``retry``, ``fenced``, ``busy``, ``not_runnable``, …)."""
+        self.lease_taken = time.monotonic()
         self.lease = self.leases.acquire(self.pk)
         if self.lease is None:
             return "busy"
@@ -165,14 +172,15 @@ class ReplayContext:
             or not snapshot.workflow_live
         ):
             return "not_runnable"
+        lifetime_over = self.clock() >= snapshot.lifetime_ends_at
         version_uid = pick_version(snapshot.deployment_spec)
         version = self.version = None if version_uid is None else _version(self.backend, version_uid)
-        if version is None:
+        if version is None and not lifetime_over:
             log.warning("no Version to run; left for the sweep", extra={"instance": self.pk})
             return "no_version"
         self.store = self.backend.context_store(pk=self.pk, lifetime_ends_at=snapshot.lifetime_ends_at)
-        lifetime_over = self.clock() >= snapshot.lifetime_ends_at
         if not lifetime_over:
+            assert version is not None
             # The child imports the code while the token is taken (the fork and the import are the
             # slow part of a context). Safe: the lease keeps other contexts of this instance out,
             # no step request is answered before the token is ours, and a refused start kills the
@@ -180,10 +188,17 @@ class ReplayContext:
             # side-effect free by the seed's rule) may have run.
             self.used_child = True
             self.child = children.take_child(self.zygote, self._job(snapshot, version))
-        if not self.store.start(version_uid=version.uid, now=self.clock()):
+            self.job_sent = time.monotonic()
+        # The lifetime ends the instance even when no Version can run it (no code runs for that).
+        if not self.store.start(version_uid=None if version is None else version.uid, now=self.clock()):
             return "not_runnable"
         self.watched = heartbeat.Watched(
-            instance_pk=self.pk, epoch=self.store.epoch, lease=self.lease, child=self.child
+            instance_pk=self.pk,
+            epoch=self.store.epoch,
+            lease=self.lease,
+            child=self.child,
+            renewed_at=self.lease_taken,
+            last_ping=self.job_sent or time.monotonic(),
         )
         self.heartbeat.register(self.watched)
         if lifetime_over:
@@ -205,7 +220,7 @@ class ReplayContext:
             "vars": version.spec.get("vars") or {},
             "bindings": sorted(version.bindings),
             "event": event,
-            "watchdogSeconds": self.leases.ttl_ms * 2 / 3000.0,
+            "watchdogSeconds": heartbeat.watchdog_seconds(self.leases.ttl_ms),
         }
 
     # -- the message loop --------------------------------------------------------------------------
@@ -220,9 +235,24 @@ class ReplayContext:
             raise
 
     def _explain_gone(self) -> None:
-        """The child vanished: fenced or lease lost (the heartbeat killed it) → stop quietly."""
-        if self.watched is not None and (self.watched.fenced or self.watched.lost):
-            raise _Stop("fenced" if self.watched.fenced else "lease_lost")
+        """The child vanished: fenced or lease lost (the heartbeat killed it) → stop quietly; its
+        pings were withheld long enough for its watchdog to fire (this host was too slow to renew
+        the lease, or starved) → not the code's doing: record nothing, let a fresh context run."""
+        watched = self.watched
+        if watched is None:
+            return
+        if watched.fenced or watched.lost:
+            raise _Stop("fenced" if watched.fenced else "lease_lost")
+        watchdog = heartbeat.watchdog_seconds(self.leases.ttl_ms)
+        if time.monotonic() - watched.last_ping >= WATCHDOG_SUSPECT * watchdog:
+            if self._fenced_meanwhile():  # e.g. this process was frozen and another owner took over
+                raise _Stop("fenced")
+            log.warning(
+                "sandbox child lost to its watchdog; a fresh context takes over", extra={"instance": self.pk}
+            )
+            self._stop_child()
+            dispatch.run_context(self.pk)
+            raise _Stop("restart")
 
     def _serve(self) -> str:
         try:
@@ -236,7 +266,7 @@ class ReplayContext:
                 elif op == "run_returned":
                     return self._returned(message["output"])
                 elif op == "run_failed":
-                    return self._end_errored(message["reason"], message["message"])
+                    return self._end_errored(*self._failure(message))
                 elif op == "mismatch":
                     return self._end_errored("step_definition_mismatch", message["message"])
                 else:
@@ -248,6 +278,23 @@ class ReplayContext:
             return self._end_errored(
                 "run_threw", "the workflow process exited without a result (os._exit or a crash)"
             )
+
+    def _fenced_meanwhile(self) -> bool:
+        try:
+            return self.store is not None and self.store.is_fenced()
+        except Exception:  # noqa: BLE001 - cannot tell: a fresh context decides (its start is fenced too)
+            log.warning("could not read the epoch", extra={"instance": self.pk}, exc_info=True)
+            return False
+
+    def _failure(self, message: dict) -> tuple[str, str]:
+        """``(reason, message)`` of a ``run_failed``: ``step_failed`` only when its ``step`` names a
+        ``do`` step recorded as failed (the child is untrusted, PROTOCOL.md); else ``run_threw``."""
+        if message["reason"] == "step_failed":
+            record = self.steps.get(message.get("step", ""))
+            if record is None or record.kind != "do" or record.state != "failed":
+                text = f"the workflow process reported step_failed for a step that did not fail: {message['message']}"
+                return "run_threw", text
+        return message["reason"], message["message"]
 
     def _send(self, message: dict) -> None:
         assert self.child is not None
@@ -452,7 +499,9 @@ class ReplayContext:
                 space=self.snapshot.space, workflow_uid=target, call=call, args=args
             )
         except DomainError as exc:
-            name = exc.code if exc.code in errors.ERROR_CLASSES else "backend_unavailable"
+            # invalid_request (CONTRACT §8: a bad id/type) reaches the caller as its TypeError.
+            known = exc.code in errors.ERROR_CLASSES or exc.code == bindings.TYPE_ERROR_NAME
+            name = exc.code if known else "backend_unavailable"
             self._send({"op": "binding_error", "name": name, "message": protocol.safe_text(exc.message)})
             return
         except Exception as exc:  # noqa: BLE001 - the caller sees backend_unavailable, never a host crash

@@ -1,18 +1,32 @@
-"""One heartbeat thread per worker process: keeps the leases of running contexts alive, keeps their
+"""One heartbeat per worker process: keeps the leases of running contexts alive, keeps their
 children's watchdogs fed and notices fencing (DESIGN "One replay context" step 2, "Terminate and
 delete" steps 2–3).
 
-Every ``interval`` seconds (a third of the lease TTL), for each registered context, in this order:
+Two daemon threads, so that a slow Redis or Postgres round trip never starves a child's watchdog:
 
-1. ``ping`` the child (its watchdog, ``watchdog_seconds`` = two thirds of the TTL, kills it when
-   pings stop: so if this process freezes, the child is dead before the lease can expire);
-2. renew the lease (compare-and-set); a lease another owner holds is lost → kill the child;
-3. read the instance's epoch from Postgres; a bumped epoch (terminate, delete, a newer context)
-   means this context is fenced → kill the child now, not at its next commit, so that an effect
-   that runs for minutes does not keep a terminate or delete waiting.
+* the **beat** (every ``RENEW_FRACTION`` of the lease TTL, and at once when woken): renews each
+  watched lease (compare-and-set; a lease another owner holds is lost → kill the child), then
+  reads the watched epochs from Postgres (a bumped epoch — terminate, delete, a newer context —
+  means fenced → kill the child now, not at its next commit, so that an effect that runs for
+  minutes does not keep a terminate or delete waiting);
+* the **pinger** (every ``PING_FRACTION`` of the TTL): pings each child, but only while its lease
+  was renewed recently (a renewal *started* less than ``PING_WINDOW_FRACTION`` of the TTL ago).
 
-The context's main thread then gets ``ChildGone`` from ``recv`` and looks at the flags. Keeping
-Redis and the epoch check off the per-step path is what ANCHORS.md asks for.
+The stop proof (lease expiry ⇒ no user code runs): the child's watchdog (``WATCHDOG_FRACTION`` of the
+TTL, :func:`watchdog_seconds`) kills it when pings stop. Pings stop at the latest ``PING_WINDOW`` after
+the start of the last successful renewal (or at once when this process freezes), so the child is dead
+by ``renewal + PING_WINDOW + WATCHDOG`` = 0.9 TTL, before the lease (``renewal + TTL``) can expire.
+And as long as renewals succeed the child is pinged far more often than its watchdog needs, so a
+busy machine does not kill healthy children.
+
+The context's main thread then gets ``ChildGone`` from ``recv`` and looks at the flags (and at
+``last_ping``: a child whose pings were withheld died of the host's trouble, not of its code).
+Keeping Redis and the epoch check off the per-step path is what ANCHORS.md asks for.
+
+A terminate or a DELETE does not wait for the next beat: after fencing it publishes the instance
+pks on ``{namespace}:stop`` (``workers.services.stop_signals``); a listener thread wakes the beat at
+once when one of them is watched here, so the stop is proven (and the lease dropped) within a
+fraction of a second. The hint is only for speed: without it the next beat does the same.
 """
 
 from __future__ import annotations
@@ -21,17 +35,34 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from workers.engine import lease as lease_mod
 from workers.engine import sandbox
+from workers.services import stop_signals
 
 log = logging.getLogger(__name__)
+
+#: Fractions of the lease TTL (see the module doc for why they prove the stop).
+RENEW_FRACTION = 0.25
+PING_FRACTION = 0.1
+PING_WINDOW_FRACTION = 0.4
+WATCHDOG_FRACTION = 0.5
+
+
+def watchdog_seconds(ttl_ms: int) -> float:
+    """The child watchdog for a lease TTL of ``ttl_ms`` milliseconds, in seconds (half the TTL)."""
+    return ttl_ms * WATCHDOG_FRACTION / 1000.0
 
 
 @dataclasses.dataclass(eq=False)
 class Watched:
-    """One running context as the heartbeat sees it; ``lost``/``fenced`` are set by the thread."""
+    """One running context as the heartbeat sees it; ``lost``/``fenced`` are set by the threads.
+
+    ``renewed_at`` is the monotonic time at which the last successful lease renewal (or the
+    acquisition) *started*; ``last_ping`` the monotonic time of the last frame sent to the child.
+    """
 
     instance_pk: int
     epoch: int
@@ -39,42 +70,94 @@ class Watched:
     child: sandbox.ChildHandle | None = None
     lost: bool = False
     fenced: bool = False
+    active: bool = True
+    renewed_at: float = dataclasses.field(default_factory=time.monotonic)
+    last_ping: float = dataclasses.field(default_factory=time.monotonic)
 
 
 class Heartbeat:
-    """The process's heartbeat thread (started on first :meth:`register`)."""
+    """The process's heartbeat: beat, pinger and stop-listener threads (started on first
+    :meth:`register`). ``ttl_s`` is the lease TTL in seconds; ``interval`` (seconds between beats)
+    defaults to ``RENEW_FRACTION`` of it."""
 
     def __init__(
         self,
         *,
         leases: lease_mod.LeaseStore,
         read_epochs: Callable[[list[int]], dict[int, int]],
-        interval: float,
+        ttl_s: float,
+        interval: float | None = None,
     ) -> None:
         self.leases = leases
-        self.interval = interval
+        self.ttl_s = ttl_s
+        self.interval = interval if interval is not None else ttl_s * RENEW_FRACTION
+        self.ping_interval = ttl_s * PING_FRACTION
+        self.ping_window = ttl_s * PING_WINDOW_FRACTION
         self._read_epochs = read_epochs
         self._watched: set[Watched] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: dict[str, threading.Thread] = {}
 
     def register(self, watched: Watched) -> None:
-        """Start watching a context (its lease is fresh; its child may be set later)."""
+        """Start watching a context (``renewed_at`` = when its lease was taken; its child may be set
+        later) and renew its lease at once."""
         with self._lock:
             self._watched.add(watched)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="takohost-heartbeat", daemon=True)
-                self._thread.start()
+            for name, target in (("beat", self._loop), ("pinger", self._pings), ("stop", self._listen)):
+                thread = self._threads.get(name)
+                if thread is None or not thread.is_alive():
+                    thread = threading.Thread(target=target, name=f"takohost-{name}", daemon=True)
+                    self._threads[name] = thread
+                    thread.start()
+        self._wake.set()
+
+    def watched_pks(self) -> set[int]:
+        """The instance pks of the contexts watched now."""
+        with self._lock:
+            return {w.instance_pk for w in self._watched}
+
+    def notify(self, instance_pks: set[int]) -> bool:
+        """A stop hint for ``instance_pks``: beat now if one of them is watched here (True)."""
+        if instance_pks & self.watched_pks():
+            self._wake.set()
+            return True
+        return False
+
+    def _listen(self) -> None:
+        """Follow ``{namespace}:stop`` (reconnecting after Redis errors) and pass hints to
+        :meth:`notify`. Runs for the life of the process."""
+        name = stop_signals.channel(self.leases.namespace)
+        while True:
+            pubsub = None
+            try:
+                pubsub = self.leases.client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(name)
+                while True:
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is not None and message.get("type") == "message":
+                        self.notify(stop_signals.decode(message["data"]))
+            except Exception:  # noqa: BLE001 - Redis away: the periodic epoch check still stops contexts
+                log.debug("stop listener reconnecting", exc_info=True)
+                time.sleep(1.0)
+            finally:
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:  # noqa: BLE001 - closing a broken connection
+                        pass
 
     def unregister(self, watched: Watched) -> None:
-        """Stop watching a context (before its lease is released or left to expire)."""
+        """Stop watching a context (before its lease is released or left to expire): once this
+        returns, its lease is never renewed again."""
         with self._lock:
             self._watched.discard(watched)
+            watched.active = False
 
     def _loop(self) -> None:
         while True:
             self._wake.wait(self.interval)
+            self._wake.clear()
             with self._lock:
                 current = list(self._watched)
             if not current:
@@ -84,22 +167,50 @@ class Heartbeat:
             except Exception:  # noqa: BLE001 - the thread must survive Redis/Postgres hiccups
                 log.warning("heartbeat failed", exc_info=True)
 
-    def beat(self, current: list[Watched]) -> None:
-        """One heartbeat over ``current`` (public so tests can drive it without waiting)."""
+    def _pings(self) -> None:
+        while True:
+            time.sleep(self.ping_interval)
+            with self._lock:
+                current = list(self._watched)
+            self.ping(current)
+
+    def ping(self, current: list[Watched]) -> None:
+        """Ping the child of every context in ``current`` whose lease was renewed within the ping
+        window (see the module doc: never ping a child whose lease might expire before it dies)."""
         for watched in current:
             child = watched.child
-            if child is not None:
-                try:
-                    child.ping()
-                except (sandbox.ChildGone, OSError):
-                    pass
+            if child is None or time.monotonic() - watched.renewed_at >= self.ping_window:
+                continue
             try:
-                if not self.leases.renew(watched.lease):
-                    log.warning("lease lost", extra={"instance": watched.instance_pk})
-                    watched.lost = True
-                    self._kill(watched)
-            except Exception:  # noqa: BLE001 - Redis down: the child watchdog is the backstop
-                log.warning("lease renewal failed", extra={"instance": watched.instance_pk}, exc_info=True)
+                child.ping()
+                watched.last_ping = time.monotonic()
+            except (sandbox.ChildGone, OSError, RuntimeError):
+                pass
+
+    def beat(self, current: list[Watched]) -> None:
+        """One heartbeat over ``current`` (public so tests can drive it without waiting): renew the
+        leases, then check the epochs."""
+        for watched in current:
+            # Under the lock: a context that unregistered (and may be releasing its lease right
+            # now) is never renewed — ``renew`` would take a vanished lease again and leave a ghost
+            # lease that keeps the instance "busy" for a whole TTL.
+            with self._lock:
+                if not watched.active:
+                    continue
+                started = time.monotonic()
+                try:
+                    renewed = self.leases.renew(watched.lease)
+                except Exception:  # noqa: BLE001 - Redis down: the child watchdog is the backstop
+                    log.warning(
+                        "lease renewal failed", extra={"instance": watched.instance_pk}, exc_info=True
+                    )
+                    continue
+                if renewed:
+                    watched.renewed_at = started
+                    continue
+                watched.lost = True
+            log.warning("lease lost", extra={"instance": watched.instance_pk})
+            self._kill(watched)
         epochs = self._epochs([w.instance_pk for w in current])
         for watched in current:
             if epochs is not None and epochs.get(watched.instance_pk) != watched.epoch:
@@ -124,20 +235,20 @@ class Heartbeat:
                 log.debug("child already closed", exc_info=True)
 
 
-_heartbeats: dict[tuple[int, str, str], Heartbeat] = {}
+_heartbeats: dict[tuple[int, str, str, int], Heartbeat] = {}
 _heartbeats_lock = threading.Lock()
 
 
 def heartbeat_for(
     *, leases: lease_mod.LeaseStore, url: str, read_epochs: Callable[[list[int]], dict[int, int]]
 ) -> Heartbeat:
-    """This process's heartbeat for ``leases`` and database ``url`` (interval: a third of the
-    lease TTL); ``read_epochs`` reads stored epochs on a connection the thread may use."""
-    key = (os.getpid(), leases.key(0), url)
+    """This process's heartbeat for ``leases`` and database ``url`` (timing from the lease TTL);
+    ``read_epochs`` reads stored epochs on a connection the thread may use."""
+    key = (os.getpid(), leases.key(0), url, leases.ttl_ms)
     with _heartbeats_lock:
         beat = _heartbeats.get(key)
         if beat is None:
             beat = _heartbeats[key] = Heartbeat(
-                leases=leases, read_epochs=read_epochs, interval=leases.ttl_ms / 3000.0
+                leases=leases, read_epochs=read_epochs, ttl_s=leases.ttl_ms / 1000.0
             )
         return beat

@@ -29,6 +29,21 @@ class Event:
             raise ValueError(f"unknown history event type {self.event_type!r}")
 
 
+def stamps(events: list[Event], *, now: dt.datetime, after: dt.datetime | None = None) -> list[dt.datetime]:
+    """The timestamps to store for ``events`` appended in one commit: each event's own time (or
+    ``now``), never earlier than the event before it nor than ``after`` (the newest stored event's
+    time), so the history is newest-last in time as well as by ``eventId`` (CONTRACT §6)."""
+    out: list[dt.datetime] = []
+    floor = after
+    for event in events:
+        stamp = event.timestamp or now
+        if floor is not None and stamp < floor:
+            stamp = floor
+        out.append(stamp)
+        floor = stamp
+    return out
+
+
 def _at(value: dt.datetime) -> str:
     return instance_service.rfc3339(value)
 

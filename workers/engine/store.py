@@ -49,15 +49,16 @@ WHERE i.pk = %(pk)s
 _START = """
 WITH f AS (
   UPDATE instances SET epoch = epoch + 1, status = 'running', version_uid = %(version)s,
-         updated_at = %(now)s, next_event_id = next_event_id + 1
+         updated_at = %(now)s, next_event_id = next_event_id + 1,
+         last_event_at = GREATEST(last_event_at, %(now)s)
   WHERE pk = %(pk)s AND status IN ('queued', 'running') AND stopping IS NULL
     AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.instance_pk = %(pk)s AND t.kind = 'retry')
     AND NOT EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = instances.workflow_uid)
-  RETURNING epoch, next_event_id - 1 AS e0, step_count
+  RETURNING epoch, next_event_id - 1 AS e0, step_count, last_event_at
 ), h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
   SELECT %(pk)s, f.e0, 'ContextStarted',
-         json_build_object('versionUid', %(version)s::text, 'epoch', f.epoch), %(now)s FROM f
+         json_build_object('versionUid', %(version)s::text, 'epoch', f.epoch), f.last_event_at FROM f
 )
 SELECT epoch, step_count FROM f
 """
@@ -68,15 +69,16 @@ WITH seen AS (
 ), f AS (
   UPDATE instances SET next_event_id = next_event_id + 1, updated_at = %(now)s, status = %(status)s,
          output = %(output)s::json, error = %(error)s::json, terminal_at = %(now)s, inbox_count = 0,
-         inbox_bytes = 0
-  WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - 1 AS e0, next_sequence AS latest
+         inbox_bytes = 0, last_event_at = GREATEST(last_event_at, %(now)s)
+  WHERE pk = %(pk)s AND epoch = %(epoch)s
+  RETURNING next_event_id - 1 AS e0, next_sequence AS latest, last_event_at
 ), i AS (
   DELETE FROM inbox_events WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
 ), t AS (
   DELETE FROM timers WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
 ), h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT %(pk)s, f.e0, %(event_type)s, %(attributes)s::json, %(now)s FROM f
+  SELECT %(pk)s, f.e0, %(event_type)s, %(attributes)s::json, f.last_event_at FROM f
 )
 SELECT f.latest <> seen.seq FROM f, seen
 """
@@ -297,6 +299,11 @@ class ContextStore:
         self.epoch = row[0]
         return True
 
+    def is_fenced(self) -> bool:
+        """True when the stored epoch is no longer this context's token (or the row is gone)."""
+        row = self.conn.execute("SELECT epoch FROM instances WHERE pk = %s", [self.pk]).fetchone()
+        return row is None or row[0] != self.epoch
+
     def load_steps(self) -> dict[str, decide.StepRecord]:
         """Every stored step of the instance by name (read once per context)."""
         steps = {}
@@ -350,12 +357,23 @@ class ContextStore:
         Raises :class:`Fenced`. Only for commits that read nothing a concurrent ``send_event`` may
         just have written (the inbox): the statement's snapshot predates a lock wait."""
         events = commit.events
-        params = self._params(now, n=len(events), new=commit.new_steps, status=commit.status)
+        stamps = history.stamps(events, now=now)
+        params = self._params(
+            now,
+            n=len(events),
+            new=commit.new_steps,
+            status=commit.status,
+            newest=stamps[-1] if stamps else None,
+        )
+        # ``l`` locks the row first and, READ COMMITTED, returns its newest version even when this
+        # statement waited for a concurrent ``send_event``: ``l.last`` is the newest event's time.
         parts = [
+            "l AS (SELECT last_event_at AS last FROM instances WHERE pk = %(pk)s FOR UPDATE)",
             f"""f AS (
-  UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s{self._sets(commit)}
-  WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s AS e0
-)"""
+  UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,
+         last_event_at = GREATEST(l.last, %(newest)s::timestamptz){self._sets(commit)}
+  FROM l WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s AS e0, l.last AS last
+)""",
         ]
         if commit.step is not None:
             parts.append(_STEP_UPSERT)
@@ -365,19 +383,16 @@ class ContextStore:
             params.update(timer_kind=commit.timer[0], timer_due=commit.timer[1])
         if events:
             values = []
-            for index, event in enumerate(events):
+            for index, (event, stamp) in enumerate(zip(events, stamps, strict=True)):
                 values.append(f"({index}, %(t{index})s, %(a{index})s, %(ts{index})s::timestamptz)")
                 params.update(
-                    {
-                        f"t{index}": event.event_type,
-                        f"a{index}": _json(event.attributes),
-                        f"ts{index}": event.timestamp or now,
-                    }
+                    {f"t{index}": event.event_type, f"a{index}": _json(event.attributes), f"ts{index}": stamp}
                 )
             parts.append(
                 f"""h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT %(pk)s, f.e0 + v.i, v.t, v.a::json, v.ts FROM f CROSS JOIN (VALUES {", ".join(values)}) AS v(i, t, a, ts)
+  SELECT %(pk)s, f.e0 + v.i, v.t, v.a::json, GREATEST(v.ts, f.last)
+  FROM f CROSS JOIN (VALUES {", ".join(values)}) AS v(i, t, a, ts)
 )"""
             )
         sql = "WITH " + ",\n".join(parts) + "\nSELECT e0 FROM f"
@@ -388,22 +403,26 @@ class ContextStore:
         self,
         commit: commits.Commit,
         *,
-        first_id: int,
+        locked: tuple[int, dt.datetime | None],
         now: dt.datetime,
         sets: str = "",
         extra: dict | None = None,
     ) -> None:
-        """Inside a transaction that holds the row lock (from :meth:`_lock_and_find`): the same
-        writes as :meth:`apply`, as separate statements (they all go out in the pipeline)."""
+        """Inside a transaction that holds the row lock (``locked`` = the next event id and the
+        newest event's time, from :meth:`_lock_and_find`): the same writes as :meth:`apply`, as
+        separate statements (they all go out in the pipeline)."""
+        first_id, last = locked
+        stamps = history.stamps(commit.events, now=now, after=last)
         self.conn.execute(
-            "UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s"
-            f"{self._sets(commit)}{sets} WHERE pk = %(pk)s",
+            "UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,"
+            f" last_event_at = COALESCE(%(newest)s, last_event_at){self._sets(commit)}{sets} WHERE pk = %(pk)s",
             {
                 "pk": self.pk,
                 "n": len(commit.events),
                 "new": commit.new_steps,
                 "status": commit.status,
                 "now": now,
+                "newest": stamps[-1] if stamps else None,
                 **(extra or {}),
             },
         )
@@ -422,8 +441,8 @@ class ContextStore:
                 "INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)"
                 " VALUES (%s, %s, %s, %s::json, %s)",
                 [
-                    (self.pk, first_id + i, e.event_type, _json(e.attributes), e.timestamp or now)
-                    for i, e in enumerate(commit.events)
+                    (self.pk, first_id + i, e.event_type, _json(e.attributes), stamp)
+                    for i, (e, stamp) in enumerate(zip(commit.events, stamps, strict=True))
                 ],
             )
 
@@ -477,7 +496,7 @@ class ContextStore:
         :class:`Fenced`.
         """
         with self.conn.pipeline() as pipeline, self.conn.transaction():
-            first, row = self._lock_and_find(
+            locked, row = self._lock_and_find(
                 pipeline, wait=wait, now=now, columns="pk, sequence, payload, canonical_bytes"
             )
             if row is not None:
@@ -486,7 +505,7 @@ class ContextStore:
                 commit = commits.wait_consumed(name=name, wait=wait, sequence=sequence, payload=payload)
                 self._apply_locked(
                     commit,
-                    first_id=first,
+                    locked=locked,
                     now=now,
                     extra={"size": size},
                     sets=", inbox_count = inbox_count - 1, inbox_bytes = inbox_bytes - %(size)s",
@@ -494,7 +513,7 @@ class ContextStore:
                 return "consumed", payload
             if now < wait.timeout_at:
                 return "suspend", None
-            self._apply_locked(commits.wait_timed_out(name=name, wait=wait), first_id=first, now=now)
+            self._apply_locked(commits.wait_timed_out(name=name, wait=wait), locked=locked, now=now)
             return "timed_out", None
 
     def commit_wait_suspend(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> bool:
@@ -503,20 +522,22 @@ class ContextStore:
         round trips as :meth:`try_wait`; the inbox is read after the row lock was granted, so an
         event whose ``send_event`` saw ``running`` is never missed (no lost wake-up)."""
         with self.conn.pipeline() as pipeline, self.conn.transaction():
-            first, row = self._lock_and_find(pipeline, wait=wait, now=now, columns="1")
+            locked, row = self._lock_and_find(pipeline, wait=wait, now=now, columns="1")
             commit = commits.wait_suspend(
                 name=name, wait=wait, arrived=row is not None, lifetime_ends_at=self.lifetime_ends_at
             )
-            self._apply_locked(commit, first_id=first, now=now)
+            self._apply_locked(commit, locked=locked, now=now)
         return row is not None
 
     def _lock_and_find(
         self, pipeline: psycopg.Pipeline, *, wait: decide.TryWait, now: dt.datetime, columns: str
-    ) -> tuple[int, tuple | None]:
-        """In a pipelined transaction: the fenced row lock (returns the next event id) and the oldest
-        matching inbox row (a separate statement: its snapshot follows the lock). Raises Fenced."""
+    ) -> tuple[tuple[int, dt.datetime | None], tuple | None]:
+        """In a pipelined transaction: the fenced row lock (returns the next event id and the newest
+        event's time) and the oldest matching inbox row (a separate statement: its snapshot follows
+        the lock). Raises Fenced."""
         lock = self.conn.execute(
-            "UPDATE instances SET updated_at = %(now)s WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id",
+            "UPDATE instances SET updated_at = %(now)s WHERE pk = %(pk)s AND epoch = %(epoch)s"
+            " RETURNING next_event_id, last_event_at",
             self._params(now),
         )
         found = self.conn.execute(
@@ -528,7 +549,7 @@ class ContextStore:
         locked = lock.fetchone()
         if locked is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
-        return locked[0], found.fetchone()
+        return (locked[0], locked[1]), found.fetchone()
 
     # -- the end ---------------------------------------------------------------------------------------
     def commit_terminal(

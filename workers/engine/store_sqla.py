@@ -115,8 +115,9 @@ class SqlaContextStore:
 
     def _fenced(
         self, conn: sa.Connection, *, now: dt.datetime, commit: commits.Commit | None = None, **values: Any
-    ) -> int:
-        """The fenced ``UPDATE`` (first statement: the write lock); returns the first event id."""
+    ) -> tuple[int, dt.datetime | None]:
+        """The fenced ``UPDATE`` (first statement: the write lock); returns the first event id and
+        the newest stored event's time (``last_event_at`` is set by :meth:`_history`)."""
         n = len(commit.events) if commit is not None else 0
         update = {"next_event_id": INSTANCES.c.next_event_id + n, **values}
         if commit is not None:
@@ -129,13 +130,20 @@ class SqlaContextStore:
             sa.update(INSTANCES)
             .where(INSTANCES.c.pk == self.pk, INSTANCES.c.epoch == self.epoch)
             .values(**update)
-            .returning(INSTANCES.c.next_event_id)
+            .returning(INSTANCES.c.next_event_id, INSTANCES.c.last_event_at)
         ).first()
         if row is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
-        return row[0] - n
+        return row[0] - n, row[1]
 
-    def _write(self, conn: sa.Connection, commit: commits.Commit, *, first_id: int, now: dt.datetime) -> None:
+    def _write(
+        self,
+        conn: sa.Connection,
+        commit: commits.Commit,
+        *,
+        locked: tuple[int, dt.datetime | None],
+        now: dt.datetime,
+    ) -> None:
         if commit.step is not None:
             row = commit.step
             values = {
@@ -169,12 +177,21 @@ class SqlaContextStore:
                     index_elements=["instance_pk", "kind"], set_={"due_at": stmt.excluded.due_at}
                 )
             )
-        self._history(conn, commit.events, first_id=first_id, now=now)
+        self._history(conn, commit.events, locked=locked, now=now)
 
     def _history(
-        self, conn: sa.Connection, events: list[history.Event], *, first_id: int, now: dt.datetime
+        self,
+        conn: sa.Connection,
+        events: list[history.Event],
+        *,
+        locked: tuple[int, dt.datetime | None],
+        now: dt.datetime,
     ) -> None:
+        """Insert ``events`` from event id ``locked[0]``, stamped never earlier than ``locked[1]``
+        (the newest stored event's time), and move ``last_event_at`` (write lock held)."""
         if events:
+            first_id, last = locked
+            stamps = history.stamps(events, now=now, after=last)
             conn.execute(
                 sa.insert(HISTORY),
                 [
@@ -183,10 +200,13 @@ class SqlaContextStore:
                         "event_id": first_id + i,
                         "event_type": e.event_type,
                         "attributes": e.attributes,
-                        "event_timestamp": e.timestamp or now,
+                        "event_timestamp": stamp,
                     }
-                    for i, e in enumerate(events)
+                    for i, (e, stamp) in enumerate(zip(events, stamps, strict=True))
                 ],
+            )
+            conn.execute(
+                sa.update(INSTANCES).where(INSTANCES.c.pk == self.pk).values(last_event_at=stamps[-1])
             )
 
     # -- start --------------------------------------------------------------------------------------
@@ -217,13 +237,21 @@ class SqlaContextStore:
                     updated_at=now,
                     next_event_id=INSTANCES.c.next_event_id + 1,
                 )
-                .returning(INSTANCES.c.epoch, INSTANCES.c.next_event_id)
+                .returning(INSTANCES.c.epoch, INSTANCES.c.next_event_id, INSTANCES.c.last_event_at)
             ).first()
             if row is None:
                 return False
             self.epoch = row[0]
-            self._history(conn, [history.context_started(version_uid, row[0])], first_id=row[1] - 1, now=now)
+            self._history(
+                conn, [history.context_started(version_uid, row[0])], locked=(row[1] - 1, row[2]), now=now
+            )
         return True
+
+    def is_fenced(self) -> bool:
+        """True when the stored epoch is no longer this context's token (or the row is gone)."""
+        with self.engine.connect() as conn:
+            epoch = conn.execute(sa.select(INSTANCES.c.epoch).where(INSTANCES.c.pk == self.pk)).scalar()
+        return epoch != self.epoch
 
     def load_steps(self) -> dict[str, decide.StepRecord]:
         """Every stored step of the instance by name."""
@@ -247,8 +275,7 @@ class SqlaContextStore:
     def apply(self, commit: commits.Commit, *, now: dt.datetime) -> None:
         """Apply a commit plan in one transaction. Raises :class:`Fenced`."""
         with self.engine.begin() as conn:
-            first = self._fenced(conn, now=now, commit=commit)
-            self._write(conn, commit, first_id=first, now=now)
+            self._write(conn, commit, locked=self._fenced(conn, now=now, commit=commit), now=now)
 
     # -- the same methods as store.ContextStore ----------------------------------------------------
     def commit_attempt(
@@ -310,19 +337,19 @@ class SqlaContextStore:
                     name=name, wait=wait, sequence=row.sequence, payload=row.payload
                 )
                 conn.execute(sa.delete(INBOX).where(INBOX.c.pk == row.pk))
-                first = self._fenced(
+                locked = self._fenced(
                     conn,
                     now=now,
                     commit=commit,
                     inbox_count=INSTANCES.c.inbox_count - 1,
                     inbox_bytes=INSTANCES.c.inbox_bytes - row.canonical_bytes,
                 )
-                self._write(conn, commit, first_id=first, now=now)
+                self._write(conn, commit, locked=locked, now=now)
                 return "consumed", row.payload
             if now < wait.timeout_at:
                 return "suspend", None
             commit = commits.wait_timed_out(name=name, wait=wait)
-            self._write(conn, commit, first_id=self._fenced(conn, now=now, commit=commit), now=now)
+            self._write(conn, commit, locked=self._fenced(conn, now=now, commit=commit), now=now)
             return "timed_out", None
 
     def commit_wait_suspend(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> bool:
@@ -333,7 +360,7 @@ class SqlaContextStore:
             commit = commits.wait_suspend(
                 name=name, wait=wait, arrived=arrived, lifetime_ends_at=self.lifetime_ends_at
             )
-            self._write(conn, commit, first_id=self._fenced(conn, now=now, commit=commit), now=now)
+            self._write(conn, commit, locked=self._fenced(conn, now=now, commit=commit), now=now)
         return arrived
 
     def commit_terminal(
@@ -345,7 +372,7 @@ class SqlaContextStore:
         event = history.completed() if status == "complete" else history.errored(error or {})
         commit = commits.Commit(events=[event], status=status, touch=True)
         with self.engine.begin() as conn:
-            first = self._fenced(
+            locked = self._fenced(
                 conn,
                 now=now,
                 commit=commit,
@@ -357,4 +384,4 @@ class SqlaContextStore:
             )
             conn.execute(sa.delete(INBOX).where(INBOX.c.instance_pk == self.pk))
             conn.execute(sa.delete(TIMERS).where(TIMERS.c.instance_pk == self.pk))
-            self._write(conn, commit, first_id=first, now=now)
+            self._write(conn, commit, locked=locked, now=now)

@@ -7,6 +7,11 @@ untouched for a grace period (so a context dispatched a moment ago is not sent t
 **no live lease** in Redis. That covers a SIGKILLed worker (its lease expires), a lost broker
 message and a flushed Redis (no lease, no queue). A duplicate dispatch is harmless: the lease
 (``SET NX``) and the epoch fence let only one context commit.
+
+The same beat duty also runs the instance housekeeping that has no duty of its own: interrupted
+terminations (:func:`finish_terminations`), the retention purge of terminal instances
+(``services.retention``) and the periodic ``observed`` of DurableWorkflows
+(``services.workflow_observer``). Each is isolated: one failing never stops the others.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from models import instances as inst_models
 from takohost import config
 from workers import dispatch
 from workers.services import instances as instance_service
+from workers.services import retention, workflow_observer
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +91,28 @@ def finish_terminations(*, now: dt.datetime, settings: config.Settings) -> int:
     return done
 
 
+def housekeeping(*, now: dt.datetime) -> int:
+    """Retention purge and DurableWorkflow observation (see the module doc); returns how many rows
+    were purged or re-observed. Logs and swallows the failure of either."""
+    done = 0
+    for duty in (retention.purge_retired, workflow_observer.refresh):
+        try:
+            done += duty(now=now)
+        except Exception:  # noqa: BLE001 - the next sweep tries again
+            log.exception("sweep housekeeping %s failed", duty.__qualname__)
+    return done
+
+
 def sweep(*, now: dt.datetime) -> int:
     """Dispatch a replay context for every runnable instance without a live lease (and finish
-    interrupted terminations, :func:`finish_terminations`); returns how many were handled.
+    interrupted terminations, :func:`finish_terminations`; then :func:`housekeeping`); returns how
+    many were handled.
 
     The dispatched rows get ``updated_at = now`` so the next sweep waits a grace period before
     trying them again (an instance that cannot run yet, e.g. no Deployment, is retried at that
     pace). Redis unreachable → nothing dispatched this time (logged)."""
     settings = config.load_settings()
+    housekeeping(now=now)
     cutoff = now - dt.timedelta(seconds=grace_seconds(settings))
     with models_db.session_scope() as session:
         candidates = session.scalars(_candidates(cutoff)).all()

@@ -1,8 +1,9 @@
 """Fire due timers from Postgres (CONTRACT §1 "Timers are rows, not broker messages").
 
 Beat calls :func:`fire_due` on every tick. A timer row (``wake`` of a sleep, ``retry`` of a step
-delay, ``timeout`` of a wait, all due at the lifetime end at the latest) is deleted and its
-instance made runnable (status ``running``) in one transaction, rows taken with ``FOR UPDATE
+delay, ``timeout`` of a wait, all due at the lifetime end at the latest, and the ``lifetime`` row
+every instance gets at creation) is deleted and its instance made runnable (status ``running``; a
+``queued`` instance stays ``queued``: CONTRACT §8) in one transaction, rows taken with ``FOR UPDATE
 SKIP LOCKED`` so that two beats never fire one timer twice; the replay contexts are dispatched
 only after the commit (STYLE §5). A lost dispatch is recovered by ``sweep.sweep``.
 """
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from workers import dispatch
+from workers.services import instances as instance_service
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ def fire_due(*, now: dt.datetime) -> int:
     dispatched = 0
     while True:
         with models_db.session_scope() as session:
+            instance_service.write_lock_txn(session)  # SQLite: read-then-write needs the lock first
             taken = session.execute(
                 sa.select(TIMERS.c.pk, TIMERS.c.instance_pk)
                 .where(TIMERS.c.due_at <= now)
@@ -47,10 +50,13 @@ def fire_due(*, now: dt.datetime) -> int:
                     sa.update(INSTANCES)
                     .where(
                         INSTANCES.c.pk.in_(sorted({row.instance_pk for row in taken})),
-                        INSTANCES.c.status.in_(("sleeping", "waiting", "running")),
+                        INSTANCES.c.status.in_(("queued", "sleeping", "waiting", "running")),
                         INSTANCES.c.stopping.is_(None),
                     )
-                    .values(status="running", updated_at=now)
+                    .values(
+                        status=sa.case((INSTANCES.c.status == "queued", "queued"), else_="running"),
+                        updated_at=now,
+                    )
                     .returning(INSTANCES.c.pk)
                 ).all()
         for pk in woken:

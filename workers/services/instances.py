@@ -9,8 +9,10 @@ plus the inbox and the history (CONTRACT §6) and the DELETE purge of a whole UI
 Every function opens its own session and commits before it dispatches (STYLE §5). Domain
 failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes; ``TypeError``-class argument
 problems are ``invalid_request`` (CONTRACT §8). Times are aware UTC datetimes; durations are in
-seconds. Redis is touched only to prove stops (lease keys, ``lease_key``); this module must not
-import ``workers.engine`` (the API imports it).
+seconds. Redis is touched only to stop contexts: lease keys prove a stop (``lease_key``) and
+``stop_signals`` asks the owners to stop now; this module must not import ``workers.engine`` (the
+API imports it). On the embedded default's SQLite every writing transaction takes the database
+write lock first (:func:`write_lock_txn`), where Postgres uses row and advisory locks.
 """
 
 from __future__ import annotations
@@ -40,11 +42,14 @@ from takohost import config
 from takohost.domain import documents, identifiers
 from workers import dispatch
 from workers.services import idempotency as idempotency_service
+from workers.services import stop_signals
 
 log = logging.getLogger(__name__)
 
 #: Seed 000: "instance寿命は作成から31536000秒".
 LIFETIME_SECONDS = 31_536_000
+#: Seed 000: "terminal履歴とIDはterminal遷移から少なくとも2592000秒保持する".
+RETENTION_SECONDS = 2_592_000
 #: Seed 000 sendEvent: at most 1024 unconsumed events and 1048576 canonical bytes of {type,payload?}.
 MAX_QUEUED_EVENTS = 1024
 MAX_QUEUED_BYTES = 1_048_576
@@ -53,6 +58,9 @@ TERMINATE_WAIT_SECONDS = 30.0
 #: Page sizes of the list and history calls.
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
+#: Largest ``after`` a page token may carry: instance pks are BIGINT, event ids INTEGER.
+MAX_INSTANCE_PK = 2**63 - 1
+MAX_EVENT_ID = 2**31 - 1
 
 NON_TERMINAL = ("queued", "running", "sleeping", "waiting")
 
@@ -90,6 +98,26 @@ ABSENT: Any = _Absent()
 
 # --------------------------------------------------------------------------------------------
 # small helpers
+
+
+def lifetime_seconds(settings: config.Settings | None = None) -> float:
+    """An instance's lifetime in seconds: 31536000, or ``TAKOHOST_TEST_LIFETIME_SECONDS`` in tests."""
+    settings = settings or config.load_settings()
+    return settings.test_lifetime_seconds or LIFETIME_SECONDS
+
+
+def retention_seconds(settings: config.Settings | None = None) -> float:
+    """How long a terminal instance is kept: 2592000 s, or ``TAKOHOST_TEST_RETENTION_SECONDS``."""
+    settings = settings or config.load_settings()
+    return settings.test_retention_seconds or RETENTION_SECONDS
+
+
+def write_lock_txn(session: orm.Session) -> None:
+    """On the embedded default's SQLite, take the database write lock as the transaction's first
+    statement (a no-op ``UPDATE``), so what the transaction reads afterwards stays current until it
+    commits — the portable stand-in for Postgres row locks and advisory locks. No-op on Postgres."""
+    if not _postgres(session):
+        session.execute(sa.text("UPDATE workflow_closures SET closed_at = closed_at WHERE 0 = 1"))
 
 
 def rfc3339(value: dt.datetime) -> str:
@@ -194,19 +222,22 @@ def append_history_txn(
     now: dt.datetime,
 ) -> None:
     """Append ``(eventType, attributes)`` events to ``instance``'s history in the caller's
-    transaction, numbering them from ``instance.next_event_id`` (the caller holds the row lock)."""
+    transaction, numbering them from ``instance.next_event_id`` and stamping them
+    ``max(now, instance.last_event_at)`` (the caller holds the row lock, so both are current)."""
     for event_type, attributes in events:
         assert event_type in EVENT_TYPES, event_type
+        stamp = now if instance.last_event_at is None else max(now, instance.last_event_at)
         session.add(
             inst_models.HistoryEvent(
                 instance_pk=instance.pk,
                 event_id=instance.next_event_id,
                 event_type=event_type,
                 attributes=attributes,
-                event_timestamp=now,
+                event_timestamp=stamp,
             )
         )
         instance.next_event_id += 1
+        instance.last_event_at = stamp
 
 
 def status_document(instance: inst_models.Instance) -> dict:
@@ -223,13 +254,18 @@ def _encode_token(value: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"after": value}).encode()).decode().rstrip("=")
 
 
-def _decode_token(token: str | None) -> int | None:
+def _decode_token(token: str | None, *, maximum: int) -> int | None:
+    """The ``after`` of a page token; anything :func:`_encode_token` cannot have produced for a
+    value in ``0..maximum`` (another encoding, other keys, a number out of range) is
+    ``invalid_request``, never a database error."""
     if token is None:
         return None
     try:
+        if not token.isascii():
+            raise ValueError
         data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         after = data["after"]
-        if type(after) is not int or after < 0:
+        if type(after) is not int or not 0 <= after <= maximum or _encode_token(after) != token:
             raise ValueError
         return after
     except (ValueError, KeyError, TypeError, binascii.Error):
@@ -256,14 +292,18 @@ WITH closed AS (
   SELECT EXISTS (SELECT 1 FROM workflow_closures WHERE workflow_uid = :uid) AS closed
 ), ins AS (
   INSERT INTO instances (workflow_uid, space, instance_id, status, epoch, params, step_count, next_event_id,
-                         next_sequence, inbox_count, inbox_bytes, created_at, updated_at, lifetime_ends_at)
-  SELECT :uid, :space, :instance_id, 'queued', 0, CAST(:params AS json), 0, 2, 1, 0, 0, :now, :now, :lifetime
+                         next_sequence, inbox_count, inbox_bytes, created_at, updated_at, lifetime_ends_at,
+                         last_event_at)
+  SELECT :uid, :space, :instance_id, 'queued', 0, CAST(:params AS json), 0, 2, 1, 0, 0, :now, :now, :lifetime,
+         :now
   FROM closed WHERE NOT closed.closed
   ON CONFLICT (workflow_uid, instance_id) DO NOTHING
   RETURNING pk
 ), h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
   SELECT ins.pk, 1, 'InstanceCreated', CAST(:attributes AS json), :now FROM ins
+), t AS (
+  INSERT INTO timers (instance_pk, kind, due_at, created_at) SELECT ins.pk, 'lifetime', :lifetime, :now FROM ins
 )
 SELECT (SELECT closed FROM closed), (SELECT pk FROM ins)
 """)
@@ -298,7 +338,9 @@ def _insert_instance_pg_txn(session: orm.Session, **values: Any) -> tuple[bool, 
 
 def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
     """Any other database (the embedded default's SQLite, one writer at a time): the same checks
-    and rows as :func:`_insert_instance_pg_txn`, statement by statement."""
+    and rows as :func:`_insert_instance_pg_txn`, statement by statement, after the write lock (so
+    a ``purge_workflow`` closing the UID commits either before the checks or after the insert)."""
+    write_lock_txn(session)
     _workflow_txn(session, space=values["space"], workflow_uid=values["workflow_uid"])
     if session.get(inst_models.WorkflowClosure, values["workflow_uid"]) is not None:
         return True, None
@@ -320,6 +362,7 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
             created_at=now,
             updated_at=now,
             lifetime_ends_at=values["lifetime"],
+            last_event_at=now,
         )
         .on_conflict_do_nothing(index_elements=["workflow_uid", "instance_id"])
         .returning(inst_models.Instance.__table__.c.pk)
@@ -332,6 +375,11 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
                 event_type="InstanceCreated",
                 attributes={"instanceId": values["instance_id"]},
                 event_timestamp=now,
+            )
+        )
+        session.execute(
+            sa.insert(inst_models.Timer.__table__).values(
+                instance_pk=pk, kind="lifetime", due_at=values["lifetime"], created_at=now
             )
         )
     return False, pk
@@ -348,12 +396,13 @@ def create(
     """Create an instance of DurableWorkflow ``workflow_uid``; returns its id (seed: create).
 
     ``instance_id`` ``None`` → a host-generated unique id; ``params`` ``ABSENT`` → no params
-    (``None`` given explicitly is ``invalid_params``). Commits the ``queued`` instance and its
-    ``InstanceCreated`` event, then dispatches the first replay context.
+    (``None`` given explicitly is ``invalid_params``). Commits the ``queued`` instance, its
+    ``InstanceCreated`` event and its ``lifetime`` timer (due at creation + 31536000 s, seed 000),
+    then dispatches the first replay context.
 
     Raises DomainError: ``invalid_request`` (bad id), ``invalid_params`` / ``document_too_large``
-    (params), ``not_found`` (no live DurableWorkflow of ``space``), ``instance_exists`` (a retained
-    id, terminal ones included), ``backend_unavailable`` (the UID is being deleted).
+    (params), ``not_found`` (no live DurableWorkflow of ``space``, or one being deleted: it is
+    going away), ``instance_exists`` (a retained id, terminal ones included).
     """
     now = now or utcnow()
     if instance_id is not None:
@@ -368,7 +417,7 @@ def create(
         "instance_id": instance_id,
         "params": stored_params,
         "now": now,
-        "lifetime": now + dt.timedelta(seconds=LIFETIME_SECONDS),
+        "lifetime": now + dt.timedelta(seconds=lifetime_seconds()),
     }
     with models_db.session_scope() as session:
         if _postgres(session):
@@ -376,7 +425,7 @@ def create(
         else:
             closed, pk = _insert_instance_txn(session, **values)
         if closed:
-            raise DomainError("backend_unavailable", "this DurableWorkflow is being deleted")
+            raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if pk is None:
             if generated:  # a uuid4 collision: practically impossible, never silently reused
                 raise DomainError("backend_unavailable", "generated instance id collided; retry")
@@ -422,7 +471,7 @@ def list_instances(
     """
     if status_filter is not None and status_filter not in inst_models.STATUSES:
         raise DomainError("invalid_request", f"status must be one of {', '.join(inst_models.STATUSES)}")
-    after = _decode_token(page_token)
+    after = _decode_token(page_token, maximum=MAX_INSTANCE_PK)
     size = _limit(limit)
     with models_db.session_scope() as session:
         _workflow_txn(session, space=space, workflow_uid=workflow_uid)
@@ -476,8 +525,8 @@ def send_event(
     commit). Returns ``{}``.
 
     Raises DomainError: ``invalid_request`` (bad type), ``invalid_params`` / ``document_too_large``
-    (payload), ``not_found``, ``unknown_instance``, ``instance_terminal``, ``event_queue_full``,
-    ``idempotency_key_reused``.
+    (payload), ``not_found`` (also while the DurableWorkflow is being deleted), ``unknown_instance``,
+    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``.
     """
     now = now or utcnow()
     instance_id = _id_or_error(instance_id, what="instance id")
@@ -491,6 +540,7 @@ def send_event(
     except documents.DocumentTooLargeError as exc:  # a 1 MiB payload plus its type: never queueable
         size = exc.size
     with models_db.session_scope() as session:
+        write_lock_txn(session)
         if idempotency is not None:
             _workflow_txn(session, space=space, workflow_uid=workflow_uid)
             claim = idempotency_service.claim_txn(
@@ -513,10 +563,10 @@ def send_event(
         if row is None:
             _workflow_txn(session, space=space, workflow_uid=workflow_uid)  # not_found first
             raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
+        if row.closed:
+            raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if row.status in inst_models.TERMINAL_STATUSES:
             raise DomainError("instance_terminal", f"the instance is {row.status}; it takes no more events")
-        if row.closed:
-            raise DomainError("unknown_instance", "this instance is being deleted with its DurableWorkflow")
         direct = False
         if row.status == "waiting" and row.stopping is None:
             # A separate statement: its snapshot is taken after the row lock was granted, so it sees
@@ -587,6 +637,7 @@ def _lock_instance_txn(
             table.c.inbox_bytes,
             table.c.next_sequence,
             table.c.next_event_id,
+            table.c.last_event_at,
         )
     ).first()
     if row is None:
@@ -605,6 +656,7 @@ class _LockedInstance:
     inbox_bytes: int
     next_sequence: int
     next_event_id: int
+    last_event_at: dt.datetime | None
     closed: bool
 
 
@@ -656,12 +708,14 @@ def _accept_event_txn(
             accepted_at=now,
         )
     )
+    stamp = now if row.last_event_at is None else max(now, row.last_event_at)
     values = {
         "next_sequence": row.next_sequence + 1,
         "inbox_count": instances.c.inbox_count + 1,
         "inbox_bytes": instances.c.inbox_bytes + size,
         "next_event_id": row.next_event_id + 1,
         "updated_at": now,
+        "last_event_at": stamp,
     }
     if direct:
         values["status"] = "running"
@@ -672,7 +726,7 @@ def _accept_event_txn(
             event_id=row.next_event_id,
             event_type="EventAccepted",
             attributes={"sequence": row.next_sequence, "type": event_type},
-            event_timestamp=now,
+            event_timestamp=stamp,
         )
     )
     if direct:
@@ -683,15 +737,17 @@ _ACCEPT_EVENT = sa.text("""
 WITH f AS (
   UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1,
          inbox_bytes = inbox_bytes + :size, next_event_id = next_event_id + 1, updated_at = :now,
-         status = CASE WHEN :direct THEN 'running' ELSE status END
-  WHERE pk = :pk RETURNING next_sequence - 1 AS sequence, next_event_id - 1 AS event_id
+         status = CASE WHEN :direct THEN 'running' ELSE status END,
+         last_event_at = GREATEST(last_event_at, :now)
+  WHERE pk = :pk
+  RETURNING next_sequence - 1 AS sequence, next_event_id - 1 AS event_id, last_event_at AS stamp
 ), e AS (
   INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)
   SELECT :pk, f.sequence, :type, CAST(:payload AS json), :size, :now FROM f
 ), h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
   SELECT :pk, f.event_id, 'EventAccepted',
-         CAST('{"sequence":' || f.sequence || ',"type":' || :type_json || '}' AS json), :now FROM f
+         CAST('{"sequence":' || f.sequence || ',"type":' || :type_json || '}' AS json), f.stamp FROM f
 ), t AS (
   DELETE FROM timers WHERE instance_pk = :pk AND CAST(:direct AS boolean)
 )
@@ -737,7 +793,7 @@ def history(
     oldest first (CONTRACT §6). ``StepCompleted`` of a ``do``/``wait`` step carries the recorded
     ``result`` read from the step row (the data replay reads, not a copy)."""
     instance_id = _id_or_error(instance_id, what="instance id")
-    after = _decode_token(page_token) or 0
+    after = _decode_token(page_token, maximum=MAX_EVENT_ID) or 0
     size = _limit(limit)
     with models_db.session_scope() as session:
         _workflow_txn(session, space=space, workflow_uid=workflow_uid)
@@ -791,28 +847,41 @@ def terminate(
     now: dt.datetime | None = None,
     wait_seconds: float = TERMINATE_WAIT_SECONDS,
 ) -> dict:
-    """Terminate an instance (seed 000 terminate()); returns ``{"status"}``.
+    """Terminate an instance (seed 000 terminate(); CONTRACT §8); returns ``{"status"}``.
 
     1. one transaction: bump the epoch (fences the owner), mark ``stopping = 'terminate'``, cancel
-       every timer; 2. wait until no lease is live (the owner saw the fence, killed and reaped its
-       child, then dropped the lease; or the lease expired, which proves the child's watchdog fired);
-       3. one transaction: ``terminated``, inbox purged, ``InstanceTerminated``. Already terminal →
-       success with that status. A stop not proven within ``wait_seconds`` →
-       ``backend_unavailable``; calling again continues the same termination.
+       every timer (queued wakes are refused by the fence: a context starts only while ``stopping``
+       is unset); 2. ask the owning worker to kill the child now (``stop_signals.publish``; its
+       heartbeat also notices the epoch by itself) and wait until no lease is live: the owner killed
+       and reaped its child, then dropped the lease — or the lease expired, which proves the child's
+       watchdog fired (it is shorter than the lease TTL); 3. one transaction: ``terminated``, inbox
+       purged, ``InstanceTerminated``. Already terminal → success with that status. A stop not proven
+       within ``wait_seconds`` → ``backend_unavailable``; calling again continues the same
+       termination (no second fence: the first one still holds, and the beat sweep publishes
+       ``terminated`` by itself once the stop is proven).
 
-    Raises DomainError: ``invalid_request``, ``not_found``, ``unknown_instance``, ``backend_unavailable``.
+    Raises DomainError: ``invalid_request``, ``not_found`` (also while the DurableWorkflow is being
+    deleted: the delete stops the instance itself), ``unknown_instance``, ``backend_unavailable``.
     """
     instance_id = _id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
+        write_lock_txn(session)
         _workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = _instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id, lock=True)
+        if session.get(inst_models.WorkflowClosure, workflow_uid) is not None:
+            raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if instance.status in inst_models.TERMINAL_STATUSES:
             return {"status": instance.status}
         pk = instance.pk
-        instance.epoch += 1
-        instance.stopping = "terminate"
-        instance.updated_at = now or utcnow()
-        session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == pk))
+        if instance.stopping is None:
+            table = inst_models.Instance.__table__
+            session.execute(
+                sa.update(table)
+                .where(table.c.pk == pk)
+                .values(epoch=table.c.epoch + 1, stopping="terminate", updated_at=now or utcnow())
+            )
+            session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == pk))
+    stop_signals.publish([pk])
     deadline = time.monotonic() + wait_seconds
     while live_leases([pk]):
         if time.monotonic() >= deadline:
@@ -829,6 +898,7 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
     returns the final status (an instance already terminal keeps its status)."""
     now = now or utcnow()
     with models_db.session_scope() as session:
+        write_lock_txn(session)
         instance = session.scalar(
             sa.select(inst_models.Instance).where(inst_models.Instance.pk == instance_pk).with_for_update()
         )
@@ -879,14 +949,23 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
             .on_conflict_do_nothing(index_elements=["workflow_uid"])
         )
     with models_db.session_scope() as session:
-        pks = session.scalars(
+        # Fence once: an instance already marked by an earlier call keeps its epoch (a second bump
+        # would only fence again what is fenced); the marked ones are still waited for below.
+        fenced = session.scalars(
             sa.update(inst_models.Instance)
             .where(
                 inst_models.Instance.workflow_uid == workflow_uid,
                 inst_models.Instance.status.in_(NON_TERMINAL),
+                sa.or_(inst_models.Instance.stopping.is_(None), inst_models.Instance.stopping != "delete"),
             )
             .values(epoch=inst_models.Instance.epoch + 1, stopping="delete", updated_at=now)
             .returning(inst_models.Instance.pk)
+        ).all()
+        pks = session.scalars(
+            sa.select(inst_models.Instance.pk).where(
+                inst_models.Instance.workflow_uid == workflow_uid,
+                inst_models.Instance.status.in_(NON_TERMINAL),
+            )
         ).all()
         session.execute(
             sa.delete(inst_models.Timer).where(
@@ -897,6 +976,7 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
                 )
             )
         )
+    stop_signals.publish(list(fenced))
     try:
         live = live_leases(list(pks))
     except DomainError:
@@ -906,6 +986,7 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
         return False
     while True:
         with models_db.session_scope() as session:
+            write_lock_txn(session)
             batch = session.scalars(
                 sa.select(inst_models.Instance.pk)
                 .where(inst_models.Instance.workflow_uid == workflow_uid)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001_initial
 Revises:
-Create Date: 2026-11-30 10:27:43.608879
+Create Date: 2026-11-30 10:53:11.948268
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def upgrade() -> None:
         sa.Column("updated_at", models.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("lifetime_ends_at", models.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("terminal_at", models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("last_event_at", models.base.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("pk", name=op.f("pk_instances")),
         sa.UniqueConstraint(
             "workflow_uid", "instance_id", name=op.f("uq_instances_workflow_uid_instance_id")

@@ -1,0 +1,71 @@
+"""Retention of terminal instances (seed 000: "terminal履歴とIDはterminal遷移から少なくとも2592000秒
+保持する。その後はHostが破棄でき、getがunknown_instanceになり得る").
+
+A terminal instance (``complete``, ``errored``, ``terminated``) is kept, with its id, steps and
+history, for ``instances.retention_seconds()`` after its terminal transition (2 592 000 s; the
+test-only ``TAKOHOST_TEST_RETENTION_SECONDS`` shortens it) and then purged by the beat sweep:
+``get`` answers ``unknown_instance`` and the id may be created again. Only the explicit DELETE of
+the DurableWorkflow purges earlier (``instances.purge_workflow``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import sqlalchemy as sa
+
+from models import db as models_db
+from models import instances as inst_models
+from takohost import config
+from workers.services import instances as instance_service
+
+log = logging.getLogger(__name__)
+
+BATCH = 500
+
+INSTANCES = inst_models.Instance.__table__
+
+
+def _retired(cutoff: dt.datetime) -> sa.Select:
+    # ``updated_at`` is never earlier than ``terminal_at`` (every terminal commit sets both), so it
+    # lets the ``(status, updated_at)`` index find the rows; ``terminal_at`` decides.
+    return (
+        sa.select(INSTANCES.c.pk)
+        .where(
+            INSTANCES.c.status.in_(inst_models.TERMINAL_STATUSES),
+            INSTANCES.c.updated_at < cutoff,
+            INSTANCES.c.terminal_at < cutoff,
+        )
+        .limit(BATCH)
+    )
+
+
+def purge_retired(*, now: dt.datetime, settings: config.Settings | None = None) -> int:
+    """Beat duty: delete every instance whose terminal transition is older than the retention
+    period at ``now`` (aware UTC), with its steps, history, inbox and timers; returns how many.
+    Opens its own sessions (batches of ``BATCH``); safe to run in several processes at once."""
+    cutoff = now - dt.timedelta(seconds=instance_service.retention_seconds(settings))
+    purged = 0
+    while True:
+        with models_db.session_scope() as session:
+            instance_service.write_lock_txn(session)
+            query = _retired(cutoff)
+            if session.get_bind().dialect.name == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            batch = session.scalars(query).all()
+            if batch:
+                for model in (
+                    inst_models.HistoryEvent,
+                    inst_models.Step,
+                    inst_models.InboxEvent,
+                    inst_models.Timer,
+                ):
+                    session.execute(sa.delete(model).where(model.instance_pk.in_(batch)))
+                session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(batch)))
+        purged += len(batch)
+        if len(batch) < BATCH:
+            break
+    if purged:
+        log.info("purged retired instances", extra={"count": purged})
+    return purged
