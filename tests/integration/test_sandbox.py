@@ -567,7 +567,7 @@ def test_zygote_and_children_die_with_their_starter():
         assert not dead(zygote_pid) and not dead(child_pid)
         starter.kill()  # SIGKILL: no atexit, no stop(); only the control pipe's EOF tells the zygote
         starter.wait()
-        assert wait_for(lambda: dead(zygote_pid) and dead(child_pid), timeout=5)
+        assert wait_for(lambda: dead(zygote_pid) and dead(child_pid), timeout=15)
     finally:
         starter.kill()
         starter.wait()
