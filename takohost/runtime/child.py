@@ -253,10 +253,12 @@ class Channel:
                 timeout_ms = None
                 if self._watchdog is not None:
                     remaining = self._last_seen + self._watchdog - time.monotonic()
-                    if remaining <= 0:
-                        die()
-                    timeout_ms = remaining * 1000
+                    timeout_ms = max(0.0, remaining * 1000)
                 if not poller.poll(timeout_ms):
+                    # Die only when nothing arrived: a starved reader thread can wake after the
+                    # deadline with pings already queued in the socket (poll(0) sees them first).
+                    if self._watchdog_expired():
+                        die()
                     continue
                 data = self._sock.recv(_RECV_BYTES)
                 if not data:
@@ -267,6 +269,10 @@ class Channel:
                         self._replies.put(message)
         except BaseException:  # noqa: BLE001 - a broken channel or frame: the parent is gone or lying
             die()
+
+    def _watchdog_expired(self) -> bool:
+        """True when no frame arrived for ``watchdog`` seconds (never without a watchdog)."""
+        return self._watchdog is not None and time.monotonic() - self._last_seen >= self._watchdog
 
     def _read_job(self, poller: select.poll) -> None:
         """Wait for the ``job`` frame (alone in its read), queue it and arm the watchdog."""

@@ -104,7 +104,8 @@ def test_a_context_whose_epoch_was_bumped_fails_its_next_commit_and_stops(
     params = {"started": str(tmp_path / "started"), "go": str(tmp_path / "go"), "log": str(tmp_path / "log")}
     service.create(space=space, workflow_uid=deployed.workflow, instance_id="fenced", params=params)
     pk = driver.queue.pop()
-    _quiet_heartbeat(monkeypatch, db_url)  # the commit fence is under test, not the heartbeat's kill
+    beat = _quiet_heartbeat(monkeypatch, db_url)
+    monkeypatch.setattr(beat, "beat", lambda current: None)  # the commit fence is under test, not the kill
     outcome = []
     thread = threading.Thread(target=lambda: outcome.append(context.run_context(pk, zygote=zygote)))
     thread.start()

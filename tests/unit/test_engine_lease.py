@@ -102,3 +102,21 @@ def test_a_beat_never_revives_the_lease_of_a_context_that_unregistered(leases):
     leases.release(lease)
     beat.beat(snapshot)
     assert leases.holder(3) is None
+
+
+def test_the_longest_ping_gap_is_remembered_after_pings_resume(leases):
+    """A child whose pings were late (this process starved) may have been killed by its watchdog
+    although pings resumed just before its death was noticed: the gap is kept, not overwritten."""
+    import time
+
+    from workers.engine import heartbeat
+
+    beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: {}, ttl_s=1.0)
+    now = time.monotonic()
+    watched = heartbeat.Watched(
+        instance_pk=1, epoch=1, lease=leases.acquire(1, owner="a"), child=_Child(), renewed_at=now,
+        last_ping=now - 0.7,
+    )  # fmt: skip
+    beat.ping([watched])
+    assert watched.child.pings == 1
+    assert watched.ping_gap() >= 0.7 > time.monotonic() - watched.last_ping

@@ -244,7 +244,7 @@ class ReplayContext:
         if watched.fenced or watched.lost:
             raise _Stop("fenced" if watched.fenced else "lease_lost")
         watchdog = heartbeat.watchdog_seconds(self.leases.ttl_ms)
-        if time.monotonic() - watched.last_ping >= WATCHDOG_SUSPECT * watchdog:
+        if watched.ping_gap() >= WATCHDOG_SUSPECT * watchdog:
             if self._fenced_meanwhile():  # e.g. this process was frozen and another owner took over
                 raise _Stop("fenced")
             log.warning(

@@ -61,7 +61,9 @@ class Watched:
     """One running context as the heartbeat sees it; ``lost``/``fenced`` are set by the threads.
 
     ``renewed_at`` is the monotonic time at which the last successful lease renewal (or the
-    acquisition) *started*; ``last_ping`` the monotonic time of the last frame sent to the child.
+    acquisition) *started*; ``last_ping`` the monotonic time of the last ping sent to the child
+    (or of its job); ``max_gap`` the longest time in seconds the child went without a ping — when it
+    reached the watchdog, the child may have killed itself for the host's sake.
     """
 
     instance_pk: int
@@ -73,6 +75,11 @@ class Watched:
     active: bool = True
     renewed_at: float = dataclasses.field(default_factory=time.monotonic)
     last_ping: float = dataclasses.field(default_factory=time.monotonic)
+    max_gap: float = 0.0
+
+    def ping_gap(self) -> float:
+        """The longest time in seconds without a ping so far, the current stretch included."""
+        return max(self.max_gap, time.monotonic() - self.last_ping)
 
 
 class Heartbeat:
@@ -181,6 +188,7 @@ class Heartbeat:
             child = watched.child
             if child is None or time.monotonic() - watched.renewed_at >= self.ping_window:
                 continue
+            watched.max_gap = watched.ping_gap()
             try:
                 child.ping()
                 watched.last_ping = time.monotonic()
