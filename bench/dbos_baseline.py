@@ -69,6 +69,7 @@ def run_dbos(args: argparse.Namespace) -> dict:
             result = DBOS.start_workflow(ten).get_result()
             unloaded.append(result["first"] - started)
 
+        busy_before = engine_bench.busy_cpu_seconds()
         began = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.create_threads) as pool:
             started_handles = list(
@@ -76,6 +77,7 @@ def run_dbos(args: argparse.Namespace) -> dict:
             )
         created = time.time()
         results = [(started, handle.get_result()) for started, handle in started_handles]
+        burst_cpu = engine_bench.busy_cpu_seconds() - busy_before
         last_done = max(result["last"] for _, result in results)
         burst = [result["first"] - started for started, result in results]
         elapsed = last_done - began
@@ -95,6 +97,7 @@ def run_dbos(args: argparse.Namespace) -> dict:
             "elapsed_seconds": round(elapsed, 3),
             "instances_per_s": round(args.instances / elapsed, 1),
             "steps_per_s": round(args.instances * 10 / elapsed, 1),
+            "machine_cpu_ms_per_instance": round(burst_cpu * 1000 / args.instances, 2),
             "create_to_first_effect_unloaded": engine_bench.summary_ms(unloaded),
             "create_to_first_effect_burst": engine_bench.summary_ms(burst),
             "send_event_to_wait_resumed": engine_bench.summary_ms(resumed),
@@ -107,13 +110,17 @@ def run_dbos(args: argparse.Namespace) -> dict:
 
 
 def ratio(ours: dict, theirs: dict) -> dict:
-    """takohost ÷ DBOS for throughput, DBOS ÷ takohost for latency p50 (above 1 = takohost better)."""
+    """takohost ÷ DBOS for throughput, DBOS ÷ takohost for CPU per instance and latency p50
+    (above 1 = takohost better)."""
 
     def p50(result: dict, key: str) -> float:
         return result[key]["p50_ms"]
 
     return {
         "steps_per_s": round(ours["steps_per_s"] / theirs["steps_per_s"], 2),
+        "machine_cpu_per_instance": round(
+            theirs["machine_cpu_ms_per_instance"] / ours["machine_cpu_ms_per_instance"], 2
+        ),
         "create_to_first_effect_unloaded_p50": round(
             p50(theirs, "create_to_first_effect_unloaded") / p50(ours, "create_to_first_effect_unloaded"), 2
         ),
@@ -128,8 +135,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instances", type=int, default=200)
     parser.add_argument("--latency-samples", type=int, default=100)
     parser.add_argument("--create-threads", type=int, default=4)
-    parser.add_argument("--workers", type=int, default=1, help="takohost worker processes")
-    parser.add_argument("--concurrency", type=int, default=2, help="takohost pool processes per worker")
+    parser.add_argument("--workers", type=int, default=2, help="takohost worker processes (one per core)")
+    parser.add_argument(
+        "--pool", choices=("solo", "prefork"), default="solo", help="takohost workers' Celery pool"
+    )
+    parser.add_argument("--concurrency", type=int, default=1, help="takohost pool processes per worker")
     parser.add_argument("--dbos-only", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("DBOS__APPVERSION", "bench")

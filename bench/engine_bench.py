@@ -5,7 +5,8 @@ effects) started at once, create → first-effect latency (p50/p99; unloaded, on
 and under the burst), and send_event → wait-resumed latency (p50/p99).
 
     python -m bench.engine_bench                      # scratch database, own namespace and worker
-    python -m bench.engine_bench --instances 500 --concurrency 2
+    python -m bench.engine_bench --instances 500 --workers 2 --pool solo --concurrency 1
+    python -m bench.engine_bench --workers 1 --pool prefork --concurrency 2
 
 It creates a scratch database on the local Postgres (``TAKOHOST_TEST_PG``, default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), migrates it, deploys the workflows by
@@ -50,6 +51,17 @@ class Waiter:
 """
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds this machine has spent busy (all processes, all cores; Linux ``/proc/stat``):
+    the burst's difference divided by its instances is the whole stack's CPU cost per instance
+    (creating, dispatching, the workers, the sandbox children, Postgres, Redis), a figure that
+    varies much less between runs than throughput on a shared machine."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait (steal, fields[7], is not ours)
+    return (sum(fields[:7]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """The ``fraction`` percentile (nearest rank) of ``values``."""
     ordered = sorted(values)
@@ -68,7 +80,7 @@ def summary_ms(values: list[float]) -> dict:
 class Scratch:
     """A scratch database + Redis namespace + worker processes; ``close()`` removes everything."""
 
-    def __init__(self, *, workers: int, concurrency: int) -> None:
+    def __init__(self, *, workers: int, concurrency: int, pool: str = "prefork") -> None:
         import sqlalchemy as sa
 
         self.name = f"takohost_bench_{uuid.uuid4().hex[:8]}"
@@ -95,6 +107,7 @@ class Scratch:
                         "takohost.cli",
                         "worker",
                         f"--concurrency={concurrency}",
+                        f"--pool={pool}",
                         "--loglevel=WARNING",
                     ],
                     stdout=log,
@@ -193,38 +206,42 @@ def deploy(url: str, space: str) -> dict[str, str]:
 def wait_all(
     url: str, workflow: str, ids: list[str], *, status: str, timeout: float, interval: float = 0.1
 ) -> dict[str, dict]:
-    """Poll (one query per round) until every instance has ``status``; returns {id: output}."""
+    """Poll until every instance has ``status``; returns {id: output}. Each round counts rows by
+    status in Postgres (cheap for the stack under test); the outputs are read once at the end."""
     import sqlalchemy as sa
 
     from models import db as models_db
     from models import instances as inst_models
 
+    table = inst_models.Instance
+    scope = (table.workflow_uid == workflow, table.instance_id.in_(ids))
     deadline = time.monotonic() + timeout
-    wanted = set(ids)
     while True:
         with models_db.session_scope(url) as session:
-            rows = session.execute(
-                sa.select(
-                    inst_models.Instance.instance_id, inst_models.Instance.status, inst_models.Instance.output
-                ).where(
-                    inst_models.Instance.workflow_uid == workflow,
-                    inst_models.Instance.instance_id.in_(wanted),
-                )
-            ).all()
-        bad = [row for row in rows if row.status in ("errored", "terminated")]
-        if bad:
-            raise RuntimeError(f"{bad[0].instance_id}: {bad[0].status}")
-        done = {row.instance_id: row.output for row in rows if row.status == status}
-        if len(done) == len(wanted):
-            return done
+            counts = dict(
+                session.execute(
+                    sa.select(table.status, sa.func.count()).where(*scope).group_by(table.status)
+                ).all()
+            )
+        if counts.get("errored") or counts.get("terminated"):
+            with models_db.session_scope(url) as session:
+                bad = session.execute(
+                    sa.select(table.instance_id, table.status, table.error)
+                    .where(*scope, table.status.in_(("errored", "terminated")))
+                    .limit(1)
+                ).one()
+            raise RuntimeError(f"{bad.instance_id}: {bad.status} {bad.error}")
+        if counts.get(status, 0) == len(ids):
+            with models_db.session_scope(url) as session:
+                return dict(session.execute(sa.select(table.instance_id, table.output).where(*scope)).all())
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(wanted) - len(done)} instances not {status} after {timeout}s")
+            raise TimeoutError(f"{len(ids) - counts.get(status, 0)} instances not {status} after {timeout}s")
         time.sleep(interval)
 
 
 def run(args: argparse.Namespace) -> dict:
     """Run all phases on a scratch stack; returns the JSON result."""
-    scratch = Scratch(workers=args.workers, concurrency=args.concurrency)
+    scratch = Scratch(workers=args.workers, concurrency=args.concurrency, pool=args.pool)
     try:
         from models import db as models_db
         from workers.services import instances as service
@@ -257,11 +274,13 @@ def run(args: argparse.Namespace) -> dict:
 
         # burst: N instances created at once from a few threads
         ids = [f"i{i}" for i in range(args.instances)]
+        busy_before = busy_cpu_seconds()
         began = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.create_threads) as pool:
             starts = dict(zip(ids, pool.map(lambda i: create(ten, i), ids), strict=True))
         created = time.time()
         outputs = wait_all(scratch.url, ten, ids, status="complete", timeout=600, interval=0.25)
+        burst_cpu = busy_cpu_seconds() - busy_before
         last_done = max(output["last"] for output in outputs.values())
         burst = [outputs[i]["first"] - starts[i] for i in ids]
         elapsed = last_done - began
@@ -286,10 +305,12 @@ def run(args: argparse.Namespace) -> dict:
             "steps_per_instance": 10,
             "workers": args.workers,
             "concurrency": args.concurrency,
+            "pool": args.pool,
             "create_seconds": round(created - began, 3),
             "elapsed_seconds": round(elapsed, 3),
             "instances_per_s": round(args.instances / elapsed, 1),
             "steps_per_s": round(args.instances * 10 / elapsed, 1),
+            "machine_cpu_ms_per_instance": round(burst_cpu * 1000 / args.instances, 2),
             "create_to_first_effect_unloaded": summary_ms(unloaded),
             "create_to_first_effect_burst": summary_ms(burst),
             "send_event_to_wait_resumed": summary_ms(resumed),
@@ -301,8 +322,16 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=int, default=200, help="instances in the burst (default 200)")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    parser.add_argument("--concurrency", type=int, default=2, help="pool processes per worker (default 2)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2: one per core)")
+    parser.add_argument(
+        "--pool",
+        choices=("solo", "prefork"),
+        default="solo",
+        help="Celery pool of each worker (default solo)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="pool processes per worker (default 1; solo needs 1)"
+    )
     parser.add_argument(
         "--create-threads", type=int, default=4, help="threads creating the burst (default 4)"
     )

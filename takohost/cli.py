@@ -80,14 +80,25 @@ def api(host: str, port: int, num_workers: int) -> None:
 
 
 @main.command()
-@click.option("--concurrency", default=2, show_default=True, type=int,
-              help="Worker processes running replay contexts, Operations and cron deliveries.")
+@click.option("--concurrency", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Processes running replay contexts, Operations and cron deliveries (prefork).")
+@click.option("--pool", type=click.Choice(["prefork", "solo"]), default="prefork", show_default=True,
+              help="prefork: one parent feeding --concurrency pool processes. solo: this process runs "
+                   "the tasks itself, one at a time (no parent-to-pool hop; run one per core).")
 @click.option("--loglevel", default="INFO", show_default=True)
-def worker(concurrency: int, loglevel: str) -> None:
+def worker(concurrency: int, pool: str, loglevel: str) -> None:
     """Run a Celery worker."""
     from workers.celery_app import app
 
-    app.worker_main(["worker", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
+    if pool == "solo":
+        if concurrency != 1:
+            raise click.UsageError("--pool solo runs one task at a time: use --concurrency 1 "
+                                   "(and start one worker per core)")
+        from workers.engine import children, sandbox
+
+        # prefork pool processes start their zygote on worker_process_init; solo has no pool process
+        children.prespawn(sandbox.get_zygote())
+    app.worker_main(["worker", f"--pool={pool}", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
                      "-Q", app.conf.task_default_queue, "--without-gossip", "--without-mingle",
                      "--without-heartbeat"])
 

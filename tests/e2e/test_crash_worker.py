@@ -74,8 +74,9 @@ def _finish(http, instance_id, timeout=60):
     )
 
 
-def _crash_and_recover(tmp_path, params_extra, marker_suffix):
-    with workflows.private_stack(workers=1) as stack:
+def _crash_and_recover(tmp_path, params_extra, marker_suffix, pool="prefork"):
+    with workflows.private_stack(workers=0) as stack:
+        first_worker = stack.start_worker(pool=pool)
         deployed = workflows.deploy(stack.db_url, space=stack.space, source=STEPS, class_name="Steps")
         http = stack.instances(deployed.workflow)
         log, marker = str(tmp_path / "log"), str(tmp_path / "m")
@@ -84,11 +85,10 @@ def _crash_and_recover(tmp_path, params_extra, marker_suffix):
         )
         assert code == 201, body
         workflows.wait_until(lambda: (tmp_path / f"m.{marker_suffix}").exists(), timeout=60, message="marker")
-        first_worker = stack.processes[1]
         first_worker.kill(signal.SIGKILL)
         first_worker.proc.wait(10)
         assert http.status("crash")["status"] == "running"
-        stack.start_worker()
+        stack.start_worker(pool=pool)
         final = _finish(http, "crash")
         assert final == {
             "id": "crash",
@@ -107,6 +107,14 @@ def test_sigkill_while_an_effect_runs(tmp_path):
     calls = _crash_and_recover(tmp_path, {"pause_b": 30.0}, "b")
     assert calls.count("a") == 1 and calls.count("c") == 1  # committed steps never re-run
     assert calls.count("b") == 2  # the killed effect ran again (at least once)
+
+
+def test_sigkill_of_a_solo_pool_worker_while_an_effect_runs(tmp_path):
+    """``takohost worker --pool solo`` runs contexts in its own process (and starts its zygote
+    itself): the same crash guarantees hold."""
+    calls = _crash_and_recover(tmp_path, {"pause_b": 30.0}, "b", pool="solo")
+    assert calls.count("a") == 1 and calls.count("c") == 1
+    assert calls.count("b") == 2
 
 
 def test_sigkill_while_a_context_is_between_steps(tmp_path):

@@ -56,3 +56,10 @@ def test_db_upgrade_on_a_new_database(db_url):
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def test_worker_solo_pool_refuses_a_concurrency_it_cannot_give():
+    result = _cli("worker", "--pool", "solo", "--concurrency", "2")
+    assert result.returncode == 2
+    assert "--pool solo runs one task at a time" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -82,9 +82,11 @@ def wait_for_log(process: HostProcess, needle: str, timeout: float = 30.0) -> No
     raise TimeoutError(f"{process.name} did not log {needle!r} in {timeout}s:\n{process.log()[-4000:]}")
 
 
-def start_worker(*, concurrency: int = 2, env: dict[str, str] | None = None) -> HostProcess:
-    """Start ``takohost worker`` and wait until Celery reports it ready."""
-    process = _start("worker", ["worker", f"--concurrency={concurrency}"], env)
+def start_worker(
+    *, concurrency: int = 2, pool: str = "prefork", env: dict[str, str] | None = None
+) -> HostProcess:
+    """Start ``takohost worker`` (Celery pool ``pool``) and wait until Celery reports it ready."""
+    process = _start("worker", ["worker", f"--concurrency={concurrency}", f"--pool={pool}"], env)
     wait_for_log(process, "ready.", timeout=60)
     return process
 

@@ -496,11 +496,11 @@ class Stack:
     processes: list
     api_url: str | None = None
 
-    def start_worker(self, *, concurrency: int = 1):
-        """Start one more ``takohost worker`` on this stack."""
+    def start_worker(self, *, concurrency: int = 1, pool: str = "prefork"):
+        """Start one more ``takohost worker`` (Celery pool ``pool``) on this stack."""
         from tests.support import processes
 
-        process = processes.start_worker(concurrency=concurrency, env=self.env)
+        process = processes.start_worker(concurrency=concurrency, pool=pool, env=self.env)
         self.processes.append(process)
         return process
 
