@@ -271,7 +271,57 @@ def backend_for(url: str) -> Any:
     return backend
 
 
-class ContextStore:
+class PlannedCommits:
+    """The step commits both stores share: each builds a ``commits`` plan and hands it to the
+    store's ``apply`` (one fenced transaction; raises :class:`Fenced`). Needs ``apply`` and
+    ``lifetime_ends_at`` on the store."""
+
+    lifetime_ends_at: dt.datetime
+
+    def apply(self, commit: commits.Commit, *, now: dt.datetime) -> None:
+        """Apply ``commit`` in one fenced transaction (each store has its own)."""
+        raise NotImplementedError
+
+    def commit_attempt(
+        self,
+        *,
+        name: str,
+        attempt: int,
+        new: bool,
+        policy: dict,
+        started_at: dt.datetime,
+        outcome: decide.Outcome,
+        now: dt.datetime,
+    ) -> None:
+        """Record one finished attempt of ``step.do`` (``commits.attempt``). Raises :class:`Fenced`."""
+        self.apply(
+            commits.attempt(
+                name=name,
+                attempt=attempt,
+                new=new,
+                policy=policy,
+                started_at=started_at,
+                outcome=outcome,
+                lifetime_ends_at=self.lifetime_ends_at,
+            ),
+            now=now,
+        )
+
+    def commit_sleep_completed(
+        self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
+    ) -> None:
+        """Record a completed sleep (``commits.sleep_completed``). Raises :class:`Fenced`."""
+        self.apply(commits.sleep_completed(name=name, seconds=seconds, wake_at=wake_at, new=new), now=now)
+
+    def commit_suspend(
+        self, *, suspend: decide.Suspend, name: str, seconds: int | None, now: dt.datetime
+    ) -> None:
+        """After the child is dead: ``sleeping``, or ``running`` with a retry timer
+        (``commits.suspend``). Raises :class:`Fenced`."""
+        self.apply(commits.suspend(suspend=suspend, name=name, seconds=seconds), now=now)
+
+
+class ContextStore(PlannedCommits):
     """The fenced writes of one replay context of instance ``pk`` holding token ``epoch``."""
 
     def __init__(
@@ -445,45 +495,6 @@ class ContextStore:
                     for i, (e, stamp) in enumerate(zip(commit.events, stamps, strict=True))
                 ],
             )
-
-    # -- do, sleep -------------------------------------------------------------------------------------
-    def commit_attempt(
-        self,
-        *,
-        name: str,
-        attempt: int,
-        new: bool,
-        policy: dict,
-        started_at: dt.datetime,
-        outcome: decide.Outcome,
-        now: dt.datetime,
-    ) -> None:
-        """Record one finished attempt of ``step.do`` (``commits.attempt``). Raises :class:`Fenced`."""
-        self.apply(
-            commits.attempt(
-                name=name,
-                attempt=attempt,
-                new=new,
-                policy=policy,
-                started_at=started_at,
-                outcome=outcome,
-                lifetime_ends_at=self.lifetime_ends_at,
-            ),
-            now=now,
-        )
-
-    def commit_sleep_completed(
-        self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
-    ) -> None:
-        """Record a completed sleep (``commits.sleep_completed``). Raises :class:`Fenced`."""
-        self.apply(commits.sleep_completed(name=name, seconds=seconds, wake_at=wake_at, new=new), now=now)
-
-    def commit_suspend(
-        self, *, suspend: decide.Suspend, name: str, seconds: int | None, now: dt.datetime
-    ) -> None:
-        """After the child is dead: ``sleeping``, or ``running`` with a retry timer
-        (``commits.suspend``). Raises :class:`Fenced`."""
-        self.apply(commits.suspend(suspend=suspend, name=name, seconds=seconds), now=now)
 
     # -- wait --------------------------------------------------------------------------------------------
     def try_wait(self, *, name: str, wait: decide.TryWait, now: dt.datetime) -> tuple[str, dict | None]:

@@ -21,7 +21,7 @@ from models import db as models_db
 from models import instances as inst_models
 from models import resources as res_models
 from workers.engine import commits, decide, history
-from workers.engine.store import Fenced, InstanceSnapshot
+from workers.engine.store import Fenced, InstanceSnapshot, PlannedCommits
 
 INSTANCES = inst_models.Instance.__table__
 STEPS = inst_models.Step.__table__
@@ -104,7 +104,7 @@ class SqlaBackend:
         """Nothing to drop: the engine's pool recovers by itself."""
 
 
-class SqlaContextStore:
+class SqlaContextStore(PlannedCommits):
     """The fenced writes of one replay context (see ``store.ContextStore`` for each method's rule)."""
 
     def __init__(self, engine: sa.Engine, *, pk: int, lifetime_ends_at: dt.datetime) -> None:
@@ -276,44 +276,6 @@ class SqlaContextStore:
         """Apply a commit plan in one transaction. Raises :class:`Fenced`."""
         with self.engine.begin() as conn:
             self._write(conn, commit, locked=self._fenced(conn, now=now, commit=commit), now=now)
-
-    # -- the same methods as store.ContextStore ----------------------------------------------------
-    def commit_attempt(
-        self,
-        *,
-        name: str,
-        attempt: int,
-        new: bool,
-        policy: dict,
-        started_at: dt.datetime,
-        outcome: decide.Outcome,
-        now: dt.datetime,
-    ) -> None:
-        """See ``store.ContextStore.commit_attempt``."""
-        self.apply(
-            commits.attempt(
-                name=name,
-                attempt=attempt,
-                new=new,
-                policy=policy,
-                started_at=started_at,
-                outcome=outcome,
-                lifetime_ends_at=self.lifetime_ends_at,
-            ),
-            now=now,
-        )
-
-    def commit_sleep_completed(
-        self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
-    ) -> None:
-        """See ``store.ContextStore.commit_sleep_completed``."""
-        self.apply(commits.sleep_completed(name=name, seconds=seconds, wake_at=wake_at, new=new), now=now)
-
-    def commit_suspend(
-        self, *, suspend: decide.Suspend, name: str, seconds: int | None, now: dt.datetime
-    ) -> None:
-        """See ``store.ContextStore.commit_suspend``."""
-        self.apply(commits.suspend(suspend=suspend, name=name, seconds=seconds), now=now)
 
     def _oldest_event(self, conn: sa.Connection, wait: decide.TryWait) -> Any:
         return conn.execute(
