@@ -244,8 +244,7 @@ def run(args: argparse.Namespace) -> dict:
     scratch = Scratch(workers=args.workers, concurrency=args.concurrency, pool=args.pool)
     try:
         from models import db as models_db
-        from workers.services import instances as service
-        from workers.services import tokens
+        from workers.services import instance_events, instances, tokens
 
         space = "bench"
         with models_db.session_scope(scratch.url) as session:
@@ -255,7 +254,7 @@ def run(args: argparse.Namespace) -> dict:
 
         def create(workflow: str, instance_id: str) -> float:
             started = time.time()
-            service.create(space=space, workflow_uid=workflow, instance_id=instance_id)
+            instances.create(space=space, workflow_uid=workflow, instance_id=instance_id)
             return started
 
         # warm-up: every pool process starts its zygote and connections
@@ -293,7 +292,9 @@ def run(args: argparse.Namespace) -> dict:
         resumed = []
         for instance_id in waits:
             sent = time.time()
-            service.send_event(space=space, workflow_uid=waiter, instance_id=instance_id, event_type="go")
+            instance_events.send_event(
+                space=space, workflow_uid=waiter, instance_id=instance_id, event_type="go"
+            )
             output = wait_all(
                 scratch.url, waiter, [instance_id], status="complete", timeout=60, interval=0.005
             )

@@ -17,7 +17,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from host_api import schemas
 from host_api.errors import STATUS_BY_CODE
 from models import instances as inst_models
-from workers.services import ids, instances, resources, tokens
+from workers.services import ids, instance_pages, resources, tokens
 
 SPACE = {
     "name": "space",
@@ -75,7 +75,7 @@ def _limit(maximum: int, default: int) -> dict:
 
 
 RESOURCE_LIMIT = _limit(resources.MAX_PAGE_SIZE, resources.DEFAULT_PAGE_SIZE)
-INSTANCE_LIMIT = _limit(instances.MAX_PAGE, instances.DEFAULT_PAGE)
+INSTANCE_LIMIT = _limit(instance_pages.MAX_PAGE, instance_pages.DEFAULT_PAGE)
 
 SCHEMAS = {
     cls.__name__: cls

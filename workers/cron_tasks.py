@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 
 import redis
@@ -30,7 +31,7 @@ from takohost.runtime import protocol
 from workers import dispatch
 from workers.celery_app import app
 from workers.engine import sandbox
-from workers.services import cron_runs, instances
+from workers.services import cron_runs, instance_bindings
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def run_scheduled(job: cron_runs.DeliveryJob, *, settings: config.Settings) -> t
     """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (CONTRACT §4.6).
 
     The child imports the Version fresh, gets ``env`` (vars and workflow bindings; binding calls
-    are answered here through ``workers.services.instances.call_binding``) and finishes with
+    are answered here through ``workers.services.instance_bindings.call_binding``) and finishes with
     ``scheduled_done``. Returns ``("ok", None)`` or ``("failed", error text)`` — a raised error, a
     failed awaitable or ``wait_until``, a missing handler, or a child that died without a result.
     Raises ``sandbox.ZygoteUnavailable`` (or ``ChildGone``/``TimeoutError`` at start) when no child
@@ -220,7 +221,7 @@ def _answer_binding(request: dict, *, space: str, bindings: dict[str, str]) -> d
     if workflow_uid is None:
         return {"op": "binding_error", "name": "backend_unavailable", "message": "no such binding"}
     try:
-        value = instances.call_binding(
+        value = instance_bindings.call_binding(
             space=space, workflow_uid=workflow_uid, call=request["call"], args=request["args"]
         )
     except DomainError as exc:
@@ -265,9 +266,14 @@ def sweep(*, now: dt.datetime) -> int:
             with models_db.session_scope(settings.database_url) as session:
                 cron_runs.mark_vanished_txn(session, delivery_pks=vanished, now=now)
                 cron_runs.note_dispatched_txn(session, match_pks=again, now=now)
-            for match_pk in again:
-                dispatch.deliver_cron_match(match_pk)
-            log.info("cron sweep dispatched matches again", extra={"matches": again, "vanished": vanished})
+            started = time.perf_counter()
+            sent = dispatch.deliver_cron_matches(again)
+            log.info(
+                "cron sweep dispatched %d matches again in %.0f ms",
+                sent,
+                (time.perf_counter() - started) * 1000,
+                extra={"matches": again, "vanished": vanished},
+            )
             dispatched += len(again)
         if len(pending) < SWEEP_BATCH:
             return dispatched

@@ -15,8 +15,9 @@ Per Form (create/update → apply the accepted spec; delete → remove):
   ``phase: failed``).
 * WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
   every DurableWorkflow of the Worker is re-observed (``ready``).
-* DurableWorkflow — ``observed`` from ``instances.observe_workflow_txn``; DELETE purges every
-  instance first (``instances.purge_workflow``) and stays ``running`` until that is proven.
+* DurableWorkflow — ``observed`` from ``workflow_observer.observe_workflow_txn``; DELETE purges
+  every instance first (``instance_stop.purge_workflow``) and stays ``running`` until that is
+  proven.
 * WorkerCronTrigger — ``cron_schedules.register_schedule_txn`` / ``unregister_schedule_txn``.
 
 An unexpected error is retried (``MAX_ATTEMPTS`` times), then the Operation fails with
@@ -40,7 +41,7 @@ from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
 from workers.celery_app import app
-from workers.services import cron_schedules, forms, instances, operations, versions
+from workers.services import cron_schedules, forms, instance_stop, operations, versions, workflow_observer
 from workers.services import resources as resource_service
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ def _reconcile_locked(operation_id: str) -> str:
                 session, source_uid=resource.uid, refs=forms.references(form, resource.spec)
             )
         elif form == "DurableWorkflow":
-            resource.observed = instances.observe_workflow_txn(
+            resource.observed = workflow_observer.observe_workflow_txn(
                 session, workflow=resource, ready=forms.workflow_ready_txn(session, workflow=resource)
             )
         elif form == "WorkerCronTrigger":
@@ -154,7 +155,7 @@ def _reconcile_locked(operation_id: str) -> str:
 
 
 def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
-    if form == "DurableWorkflow" and not instances.purge_workflow(uid, now=utcnow()):
+    if form == "DurableWorkflow" and not instance_stop.purge_workflow(uid, now=utcnow()):
         with models_db.session_scope() as session:
             loaded = _running_txn(session, operation_id)
             if loaded is not None:
@@ -204,7 +205,7 @@ def observe_workflows_txn(session: orm.Session, *, worker_uid: str, now: dt.date
     for workflow in workflows:
         if workflow.observed_at is None and workflow.phase == "reconciling":
             continue  # its own create reconcile will observe it
-        workflow.observed = instances.observe_workflow_txn(
+        workflow.observed = workflow_observer.observe_workflow_txn(
             session, workflow=workflow, ready=forms.workflow_ready_txn(session, workflow=workflow)
         )
         workflow.observed_at = now

@@ -1,4 +1,5 @@
-"""DurableWorkflow instances over HTTP (CONTRACT §2.5): parse, call ``workers.services.instances``,
+"""DurableWorkflow instances over HTTP (CONTRACT §2.5): parse, call the instance services
+(``workers.services.instances``, ``instance_events``, ``instance_history``, ``instance_stop``),
 render. The same service functions serve ``env.NAME`` bindings from workflow code (§4.5).
 
 Instance ids are 1–256 Unicode scalar values and may contain ``/``, ``%``, ``?``, spaces, emoji
@@ -28,8 +29,7 @@ import flask
 from host_api import body as request_body
 from host_api import query
 from host_api.errors import ApiError
-from workers.services import ids
-from workers.services import instances as service
+from workers.services import ids, instance_common, instance_events, instance_history, instance_stop, instances
 
 bp = flask.Blueprint("instances", __name__)
 
@@ -120,17 +120,17 @@ def route_instances() -> flask.Response | None:
     instance_id = _decode(segments[0], what="instance id")
     key = (method, action)
     if key == ("GET", None):
-        return _json(service.describe(space=space, workflow_uid=uid, instance_id=instance_id))
+        return _json(instances.describe(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("POST", "events"):
         return _send_event(space, uid, instance_id)
     if key == ("GET", "events"):
-        return _json(service.inbox(space=space, workflow_uid=uid, instance_id=instance_id))
+        return _json(instance_events.inbox(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("POST", "terminate"):
         _unknown_keys(_object_or_empty_body(), set())  # no body, or {}
-        return _json(service.terminate(space=space, workflow_uid=uid, instance_id=instance_id))
+        return _json(instance_stop.terminate(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("GET", "history"):
         return _json(
-            service.history(
+            instance_history.history(
                 space=space,
                 workflow_uid=uid,
                 instance_id=instance_id,
@@ -146,8 +146,11 @@ def _create(space: str, uid: str) -> flask.Response:
     _unknown_keys(body, _CREATE_KEYS)
     if "id" in body and not isinstance(body["id"], str):
         raise ApiError("invalid_request", "id must be a string of 1-256 Unicode scalar values")
-    new_id = service.create(
-        space=space, workflow_uid=uid, instance_id=body.get("id"), params=body.get("params", service.ABSENT)
+    new_id = instances.create(
+        space=space,
+        workflow_uid=uid,
+        instance_id=body.get("id"),
+        params=body.get("params", instance_common.ABSENT),
     )
     return _json({"id": new_id}, 201)
 
@@ -155,7 +158,7 @@ def _create(space: str, uid: str) -> flask.Response:
 def _list(space: str, uid: str) -> flask.Response:
     args = flask.request.args
     return _json(
-        service.list_instances(
+        instances.list_instances(
             space=space,
             workflow_uid=uid,
             status_filter=args.get("status"),
@@ -172,12 +175,12 @@ def _send_event(space: str, uid: str, instance_id: str) -> flask.Response:
     if "type" not in body:
         raise ApiError("invalid_request", "type is required")
     idempotency = None if key is None else (key, request_body.request_fingerprint(body))
-    answer = service.send_event(
+    answer = instance_events.send_event(
         space=space,
         workflow_uid=uid,
         instance_id=instance_id,
         event_type=body["type"],
-        payload=body.get("payload", service.ABSENT),
+        payload=body.get("payload", instance_common.ABSENT),
         idempotency=idempotency,
     )
     return _json(answer, 202)

@@ -21,7 +21,7 @@ import redis
 from models.errors import DomainError
 from takohost import config
 from tests.support import workflows
-from workers.services import instances as service
+from workers.services import instance_stop, leases
 
 LOOP_SYNC = """
 import os, time
@@ -128,7 +128,7 @@ def _owner_pid(stack, db_url, workflow, instance_id) -> tuple[int, str]:
     """The pid of the worker process holding the instance's lease, and the lease key."""
     pk = workflows.instance_row(db_url, workflow=workflow, instance_id=instance_id).pk
     client = redis.Redis.from_url(config.load_settings().redis_url)
-    key = service.lease_key(stack.namespace, pk)
+    key = leases.lease_key(stack.namespace, pk)
     value = workflows.wait_until(lambda: client.get(key), timeout=30, message="lease")
     return int(value.decode().split(":")[-2]), key
 
@@ -148,7 +148,7 @@ def test_terminate_of_a_frozen_worker_succeeds_only_once_the_lease_expired(
         # HTTP, with a short wait instead of 30 s) …
         monkeypatch.setenv("TAKOHOST_NAMESPACE", stack.namespace)
         with pytest.raises(DomainError) as unproven:
-            service.terminate(
+            instance_stop.terminate(
                 space=stack.space, workflow_uid=loops["sync"].workflow, instance_id="frozen", wait_seconds=0.2
             )
         assert unproven.value.code == "backend_unavailable"

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.support import workflows
-from workers.services import instances as service
+from workers.services import instance_events, instance_history, instance_stop, instances
 
 FINALLY_SLEEP = """
 class Sleeper:
@@ -36,7 +36,7 @@ class Waiter:
 
 
 def _status(space, workflow, instance_id):
-    return service.status(space=space, workflow_uid=workflow, instance_id=instance_id)
+    return instances.status(space=space, workflow_uid=workflow, instance_id=instance_id)
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_no_finally_block_runs_once_the_instance_is_suspended(
     d = workflows.deploy(db_url, space=space, source=source, class_name=class_name)
     marker = tmp_path / "finally.txt"
     marker.write_text("")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="f", params={"file": str(marker)})
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="f", params={"file": str(marker)})
     workflows.wait_until(
         lambda: _status(space, d.workflow, "f")["status"] == status, timeout=30, message=status
     )
@@ -83,17 +83,17 @@ def test_WF_13_terminate_returns_only_after_the_running_effect_stopped(db_url, s
     d = workflows.deploy(db_url, space=space, source=WF_13, class_name="Slow")
     started, after = tmp_path / "wf13.s", tmp_path / "wf13.a"
     params = {"started": str(started), "after": str(after), "seconds": 8}
-    service.create(space=space, workflow_uid=d.workflow, instance_id="wf13", params=params)
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="wf13", params=params)
     workflows.wait_until(started.exists, timeout=30, message="effect started")
     t0 = time.monotonic()
-    assert service.terminate(space=space, workflow_uid=d.workflow, instance_id="wf13") == {
+    assert instance_stop.terminate(space=space, workflow_uid=d.workflow, instance_id="wf13") == {
         "status": "terminated"
     }
     assert time.monotonic() - t0 < 8  # fenced by the heartbeat, not by the effect finishing
     assert _status(space, d.workflow, "wf13") == {"status": "terminated"}
     time.sleep(9)
     assert not after.exists()  # the effect never ran on after terminate returned
-    history = service.history(space=space, workflow_uid=d.workflow, instance_id="wf13")["events"]
+    history = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="wf13")["events"]
     assert "StepCompleted" not in [e["eventType"] for e in history]
 
 
@@ -116,8 +116,8 @@ class Timed:
 def test_timers_fire_from_postgres_through_beat(db_url, space_token, worker, beat_process):
     space, _ = space_token
     d = workflows.deploy(db_url, space=space, source=TIMED, class_name="Timed")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="timed", params={})
-    service.create(space=space, workflow_uid=d.workflow, instance_id="failing", params={"fail": True})
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="timed", params={})
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="failing", params={"fail": True})
     workflows.wait_until(
         lambda: _status(space, d.workflow, "timed")["status"] == "complete", timeout=30, message="complete"
     )
@@ -137,11 +137,11 @@ class W:
         return {"got": step.wait_for_event("w", {"type": "go", "timeoutSeconds": 600})}
 """
     d = workflows.deploy(db_url, space=space, source=source, class_name="W")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="w")
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="w")
     workflows.wait_until(
         lambda: _status(space, d.workflow, "w")["status"] == "waiting", timeout=30, message="waiting"
     )
-    service.send_event(
+    instance_events.send_event(
         space=space, workflow_uid=d.workflow, instance_id="w", event_type="go", payload={"k": 1}
     )
     workflows.wait_until(

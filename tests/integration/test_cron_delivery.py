@@ -55,7 +55,12 @@ def _record(
 @pytest.fixture()
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sent: list[int] = []
-    monkeypatch.setattr(cron_tasks.dispatch, "deliver_cron_match", sent.append)
+
+    def capture(match_pks: list[int]) -> int:
+        sent.extend(match_pks)
+        return len(match_pks)
+
+    monkeypatch.setattr(cron_tasks.dispatch, "deliver_cron_matches", capture)
     return sent
 
 

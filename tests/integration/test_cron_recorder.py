@@ -115,11 +115,13 @@ def test_record_due_dispatches_after_commit_and_notes_the_tick(
     ).trigger_uid
     seen: list[tuple[int, bool]] = []
 
-    def fake_dispatch(match_pk: int) -> None:  # sees the committed row from another session
+    def fake_dispatch(match_pks: list[int]) -> int:  # sees the committed rows from another session
         with models_db.session_scope(db_url) as session:
-            seen.append((match_pk, session.get(cron_models.CronMatch, match_pk) is not None))
+            for match_pk in match_pks:
+                seen.append((match_pk, session.get(cron_models.CronMatch, match_pk) is not None))
+        return len(match_pks)
 
-    monkeypatch.setattr(cron_recorder.dispatch, "deliver_cron_match", fake_dispatch)
+    monkeypatch.setattr(cron_recorder.dispatch, "deliver_cron_matches", fake_dispatch)
     count = cron_recorder.record_due(now=now, beat_id="test-beat")
     mine = [m.pk for m in matches_of(db_url, uid)]
     assert len(mine) == 1 and (mine[0], True) in seen and count >= 1

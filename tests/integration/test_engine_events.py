@@ -6,7 +6,7 @@ import pytest
 
 from models.errors import DomainError
 from tests.support import workflows
-from workers.services import instances as service
+from workers.services import instance_events, instance_history, instance_stop, instances, workflow_observer
 
 NAP = """
 class Queue:
@@ -61,51 +61,55 @@ def _call(fn, **kwargs):
 def test_WF_21_queue_limits_by_count_and_by_bytes_then_purge(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="wf21a")
-    service.create(**ids, instance_id="wf21b")
+    instances.create(**ids, instance_id="wf21a")
+    instances.create(**ids, instance_id="wf21b")
     assert driver.run() == ["sleeping", "sleeping"]
     for _ in range(1024):
-        service.send_event(**ids, instance_id="wf21a", event_type="t")
-    assert _call(service.send_event, **ids, instance_id="wf21a", event_type="t") == "event_queue_full"
+        instance_events.send_event(**ids, instance_id="wf21a", event_type="t")
+    assert _call(instance_events.send_event, **ids, instance_id="wf21a", event_type="t") == "event_queue_full"
     big = {"p": "a" * 524257}  # {"payload":{"p":"a…"},"type":"t"} is 524288 canonical bytes
-    service.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
-    service.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
-    assert _call(service.send_event, **ids, instance_id="wf21b", event_type="t") == "event_queue_full"
-    inbox = service.inbox(**ids, instance_id="wf21b")["events"]
+    instance_events.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
+    instance_events.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
+    assert _call(instance_events.send_event, **ids, instance_id="wf21b", event_type="t") == "event_queue_full"
+    inbox = instance_events.inbox(**ids, instance_id="wf21b")["events"]
     assert [e["sequence"] for e in inbox] == [1, 2] and inbox[0]["payload"] == big
-    assert service.terminate(**ids, instance_id="wf21b") == {"status": "terminated"}
-    assert service.inbox(**ids, instance_id="wf21b") == {"events": []}
-    assert _call(service.send_event, **ids, instance_id="wf21b", event_type="t") == "instance_terminal"
+    assert instance_stop.terminate(**ids, instance_id="wf21b") == {"status": "terminated"}
+    assert instance_events.inbox(**ids, instance_id="wf21b") == {"events": []}
+    assert (
+        _call(instance_events.send_event, **ids, instance_id="wf21b", event_type="t") == "instance_terminal"
+    )
 
 
 def test_an_event_for_a_waiting_matching_wait_bypasses_the_limits_and_wakes_it(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="full")
+    instances.create(**ids, instance_id="full")
     assert driver.run() == ["waiting"]
     for _ in range(1024):
-        service.send_event(**ids, instance_id="full", event_type="other")
+        instance_events.send_event(**ids, instance_id="full", event_type="other")
     assert driver.queue == []
-    assert _call(service.send_event, **ids, instance_id="full", event_type="other") == "event_queue_full"
-    service.send_event(**ids, instance_id="full", event_type="go", payload={"k": 1})
-    assert service.status(**ids, instance_id="full") == {"status": "running"}  # woken
+    assert (
+        _call(instance_events.send_event, **ids, instance_id="full", event_type="other") == "event_queue_full"
+    )
+    instance_events.send_event(**ids, instance_id="full", event_type="go", payload={"k": 1})
+    assert instances.status(**ids, instance_id="full") == {"status": "running"}  # woken
     assert driver.run() == ["complete"]
-    assert service.status(**ids, instance_id="full") == {"status": "complete", "output": {"got": {"k": 1}}}
+    assert instances.status(**ids, instance_id="full") == {"status": "complete", "output": {"got": {"k": 1}}}
 
 
 def test_inbox_lists_unconsumed_events_in_acceptance_order(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="i")
-    service.send_event(**ids, instance_id="i", event_type="b", payload={"n": 1})
-    service.send_event(**ids, instance_id="i", event_type="a")
-    events = service.inbox(**ids, instance_id="i")["events"]
+    instances.create(**ids, instance_id="i")
+    instance_events.send_event(**ids, instance_id="i", event_type="b", payload={"n": 1})
+    instance_events.send_event(**ids, instance_id="i", event_type="a")
+    events = instance_events.inbox(**ids, instance_id="i")["events"]
     assert [(e["sequence"], e["type"], e.get("payload")) for e in events] == [
         (1, "b", {"n": 1}),
         (2, "a", None),
     ]
     assert "payload" not in events[1] and events[0]["acceptedAt"].endswith("Z")
-    history = service.history(**ids, instance_id="i")["events"]
+    history = instance_history.history(**ids, instance_id="i")["events"]
     assert [e["attributes"] for e in history if e["eventType"] == "EventAccepted"] == [
         {"sequence": 1, "type": "b"},
         {"sequence": 2, "type": "a"},
@@ -115,18 +119,18 @@ def test_inbox_lists_unconsumed_events_in_acceptance_order(db_url, space, driver
 def test_unknown_instances_and_bad_arguments(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
     ids = dict(space=space, workflow_uid=d.workflow)
-    assert _call(service.send_event, **ids, instance_id="nope", event_type="t") == "unknown_instance"
-    assert _call(service.status, **ids, instance_id="nope") == "unknown_instance"
-    assert _call(service.terminate, **ids, instance_id="nope") == "unknown_instance"
-    assert _call(service.create, **ids, instance_id="") == "invalid_request"
-    assert _call(service.create, **ids, instance_id="x" * 257) == "invalid_request"
-    assert _call(service.create, **ids, instance_id="\ud800") == "invalid_request"
-    assert _call(service.create, **ids, params=None) == "invalid_params"
-    assert _call(service.create, **ids, params=[1, 2]) == "invalid_params"
-    assert _call(service.create, **ids, params={"p": "a" * 1048569}) == "document_too_large"
-    assert _call(service.create, space=space, workflow_uid="no-such-uid") == "not_found"
-    assert _call(service.create, space="other-space", workflow_uid=d.workflow) == "not_found"
-    assert service.list_instances(**ids) == {"instances": []}  # nothing was created
+    assert _call(instance_events.send_event, **ids, instance_id="nope", event_type="t") == "unknown_instance"
+    assert _call(instances.status, **ids, instance_id="nope") == "unknown_instance"
+    assert _call(instance_stop.terminate, **ids, instance_id="nope") == "unknown_instance"
+    assert _call(instances.create, **ids, instance_id="") == "invalid_request"
+    assert _call(instances.create, **ids, instance_id="x" * 257) == "invalid_request"
+    assert _call(instances.create, **ids, instance_id="\ud800") == "invalid_request"
+    assert _call(instances.create, **ids, params=None) == "invalid_params"
+    assert _call(instances.create, **ids, params=[1, 2]) == "invalid_params"
+    assert _call(instances.create, **ids, params={"p": "a" * 1048569}) == "document_too_large"
+    assert _call(instances.create, space=space, workflow_uid="no-such-uid") == "not_found"
+    assert _call(instances.create, space="other-space", workflow_uid=d.workflow) == "not_found"
+    assert instances.list_instances(**ids) == {"instances": []}  # nothing was created
 
 
 WF_12 = """
@@ -141,33 +145,33 @@ class Nap:
 def test_WF_12_terminate_a_sleeping_instance(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=WF_12, class_name="Nap")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="wf12")
+    instances.create(**ids, instance_id="wf12")
     driver.run()
-    assert service.status(**ids, instance_id="wf12") == {"status": "sleeping"}
-    assert service.terminate(**ids, instance_id="wf12") == {"status": "terminated"}
-    assert service.status(**ids, instance_id="wf12") == {"status": "terminated"}
-    assert _call(service.send_event, **ids, instance_id="wf12", event_type="x") == "instance_terminal"
-    assert service.terminate(**ids, instance_id="wf12") == {"status": "terminated"}
-    assert service.get(**ids, instance_id="wf12") == "wf12"
-    assert _call(service.create, **ids, instance_id="wf12") == "instance_exists"
+    assert instances.status(**ids, instance_id="wf12") == {"status": "sleeping"}
+    assert instance_stop.terminate(**ids, instance_id="wf12") == {"status": "terminated"}
+    assert instances.status(**ids, instance_id="wf12") == {"status": "terminated"}
+    assert _call(instance_events.send_event, **ids, instance_id="wf12", event_type="x") == "instance_terminal"
+    assert instance_stop.terminate(**ids, instance_id="wf12") == {"status": "terminated"}
+    assert instances.get(**ids, instance_id="wf12") == "wf12"
+    assert _call(instances.create, **ids, instance_id="wf12") == "instance_exists"
     assert driver.advance(3601) == []  # nothing runs at the old wake time
-    assert service.status(**ids, instance_id="wf12") == {"status": "terminated"}
-    types = [e["eventType"] for e in service.history(**ids, instance_id="wf12")["events"]]
+    assert instances.status(**ids, instance_id="wf12") == {"status": "terminated"}
+    types = [e["eventType"] for e in instance_history.history(**ids, instance_id="wf12")["events"]]
     assert types[-1] == "InstanceTerminated" and "SleepCompleted" not in types
 
 
 def test_API_01_ids_are_retained_and_generated_ids_are_distinct(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="order-1")
+    instances.create(**ids, instance_id="order-1")
     driver.run()
-    assert _call(service.create, **ids, instance_id="order-1") == "instance_exists"
+    assert _call(instances.create, **ids, instance_id="order-1") == "instance_exists"
     assert driver.queue == []  # no second run
-    service.send_event(**ids, instance_id="order-1", event_type="go")
+    instance_events.send_event(**ids, instance_id="order-1", event_type="go")
     driver.run()
-    assert service.status(**ids, instance_id="order-1")["status"] == "complete"
-    assert _call(service.create, **ids, instance_id="order-1") == "instance_exists"
-    first, second = service.create(**ids), service.create(**ids)
+    assert instances.status(**ids, instance_id="order-1")["status"] == "complete"
+    assert _call(instances.create, **ids, instance_id="order-1") == "instance_exists"
+    first, second = instances.create(**ids), instances.create(**ids)
     assert first != second and first and second
 
 
@@ -216,9 +220,9 @@ def test_bindings_use_the_same_code_path_as_http(db_url, space, driver):
         bindings={"PEERS": peers.workflow},
         variables={"CURRENCY": "EUR"},
     )
-    service.create(space=space, workflow_uid=caller.workflow, instance_id="caller")
+    instances.create(space=space, workflow_uid=caller.workflow, instance_id="caller")
     driver.run()
-    status = service.status(space=space, workflow_uid=caller.workflow, instance_id="caller")
+    status = instances.status(space=space, workflow_uid=caller.workflow, instance_id="caller")
     assert status == {
         "status": "complete",
         "output": {
@@ -233,11 +237,11 @@ def test_bindings_use_the_same_code_path_as_http(db_url, space, driver):
         },
     }
     peer = dict(space=space, workflow_uid=peers.workflow)
-    assert service.status(**peer, instance_id="peer-1") == {
+    assert instances.status(**peer, instance_id="peer-1") == {
         "status": "complete",
         "output": {"got": {"from": "caller"}},
     }
-    assert len(service.list_instances(**peer)["instances"]) == 2
+    assert len(instances.list_instances(**peer)["instances"]) == 2
 
 
 SELF_TERMINATE = """
@@ -257,12 +261,14 @@ def test_an_instance_can_terminate_itself_and_no_line_runs_after(db_url, space, 
     d = workflows.deploy(
         db_url, space=space, source=SELF_TERMINATE, class_name="Quitter", self_binding="SELF"
     )
-    service.create(space=space, workflow_uid=d.workflow, instance_id="me")
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="me")
     assert driver.run() == ["terminated"]
-    assert service.status(space=space, workflow_uid=d.workflow, instance_id="me") == {"status": "terminated"}
+    assert instances.status(space=space, workflow_uid=d.workflow, instance_id="me") == {
+        "status": "terminated"
+    }
     names = [
         e["attributes"].get("name")
-        for e in service.history(space=space, workflow_uid=d.workflow, instance_id="me")["events"]
+        for e in instance_history.history(space=space, workflow_uid=d.workflow, instance_id="me")["events"]
     ]
     assert "after" not in names and "before" in names
 
@@ -272,13 +278,13 @@ def test_observe_workflow_counts_all_seven_statuses(db_url, space, driver):
     from models import resources as res_models
 
     d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="w1")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="q1")
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="w1")
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="q1")
     driver.queue.pop()  # q1 stays queued
     driver.run()
     with models_db.session_scope(db_url) as session:
         workflow = session.get(res_models.Resource, d.workflow)
-        observed = service.observe_workflow_txn(session, workflow=workflow, ready=True)
+        observed = workflow_observer.observe_workflow_txn(session, workflow=workflow, ready=True)
     assert observed == {
         "ready": True,
         "instanceCounts": {
@@ -296,23 +302,25 @@ def test_observe_workflow_counts_all_seven_statuses(db_url, space, driver):
 def test_purge_workflow_stops_and_deletes_only_that_uid(db_url, space, driver):
     kept = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
     doomed = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
-    service.create(space=space, workflow_uid=kept.workflow, instance_id="a")
-    service.create(space=space, workflow_uid=doomed.workflow, instance_id="a")
-    service.create(space=space, workflow_uid=doomed.workflow, instance_id="b")
+    instances.create(space=space, workflow_uid=kept.workflow, instance_id="a")
+    instances.create(space=space, workflow_uid=doomed.workflow, instance_id="a")
+    instances.create(space=space, workflow_uid=doomed.workflow, instance_id="b")
     driver.run()
-    service.send_event(space=space, workflow_uid=doomed.workflow, instance_id="a", event_type="t")
-    assert service.purge_workflow(doomed.workflow, now=driver.clock()) is True
+    instance_events.send_event(space=space, workflow_uid=doomed.workflow, instance_id="a", event_type="t")
+    assert instance_stop.purge_workflow(doomed.workflow, now=driver.clock()) is True
     assert (
-        _call(service.create, space=space, workflow_uid=doomed.workflow, instance_id="c") == "not_found"
+        _call(instances.create, space=space, workflow_uid=doomed.workflow, instance_id="c") == "not_found"
     )  # the workflow is going away: not a backend failure
     assert (
-        _call(service.status, space=space, workflow_uid=doomed.workflow, instance_id="a")
+        _call(instances.status, space=space, workflow_uid=doomed.workflow, instance_id="a")
         == "unknown_instance"
     )
-    assert service.list_instances(space=space, workflow_uid=doomed.workflow) == {"instances": []}
-    assert service.status(space=space, workflow_uid=kept.workflow, instance_id="a") == {"status": "sleeping"}
+    assert instances.list_instances(space=space, workflow_uid=doomed.workflow) == {"instances": []}
+    assert instances.status(space=space, workflow_uid=kept.workflow, instance_id="a") == {
+        "status": "sleeping"
+    }
     assert driver.advance(3601) == ["complete"]  # only the kept instance wakes
-    assert service.purge_workflow(doomed.workflow, now=driver.clock()) is True  # idempotent
+    assert instance_stop.purge_workflow(doomed.workflow, now=driver.clock()) is True  # idempotent
 
 
 def _hold_lease(db_url, workflow, instance_id):
@@ -332,45 +340,57 @@ def test_terminate_that_cannot_prove_the_stop_is_backend_unavailable_and_can_be_
 ):
     d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="busy")
+    instances.create(**ids, instance_id="busy")
     driver.run()
     leases, held = _hold_lease(db_url, d.workflow, "busy")  # a context that does not stop (frozen)
     try:
-        assert _call(service.terminate, **ids, instance_id="busy", wait_seconds=0.3) == "backend_unavailable"
-        assert service.status(**ids, instance_id="busy") == {"status": "sleeping"}  # nothing published
-        assert _call(service.send_event, **ids, instance_id="busy", event_type="t") == {}
+        assert (
+            _call(instance_stop.terminate, **ids, instance_id="busy", wait_seconds=0.3)
+            == "backend_unavailable"
+        )
+        assert instances.status(**ids, instance_id="busy") == {"status": "sleeping"}  # nothing published
+        assert _call(instance_events.send_event, **ids, instance_id="busy", event_type="t") == {}
         fenced_epoch = workflows.instance_row(db_url, workflow=d.workflow, instance_id="busy").epoch
-        assert _call(service.terminate, **ids, instance_id="busy", wait_seconds=0.1) == "backend_unavailable"
+        assert (
+            _call(instance_stop.terminate, **ids, instance_id="busy", wait_seconds=0.1)
+            == "backend_unavailable"
+        )
     except BaseException:
         leases.release(held)
         raise
-    assert _call(service.terminate, **ids, instance_id="busy", wait_seconds=0.1) == "backend_unavailable"
+    assert (
+        _call(instance_stop.terminate, **ids, instance_id="busy", wait_seconds=0.1) == "backend_unavailable"
+    )
     row = workflows.instance_row(db_url, workflow=d.workflow, instance_id="busy")
     assert row.stopping == "terminate" and row.epoch == fenced_epoch  # the same termination, one fence
     leases.release(held)
-    assert service.terminate(**ids, instance_id="busy") == {"status": "terminated"}  # continues
-    assert service.inbox(**ids, instance_id="busy") == {"events": []}
+    assert instance_stop.terminate(**ids, instance_id="busy") == {"status": "terminated"}  # continues
+    assert instance_events.inbox(**ids, instance_id="busy") == {"events": []}
     assert driver.advance(3601) == []
 
 
 def test_purge_waits_while_a_context_still_holds_a_lease(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="held")
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="held")
     driver.run()
     leases, held = _hold_lease(db_url, d.workflow, "held")
     try:
-        assert service.purge_workflow(d.workflow, now=driver.clock()) is False
+        assert instance_stop.purge_workflow(d.workflow, now=driver.clock()) is False
         row = workflows.instance_row(db_url, workflow=d.workflow, instance_id="held")
         assert row is not None and row.stopping == "delete"  # fenced, kept until the stop is proven
         assert (
             _call(
-                service.send_event, space=space, workflow_uid=d.workflow, instance_id="held", event_type="t"
+                instance_events.send_event,
+                space=space,
+                workflow_uid=d.workflow,
+                instance_id="held",
+                event_type="t",
             )
             == "not_found"
         )  # closed for new events: the workflow is going away
     finally:
         leases.release(held)
-    assert service.purge_workflow(d.workflow, now=driver.clock()) is True
+    assert instance_stop.purge_workflow(d.workflow, now=driver.clock()) is True
     assert workflows.instance_row(db_url, workflow=d.workflow, instance_id="held") is None
 
 
@@ -384,15 +404,16 @@ class Big:
 """
     d = workflows.deploy(db_url, space=space, source=source, class_name="Big")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="big")
-    service.create(**ids, instance_id="early")
+    instances.create(**ids, instance_id="big")
+    instances.create(**ids, instance_id="early")
     assert driver.run() == ["waiting", "waiting"]
     payload = {"p": "a" * 1048568}  # exactly 1048576 canonical bytes; {type, payload} is more
-    service.send_event(**ids, instance_id="big", event_type="go", payload=payload)
+    instance_events.send_event(**ids, instance_id="big", event_type="go", payload=payload)
     assert driver.run() == ["complete"]
-    assert service.status(**ids, instance_id="big") == {"status": "complete", "output": {"length": 1048568}}
-    assert _call(service.send_event, **ids, instance_id="early", event_type="other", payload=payload) == (
-        "event_queue_full"
+    assert instances.status(**ids, instance_id="big") == {"status": "complete", "output": {"length": 1048568}}
+    assert (
+        _call(instance_events.send_event, **ids, instance_id="early", event_type="other", payload=payload)
+        == "event_queue_full"
     )  # not for a waiting wait: it can never fit in the queue
 
 
@@ -403,11 +424,13 @@ def test_history_is_newest_last_in_time_too(db_url, space, driver):
 
     d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="t", now=driver.clock())
+    instances.create(**ids, instance_id="t", now=driver.clock())
     assert driver.run() == ["waiting"]
-    service.send_event(**ids, instance_id="t", event_type="go", now=driver.clock() + dt.timedelta(seconds=5))
+    instance_events.send_event(
+        **ids, instance_id="t", event_type="go", now=driver.clock() + dt.timedelta(seconds=5)
+    )
     assert driver.run() == ["complete"]
-    events = service.history(**ids, instance_id="t")["events"]
+    events = instance_history.history(**ids, instance_id="t")["events"]
     assert [e["eventId"] for e in events] == list(range(1, len(events) + 1))
     stamps = [e["eventTimestamp"] for e in events]
     assert stamps == sorted(stamps), stamps
@@ -417,21 +440,21 @@ def test_history_is_newest_last_in_time_too(db_url, space, driver):
 def test_terminate_while_the_workflow_is_being_deleted_is_not_found(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=NAP, class_name="Queue")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="x")
+    instances.create(**ids, instance_id="x")
     driver.run()
     leases, held = _hold_lease(db_url, d.workflow, "x")
     try:
-        assert service.purge_workflow(d.workflow, now=driver.clock()) is False  # still stopping
+        assert instance_stop.purge_workflow(d.workflow, now=driver.clock()) is False  # still stopping
         epoch = workflows.instance_row(db_url, workflow=d.workflow, instance_id="x").epoch
-        assert _call(service.terminate, **ids, instance_id="x") == "not_found"  # it is going away
-        assert _call(service.create, **ids, instance_id="y") == "not_found"
-        assert service.purge_workflow(d.workflow, now=driver.clock()) is False
+        assert _call(instance_stop.terminate, **ids, instance_id="x") == "not_found"  # it is going away
+        assert _call(instances.create, **ids, instance_id="y") == "not_found"
+        assert instance_stop.purge_workflow(d.workflow, now=driver.clock()) is False
         assert (
             workflows.instance_row(db_url, workflow=d.workflow, instance_id="x").epoch == epoch
         )  # one fence
     finally:
         leases.release(held)
-    assert service.purge_workflow(d.workflow, now=driver.clock()) is True
+    assert instance_stop.purge_workflow(d.workflow, now=driver.clock()) is True
 
 
 BAD_BINDING = """
@@ -462,9 +485,9 @@ def test_a_binding_call_the_host_finds_invalid_raises_type_error_in_the_workflow
     caller = workflows.deploy(
         db_url, space=space, source=BAD_BINDING, class_name="Caller", bindings={"PEERS": peers.workflow}
     )
-    service.create(space=space, workflow_uid=caller.workflow, instance_id="c")
+    instances.create(space=space, workflow_uid=caller.workflow, instance_id="c")
     assert driver.run() == ["complete"]
-    assert service.status(space=space, workflow_uid=caller.workflow, instance_id="c") == {
+    assert instances.status(space=space, workflow_uid=caller.workflow, instance_id="c") == {
         "status": "complete",
         "output": {"get": "TypeError", "send_event": "TypeError"},
     }

@@ -16,7 +16,8 @@ from takohost import config
 from tests.support import workflows
 from workers.engine import context, decide, heartbeat, store
 from workers.engine import lease as lease_mod
-from workers.services import instances as service
+from workers.services import instance_history, instance_stop, instances
+from workers.services import leases as lease_service
 
 BLOCKING = """
 import os, time
@@ -102,7 +103,7 @@ def test_a_context_whose_epoch_was_bumped_fails_its_next_commit_and_stops(
     deployed = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
     driver = workflows.Driver(monkeypatch, zygote=zygote)
     params = {"started": str(tmp_path / "started"), "go": str(tmp_path / "go"), "log": str(tmp_path / "log")}
-    service.create(space=space, workflow_uid=deployed.workflow, instance_id="fenced", params=params)
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="fenced", params=params)
     pk = driver.queue.pop()
     beat = _quiet_heartbeat(monkeypatch, db_url)
     monkeypatch.setattr(beat, "beat", lambda current: None)  # the commit fence is under test, not the kill
@@ -126,17 +127,19 @@ def test_a_context_whose_epoch_was_bumped_fails_its_next_commit_and_stops(
             )
             == 0
         )
-    history = service.history(space=space, workflow_uid=deployed.workflow, instance_id="fenced")["events"]
+    history = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="fenced")[
+        "events"
+    ]
     assert "StepCompleted" not in [e["eventType"] for e in history]
     settings = config.load_settings()
-    assert not service.live_leases([pk], settings=settings)  # it stopped and dropped its lease
+    assert not lease_service.live_leases([pk], settings=settings)  # it stopped and dropped its lease
 
 
 def test_every_fenced_commit_kind_is_refused(db_url, space_token, zygote, monkeypatch):
     space, _ = space_token
     deployed = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
     workflows.Driver(monkeypatch, zygote=zygote)
-    service.create(space=space, workflow_uid=deployed.workflow, instance_id="direct")
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="direct")
     pk = _pk(db_url, deployed.workflow, "direct")
     conn = store.connection_for(db_url)
     snapshot = store.load_instance(conn, pk)
@@ -189,7 +192,9 @@ def test_the_heartbeat_notices_fencing_and_kills_a_running_effect(
     deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
     driver = workflows.Driver(monkeypatch, zygote=zygote)
     log = tmp_path / "log"
-    service.create(space=space, workflow_uid=deployed.workflow, instance_id="loop", params={"log": str(log)})
+    instances.create(
+        space=space, workflow_uid=deployed.workflow, instance_id="loop", params={"log": str(log)}
+    )
     pk = driver.queue.pop()
     settings = config.load_settings()
     leases = lease_mod.store_for(
@@ -213,7 +218,7 @@ def test_the_heartbeat_notices_fencing_and_kills_a_running_effect(
     size = log.stat().st_size
     time.sleep(0.3)
     assert log.stat().st_size == size  # the effect is dead: the file never grows again
-    assert not service.live_leases([pk], settings=settings)
+    assert not lease_service.live_leases([pk], settings=settings)
 
 
 def test_terminate_asks_the_owner_to_stop_at_once_and_returns_once_the_stop_is_proven(
@@ -225,7 +230,9 @@ def test_terminate_asks_the_owner_to_stop_at_once_and_returns_once_the_stop_is_p
     deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
     driver = workflows.Driver(monkeypatch, zygote=zygote)
     log = tmp_path / "log"
-    service.create(space=space, workflow_uid=deployed.workflow, instance_id="hint", params={"log": str(log)})
+    instances.create(
+        space=space, workflow_uid=deployed.workflow, instance_id="hint", params={"log": str(log)}
+    )
     pk = driver.queue.pop()
     _quiet_heartbeat(monkeypatch, db_url)  # no periodic epoch check during this test: only the hint
     outcome = []
@@ -234,7 +241,7 @@ def test_terminate_asks_the_owner_to_stop_at_once_and_returns_once_the_stop_is_p
     _wait_file(log)
     time.sleep(0.5)  # the heartbeat's listener has subscribed by now (it starts with the context)
     started = time.monotonic()
-    answer = service.terminate(space=space, workflow_uid=deployed.workflow, instance_id="hint")
+    answer = instance_stop.terminate(space=space, workflow_uid=deployed.workflow, instance_id="hint")
     assert answer == {"status": "terminated"}
     assert time.monotonic() - started < 2.5
     thread.join(30)
@@ -250,16 +257,16 @@ def test_a_context_fenced_by_a_delete_can_never_commit_later(db_url, space_token
     space, _ = space_token
     deployed = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
     workflows.Driver(monkeypatch, zygote=zygote)
-    service.create(space=space, workflow_uid=deployed.workflow, instance_id="doomed")
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="doomed")
     pk = _pk(db_url, deployed.workflow, "doomed")
     conn = store.connection_for(db_url)
     snapshot = store.load_instance(conn, pk)
     owner = store.ContextStore(conn, pk=pk, lifetime_ends_at=snapshot.lifetime_ends_at)
     now = utcnow()
     assert owner.start(version_uid=deployed.version, now=now)
-    assert service.purge_workflow(deployed.workflow, now=now) is True  # no lease: nothing runs
+    assert instance_stop.purge_workflow(deployed.workflow, now=now) is True  # no lease: nothing runs
     other = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
-    service.create(space=space, workflow_uid=other.workflow, instance_id="doomed")
+    instances.create(space=space, workflow_uid=other.workflow, instance_id="doomed")
     policy = {"maxAttempts": 1, "initialDelaySeconds": 0, "backoff": "constant", "maxDelaySeconds": 43200}
     with pytest.raises(store.Fenced):
         owner.commit_attempt(
@@ -283,7 +290,7 @@ def test_a_context_fenced_by_a_delete_can_never_commit_later(db_url, space_token
             )
             == 0
         )
-    assert service.status(space=space, workflow_uid=other.workflow, instance_id="doomed") == {
+    assert instances.status(space=space, workflow_uid=other.workflow, instance_id="doomed") == {
         "status": "queued"
     }
 
@@ -300,7 +307,9 @@ def test_a_child_lost_to_its_watchdog_because_the_host_stalled_is_not_a_failed_a
     deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
     driver = workflows.Driver(monkeypatch, zygote=zygote)
     log = tmp_path / "log"
-    service.create(space=space, workflow_uid=deployed.workflow, instance_id="stall", params={"log": str(log)})
+    instances.create(
+        space=space, workflow_uid=deployed.workflow, instance_id="stall", params={"log": str(log)}
+    )
     pk = driver.queue.pop()
     settings = dataclasses.replace(config.load_settings(), lease_ttl_ms=1000)
     leases = lease_mod.store_for(redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=1000)
@@ -319,9 +328,11 @@ def test_a_child_lost_to_its_watchdog_because_the_host_stalled_is_not_a_failed_a
     assert log.stat().st_size == size
     types = [
         e["eventType"]
-        for e in service.history(space=space, workflow_uid=deployed.workflow, instance_id="stall")["events"]
+        for e in instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="stall")[
+            "events"
+        ]
     ]
     assert "StepAttemptFailed" not in types and "StepFailed" not in types
-    assert service.status(space=space, workflow_uid=deployed.workflow, instance_id="stall") == {
+    assert instances.status(space=space, workflow_uid=deployed.workflow, instance_id="stall") == {
         "status": "running"
     }

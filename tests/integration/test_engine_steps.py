@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from tests.support import workflows
-from workers.services import instances as service
+from workers.services import instance_common, instance_events, instance_history, instances
 
 
 @pytest.fixture(scope="module", params=["postgres", "sqlite"])
@@ -55,8 +55,8 @@ class Run:
         self.deployed = workflows.deploy(db_url, space=space, source=source, class_name=class_name, **kwargs)
         self.workflow = self.deployed.workflow
 
-    def create(self, instance_id=None, params=service.ABSENT):
-        return service.create(
+    def create(self, instance_id=None, params=instance_common.ABSENT):
+        return instances.create(
             space=self.space,
             workflow_uid=self.workflow,
             instance_id=instance_id,
@@ -65,10 +65,10 @@ class Run:
         )
 
     def status(self, instance_id):
-        return service.status(space=self.space, workflow_uid=self.workflow, instance_id=instance_id)
+        return instances.status(space=self.space, workflow_uid=self.workflow, instance_id=instance_id)
 
-    def send(self, instance_id, event_type, payload=service.ABSENT):
-        return service.send_event(
+    def send(self, instance_id, event_type, payload=instance_common.ABSENT):
+        return instance_events.send_event(
             space=self.space,
             workflow_uid=self.workflow,
             instance_id=instance_id,
@@ -78,7 +78,7 @@ class Run:
         )
 
     def history(self, instance_id):
-        return service.history(
+        return instance_history.history(
             space=self.space, workflow_uid=self.workflow, instance_id=instance_id, limit=1000
         )["events"]
 
@@ -184,7 +184,7 @@ def test_WF_02_oldest_matching_event_per_wait_other_types_stay_leftovers_purged(
         "status": "complete",
         "output": {"a": {"n": 1}, "b": {"n": 2}, "c": {"n": 9}},
     }
-    inbox = service.inbox(space=run.space, workflow_uid=run.workflow, instance_id="wf02")
+    inbox = instance_events.inbox(space=run.space, workflow_uid=run.workflow, instance_id="wf02")
     assert inbox == {"events": []}  # t {'n': 3} purged at completion
     with pytest.raises(Exception) as exc:
         run.send("wf02", "t")

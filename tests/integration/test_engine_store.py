@@ -14,7 +14,7 @@ from models.base import utcnow
 from tests.support import workflows
 from workers import dispatch
 from workers.engine import decide, store
-from workers.services import instances as service
+from workers.services import instance_events, instance_history, instances
 
 SOURCE = """
 class W:
@@ -36,7 +36,7 @@ def started(db_url, space_token, monkeypatch):
     monkeypatch.setattr(dispatch, "run_context", lambda pk: None)
     space = space_token[0]
     deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name="W")
-    service.create(space=space, workflow_uid=deployed.workflow, instance_id="i")
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="i")
     pk = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="i").pk
     conn = psycopg.connect(**store.connect_kwargs(db_url), autocommit=True)
     snapshot = store.load_instance(conn, pk)
@@ -81,10 +81,10 @@ def test_a_terminal_commit_purges_an_event_committed_while_it_waited(db_url, sta
         during=lambda: cs.commit_terminal(status="complete", output={}, now=utcnow()),
     )
     assert (
-        service.status(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")["status"]
+        instances.status(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")["status"]
         == "complete"
     )
-    assert service.inbox(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i") == {
+    assert instance_events.inbox(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i") == {
         "events": []
     }
     with psycopg.connect(**store.connect_kwargs(db_url)) as conn:
@@ -141,7 +141,9 @@ def test_history_stays_newest_last_in_time_when_a_commit_waited_for_a_later_even
     conn.commit()
     conn.close()
     thread.join(10)
-    events = service.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")["events"]
+    events = instance_history.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")[
+        "events"
+    ]
     assert [e["eventId"] for e in events] == list(range(1, len(events) + 1))
     stamps = [e["eventTimestamp"] for e in events]
     assert stamps == sorted(stamps), stamps

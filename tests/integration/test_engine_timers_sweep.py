@@ -15,7 +15,7 @@ from tests.support import workflows
 from workers import dispatch
 from workers.engine import lease as lease_mod
 from workers.engine import sweep, timers
-from workers.services import instances as service
+from workers.services import instances
 
 NAP = """
 class Nap:
@@ -64,7 +64,7 @@ def _timer(db_url, pk, kind, due):
 def test_fire_due_fires_only_due_timers_once(db_url, deployed, dispatched):
     now = utcnow()
     ids = {
-        name: service.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id=name)
+        name: instances.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id=name)
         for name in ("due", "later", "done")
     }
     pks = {name: _pk(db_url, deployed, name) for name in ids}
@@ -92,7 +92,7 @@ def test_sweep_redispatches_runnable_instances_without_a_lease(db_url, deployed,
     old = now - dt.timedelta(seconds=sweep.grace_seconds(settings) + 1)
     names = ("orphan", "leased", "fresh", "retrying", "sleeping")
     for name in names:
-        service.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id=name)
+        instances.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id=name)
     pks = {name: _pk(db_url, deployed, name) for name in names}
     dispatched.clear()
     for name in names:
@@ -118,7 +118,7 @@ def test_sweep_redispatches_runnable_instances_without_a_lease(db_url, deployed,
 
 def test_sweep_finishes_an_interrupted_terminate_once_the_stop_is_proven(db_url, deployed, dispatched):
     settings = config.load_settings()
-    service.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id="stopping")
+    instances.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id="stopping")
     pk = _pk(db_url, deployed, "stopping")
     old = utcnow() - dt.timedelta(seconds=sweep.grace_seconds(settings) + 1)
     _set(db_url, pk, status="running", stopping="terminate", updated_at=old)
@@ -129,5 +129,5 @@ def test_sweep_finishes_an_interrupted_terminate_once_the_stop_is_proven(db_url,
     assert sweep.sweep(now=utcnow()) == 0  # a context still runs: not proven
     leases.release(held)
     assert sweep.sweep(now=utcnow()) == 1
-    status = service.status(space=deployed.space, workflow_uid=deployed.workflow, instance_id="stopping")
+    status = instances.status(space=deployed.space, workflow_uid=deployed.workflow, instance_id="stopping")
     assert status == {"status": "terminated"}

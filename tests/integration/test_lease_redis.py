@@ -7,7 +7,7 @@ import uuid
 
 from takohost import config
 from workers.engine import lease as lease_mod
-from workers.services import instances as service
+from workers.services import leases as lease_service
 
 
 def test_leases_expire_and_live_leases_sees_them():
@@ -17,10 +17,10 @@ def test_leases_expire_and_live_leases_sees_them():
     held = leases.acquire(pk)
     try:
         assert held.key == f"{settings.namespace}:lease:{pk}"
-        assert service.live_leases([pk, pk + 1], settings=settings) == {pk}
+        assert lease_service.live_leases([pk, pk + 1], settings=settings) == {pk}
         assert leases.acquire(pk) is None
         time.sleep(0.5)  # not renewed: expired
-        assert service.live_leases([pk], settings=settings) == set()
+        assert lease_service.live_leases([pk], settings=settings) == set()
         again = leases.acquire(pk)
         assert again is not None and again.value != held.value
         assert not leases.renew(held)  # the old owner cannot take it back

@@ -20,8 +20,7 @@ from models import resources as res_models
 from models.errors import DomainError
 from tests.support import workflows
 from workers.engine import sweep
-from workers.services import instances as service
-from workers.services import retention, workflow_observer
+from workers.services import instance_history, instance_stop, instances, retention, workflow_observer
 
 YEAR = 31_536_000
 THIRTY_DAYS = 2_592_000
@@ -100,7 +99,7 @@ def test_every_instance_gets_a_lifetime_timer_and_ends_lifetime_exceeded_whateve
     sleeping = workflows.deploy(db_url, space=space, source=SLEEPER, class_name="Sleeper")
     created = driver.clock()
     for d, instance_id in ((waiting, "w"), (sleeping, "s")):
-        service.create(space=space, workflow_uid=d.workflow, instance_id=instance_id, now=created)
+        instances.create(space=space, workflow_uid=d.workflow, instance_id=instance_id, now=created)
         assert (_timers(db_url, d.workflow, instance_id)["lifetime"] - created).total_seconds() == YEAR
     driver.clock.advance(5)
     assert sorted(driver.run()) == ["sleeping", "waiting"]
@@ -109,7 +108,7 @@ def test_every_instance_gets_a_lifetime_timer_and_ends_lifetime_exceeded_whateve
     assert driver.advance(YEAR - 6) == []  # one second before the end: nothing fires
     assert sorted(driver.advance(1)) == ["errored", "errored"]
     for d, instance_id in ((waiting, "w"), (sleeping, "s")):
-        status = service.status(space=space, workflow_uid=d.workflow, instance_id=instance_id)
+        status = instances.status(space=space, workflow_uid=d.workflow, instance_id=instance_id)
         assert status["status"] == "errored" and status["error"]["reason"] == "lifetime_exceeded"
         assert "output" not in status
         assert _timers(db_url, d.workflow, instance_id) == {}  # nothing left to fire
@@ -127,13 +126,13 @@ def test_a_queued_instance_that_no_version_can_run_still_ends_at_its_lifetime(db
     d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
     with models_db.session_scope(db_url) as session:  # no Deployment: nothing can run the code
         session.get(res_models.Resource, d.deployment).deleted_at = driver.clock()
-    service.create(space=space, workflow_uid=d.workflow, instance_id="q", now=driver.clock())
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="q", now=driver.clock())
     assert driver.run() == ["no_version"]
-    assert service.status(space=space, workflow_uid=d.workflow, instance_id="q") == {"status": "queued"}
+    assert instances.status(space=space, workflow_uid=d.workflow, instance_id="q") == {"status": "queued"}
     assert driver.advance(YEAR) == ["errored"]
-    status = service.status(space=space, workflow_uid=d.workflow, instance_id="q")
+    status = instances.status(space=space, workflow_uid=d.workflow, instance_id="q")
     assert status["status"] == "errored" and status["error"]["reason"] == "lifetime_exceeded"
-    events = service.history(space=space, workflow_uid=d.workflow, instance_id="q")["events"]
+    events = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="q")["events"]
     assert [e["eventType"] for e in events] == ["InstanceCreated", "ContextStarted", "InstanceErrored"]
     assert events[1]["attributes"]["versionUid"] is None  # no code ran
 
@@ -143,16 +142,18 @@ def test_the_test_only_lifetime_setting_shortens_the_lifetime_of_new_instances(
 ):
     d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
     monkeypatch.setenv("TAKOHOST_TEST_LIFETIME_SECONDS", "7")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="short", now=driver.clock())
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="short", now=driver.clock())
     monkeypatch.delenv("TAKOHOST_TEST_LIFETIME_SECONDS")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="normal", now=driver.clock())
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="normal", now=driver.clock())
     short = workflows.instance_row(db_url, workflow=d.workflow, instance_id="short")
     normal = workflows.instance_row(db_url, workflow=d.workflow, instance_id="normal")
     assert (short.lifetime_ends_at - short.created_at).total_seconds() == 7
     assert (normal.lifetime_ends_at - normal.created_at).total_seconds() == YEAR
     driver.run()
     assert driver.advance(7) == ["errored"]
-    assert service.status(space=space, workflow_uid=d.workflow, instance_id="normal") == {"status": "waiting"}
+    assert instances.status(space=space, workflow_uid=d.workflow, instance_id="normal") == {
+        "status": "waiting"
+    }
 
 
 NAP = """
@@ -174,23 +175,23 @@ def test_terminal_instances_are_kept_30_days_then_purged_by_the_beat_sweep(db_ur
     d = workflows.deploy(db_url, space=space, source=DONE, class_name="Done")
     napping = workflows.deploy(db_url, space=space, source=NAP, class_name="Nap")
     ids = dict(space=space, workflow_uid=d.workflow)
-    service.create(**ids, instance_id="old", now=driver.clock())
-    service.create(space=space, workflow_uid=napping.workflow, instance_id="alive", now=driver.clock())
+    instances.create(**ids, instance_id="old", now=driver.clock())
+    instances.create(space=space, workflow_uid=napping.workflow, instance_id="alive", now=driver.clock())
     driver.run()
-    assert service.status(**ids, instance_id="old")["status"] == "complete"
+    assert instances.status(**ids, instance_id="old")["status"] == "complete"
     ended = workflows.instance_row(db_url, workflow=d.workflow, instance_id="old").terminal_at
     driver.clock.advance(10)
-    service.create(**ids, instance_id="young", now=driver.clock())
+    instances.create(**ids, instance_id="young", now=driver.clock())
     driver.run()
     # one second before the retention ends: everything is kept
     assert retention.purge_retired(now=ended + dt.timedelta(seconds=THIRTY_DAYS - 1)) == 0
-    assert service.get(**ids, instance_id="old") == "old"
+    assert instances.get(**ids, instance_id="old") == "old"
     # the beat's sweep duty purges it afterwards (and only it)
     sweep.sweep(now=ended + dt.timedelta(seconds=THIRTY_DAYS + 1))
-    assert _call(service.get, **ids, instance_id="old") == "unknown_instance"
-    assert _call(service.history, **ids, instance_id="old") == "unknown_instance"
-    assert service.status(**ids, instance_id="young")["status"] == "complete"  # 10 s younger: kept
-    assert service.status(space=space, workflow_uid=napping.workflow, instance_id="alive") == {
+    assert _call(instances.get, **ids, instance_id="old") == "unknown_instance"
+    assert _call(instance_history.history, **ids, instance_id="old") == "unknown_instance"
+    assert instances.status(**ids, instance_id="young")["status"] == "complete"  # 10 s younger: kept
+    assert instances.status(space=space, workflow_uid=napping.workflow, instance_id="alive") == {
         "status": "sleeping"
     }  # not terminal: never purged by retention
     with models_db.session_scope(db_url) as session:
@@ -202,20 +203,20 @@ def test_terminal_instances_are_kept_30_days_then_purged_by_the_beat_sweep(db_ur
             )
             assert orphans == 0, model
     # a purged id is free again: a new instance with an empty history
-    service.create(**ids, instance_id="old", now=driver.clock())
-    types = [e["eventType"] for e in service.history(**ids, instance_id="old")["events"]]
+    instances.create(**ids, instance_id="old", now=driver.clock())
+    types = [e["eventType"] for e in instance_history.history(**ids, instance_id="old")["events"]]
     assert types == ["InstanceCreated"]
 
 
 def test_the_test_only_retention_setting_shortens_the_retention(db_url, space, driver, monkeypatch):
     d = workflows.deploy(db_url, space=space, source=DONE, class_name="Done")
-    service.create(space=space, workflow_uid=d.workflow, instance_id="r", now=driver.clock())
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="r", now=driver.clock())
     driver.run()
     ended = workflows.instance_row(db_url, workflow=d.workflow, instance_id="r").terminal_at
     assert retention.purge_retired(now=ended + dt.timedelta(seconds=5)) == 0
     monkeypatch.setenv("TAKOHOST_TEST_RETENTION_SECONDS", "3")
     assert retention.purge_retired(now=ended + dt.timedelta(seconds=5)) >= 1
-    assert _call(service.get, space=space, workflow_uid=d.workflow, instance_id="r") == "unknown_instance"
+    assert _call(instances.get, space=space, workflow_uid=d.workflow, instance_id="r") == "unknown_instance"
 
 
 def _observed(db_url, uid):
@@ -234,10 +235,10 @@ def test_observed_instance_counts_are_refreshed_by_the_sweep(db_url, space, driv
         resource.observed, resource.observed_at = {"ready": False}, driver.clock()
         deployment = session.get(res_models.Resource, d.deployment)  # its allocation is applied
         deployment.observed = {"versions": deployment.spec["versions"]}
-    service.create(space=space, workflow_uid=d.workflow, instance_id="a", now=driver.clock())
-    service.create(space=space, workflow_uid=d.workflow, instance_id="b", now=driver.clock())
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="a", now=driver.clock())
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="b", now=driver.clock())
     driver.run()
-    service.terminate(space=space, workflow_uid=d.workflow, instance_id="b")
+    instance_stop.terminate(space=space, workflow_uid=d.workflow, instance_id="b")
     at = driver.clock() + dt.timedelta(seconds=1)
     assert workflow_observer.refresh(now=at, force=True) >= 1
     observed, observed_at = _observed(db_url, d.workflow)

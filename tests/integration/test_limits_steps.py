@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import workflows
-from workers.services import instances as service
+from workers.services import instances
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +48,9 @@ def test_WF_14_the_1025th_effect_never_runs_and_catching_cannot_rescue(
     driver = workflows.Driver(monkeypatch, zygote=zygote)
     d = workflows.deploy(db_url, space=space, source=MANY, class_name="Many")
     marker = tmp_path / "1025th-ran"
-    service.create(space=space, workflow_uid=d.workflow, instance_id="wf14", params={"marker": str(marker)})
+    instances.create(space=space, workflow_uid=d.workflow, instance_id="wf14", params={"marker": str(marker)})
     assert driver.run() == ["errored"]
-    status = service.status(space=space, workflow_uid=d.workflow, instance_id="wf14")
+    status = instances.status(space=space, workflow_uid=d.workflow, instance_id="wf14")
     assert status["status"] == "errored" and status["error"]["reason"] == "step_limit_exceeded"
     assert not marker.exists()
     row = workflows.instance_row(db_url, workflow=d.workflow, instance_id="wf14")

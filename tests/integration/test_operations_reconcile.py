@@ -22,7 +22,7 @@ def _op(client, space, token, op_id):
 
 def test_workflow_delete_stays_running_until_the_purge_is_proven(client, space_token, monkeypatch):
     from workers import operations_tasks
-    from workers.services import instances
+    from workers.services import instance_stop
 
     space, token = space_token
     worker = create_ok(client, space, token, "ModuleWorker", {})
@@ -40,7 +40,7 @@ def test_workflow_delete_stays_running_until_the_purge_is_proven(client, space_t
         calls.append(uid)
         return answers.pop(0)
 
-    monkeypatch.setattr(instances, "purge_workflow", purge)
+    monkeypatch.setattr(instance_stop, "purge_workflow", purge)
     op = client.delete(f"/v2/spaces/{space}/resources/{workflow}", headers=headers(token)).get_json()
     assert operations_tasks.reconcile(op["id"]) == "retry"
     assert _op(client, space, token, op["id"])["state"] == "running"

@@ -1,6 +1,7 @@
 """The HTTP client's error mapping, id encoding and retry rules (takohost.client), and how the CLI
-prints client errors (takohost.cli_client). No network: requests are served in-process by a tiny
-Flask stub through a ``requests`` transport adapter (the brief allows a stub only here)."""
+prints client errors (takohost.cli_common, through the takohost.cli_instances commands). No
+network: requests are served in-process by a tiny Flask stub through a ``requests`` transport
+adapter (the brief allows a stub only here)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from takohost import cli_client
+from takohost import cli_instances
 from takohost import client as http
 
 BASE = "http://host.test"
@@ -342,10 +343,10 @@ def cli_with_stub(monkeypatch: pytest.MonkeyPatch):
         session.mount(BASE, adapter)
         return real_client(**{**kwargs, "session": session, "retry_wait": 0.001})
 
-    monkeypatch.setattr(cli_client.http, "Client", client_with_stub)
+    monkeypatch.setattr(http, "Client", client_with_stub)
 
     def run(*args: str):  # noqa: ANN202
-        return CliRunner().invoke(cli_client.instances, [*args, "--url", BASE, "--token", "tok"])
+        return CliRunner().invoke(cli_instances.instances, [*args, "--url", BASE, "--token", "tok"])
 
     return run
 
@@ -385,7 +386,7 @@ def test_cli_rejects_bad_params_before_any_request(cli_with_stub) -> None:
 
 def test_cli_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TAKOHOST_TOKEN", raising=False)
-    result = CliRunner().invoke(cli_client.instances, ["list", "orders"])
+    result = CliRunner().invoke(cli_instances.instances, ["list", "orders"])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: unauthenticated: no token")
 
@@ -399,8 +400,8 @@ def test_cli_unreachable_host(monkeypatch: pytest.MonkeyPatch) -> None:
         session.mount(BASE, adapter)
         return real_client(**{**kwargs, "session": session, "retry_wait": 0.001})
 
-    monkeypatch.setattr(cli_client.http, "Client", client_with_stub)
-    result = CliRunner().invoke(cli_client.instances, ["list", "orders", "--url", BASE, "--token", "t"])
+    monkeypatch.setattr(http, "Client", client_with_stub)
+    result = CliRunner().invoke(cli_instances.instances, ["list", "orders", "--url", BASE, "--token", "t"])
     assert result.exit_code == 1
     assert result.stderr == f"error: unreachable: cannot reach the host at {BASE}\n"
     assert "Traceback" not in result.output

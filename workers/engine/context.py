@@ -32,7 +32,7 @@ from takohost.runtime import bindings, protocol
 from workers import dispatch
 from workers.engine import children, decide, heartbeat, sandbox, store
 from workers.engine import lease as lease_mod
-from workers.services import instances as instance_service
+from workers.services import instance_bindings, instance_stop
 
 log = logging.getLogger(__name__)
 
@@ -495,7 +495,7 @@ class ReplayContext:
         ):
             self._terminate_self()
         try:
-            value = instance_service.call_binding(
+            value = instance_bindings.call_binding(
                 space=self.snapshot.space, workflow_uid=target, call=call, args=args
             )
         except DomainError as exc:
@@ -517,7 +517,7 @@ class ReplayContext:
         assert self.snapshot is not None
         self._stop_child()
         try:
-            instance_service.terminate(
+            instance_stop.terminate(
                 space=self.snapshot.space,
                 workflow_uid=self.snapshot.workflow_uid,
                 instance_id=self.snapshot.instance_id,

@@ -3,9 +3,10 @@
 Each builder returns one :class:`Event` (``eventType`` + ``attributes``); ``store`` numbers and
 inserts them in the same statement or transaction as the state change they record. Events written
 outside contexts (``InstanceCreated``, ``EventAccepted``, ``InstanceTerminated``) come from
-``workers.services.instances``, which also serves the history. Attributes hold names, numbers and
-RFC 3339 instants; documents (results, payloads) stay in the step and inbox rows and are joined in
-when the history is served, so the history is the data replay reads, not a copy.
+``workers.services.instances``, ``instance_events`` and ``instance_stop``; the history is served by
+``workers.services.instance_history``. Attributes hold names, numbers and RFC 3339 instants;
+documents (results, payloads) stay in the step and inbox rows and are joined in when the history is
+served, so the history is the data replay reads, not a copy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from workers.services import instances as instance_service
+from workers.services import instance_common, instance_history
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Event:
     timestamp: dt.datetime | None = None
 
     def __post_init__(self) -> None:
-        if self.event_type not in instance_service.EVENT_TYPES:
+        if self.event_type not in instance_history.EVENT_TYPES:
             raise ValueError(f"unknown history event type {self.event_type!r}")
 
 
@@ -45,7 +46,7 @@ def stamps(events: list[Event], *, now: dt.datetime, after: dt.datetime | None =
 
 
 def _at(value: dt.datetime) -> str:
-    return instance_service.rfc3339(value)
+    return instance_common.rfc3339(value)
 
 
 def context_started(version_uid: str, epoch: int) -> Event:

@@ -1,7 +1,7 @@
 """Replay-context leases in Redis (CONTRACT §1, DESIGN "One replay context" step 2).
 
 A lease says which worker process owns an instance right now: key
-``{namespace}:lease:{instance_pk}`` (``workers.services.instances.lease_key``), value
+``{namespace}:lease:{instance_pk}`` (``workers.services.leases.lease_key``), value
 ``{owner}:{nonce}``, set with ``SET NX PX ttl`` and renewed by the heartbeat with a
 compare-and-set script, so a process only ever extends or deletes its own lease. The lease is
 an efficiency and stop-proof device, not the safety device: commits are fenced by the instance
@@ -22,7 +22,7 @@ import uuid
 
 import redis
 
-from workers.services import instances as instance_service
+from workers.services import leases
 
 # KEYS[1] = lease key, ARGV[1] = expected value, ARGV[2] = ttl ms.
 _RENEW = """
@@ -69,7 +69,7 @@ class LeaseStore:
 
     def key(self, instance_pk: int) -> str:
         """The Redis key of ``instance_pk``'s lease."""
-        return instance_service.lease_key(self.namespace, instance_pk)
+        return leases.lease_key(self.namespace, instance_pk)
 
     def acquire(self, instance_pk: int, *, owner: str | None = None) -> Lease | None:
         """``SET key value NX PX ttl``: the new :class:`Lease`, or ``None`` if someone holds it."""

@@ -25,8 +25,7 @@ from models import db as models_db
 from models import instances as inst_models
 from takohost import config
 from workers import dispatch
-from workers.services import instances as instance_service
-from workers.services import retention, workflow_observer
+from workers.services import instance_stop, leases, retention, workflow_observer
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +81,11 @@ def finish_terminations(*, now: dt.datetime, settings: config.Settings) -> int:
         stopping = session.scalars(_stopping(cutoff)).all()
     if not stopping:
         return 0
-    live = instance_service.live_leases(list(stopping), settings=settings)
+    live = leases.live_leases(list(stopping), settings=settings)
     done = 0
     for pk in stopping:
         if pk not in live:
-            instance_service.finish_termination(pk, now=now)
+            instance_stop.finish_termination(pk, now=now)
             done += 1
     return done
 
@@ -118,7 +117,7 @@ def sweep(*, now: dt.datetime) -> int:
         candidates = session.scalars(_candidates(cutoff)).all()
     try:
         finished = finish_terminations(now=now, settings=settings)
-        live = instance_service.live_leases(list(candidates), settings=settings)
+        live = leases.live_leases(list(candidates), settings=settings)
     except Exception:  # noqa: BLE001 - Redis down: nothing can be dispatched now anyway
         log.warning("sweep skipped: lease store unreachable", exc_info=True)
         return 0

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from workers import dispatch
-from workers.services import instances as instance_service
+from workers.services import instance_common
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def fire_due(*, now: dt.datetime) -> int:
     dispatched = 0
     while True:
         with models_db.session_scope() as session:
-            instance_service.write_lock_txn(session)  # SQLite: read-then-write needs the lock first
+            instance_common.write_lock_txn(session)  # SQLite: read-then-write needs the lock first
             taken = session.execute(
                 sa.select(TIMERS.c.pk, TIMERS.c.instance_pk)
                 .where(TIMERS.c.due_at <= now)

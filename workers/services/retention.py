@@ -2,10 +2,10 @@
 保持する。その後はHostが破棄でき、getがunknown_instanceになり得る").
 
 A terminal instance (``complete``, ``errored``, ``terminated``) is kept, with its id, steps and
-history, for ``instances.retention_seconds()`` after its terminal transition (2 592 000 s; the
+history, for :func:`retention_seconds` after its terminal transition (2 592 000 s; the
 test-only ``TAKOHOST_TEST_RETENTION_SECONDS`` shortens it) and then purged by the beat sweep:
 ``get`` answers ``unknown_instance`` and the id may be created again. Only the explicit DELETE of
-the DurableWorkflow purges earlier (``instances.purge_workflow``).
+the DurableWorkflow purges earlier (``instance_stop.purge_workflow``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from takohost import config
-from workers.services import instances as instance_service
+from workers.services import instance_common
 
 log = logging.getLogger(__name__)
+
+#: Seed 000: "terminal履歴とIDはterminal遷移から少なくとも2592000秒保持する".
+RETENTION_SECONDS = 2_592_000
 
 BATCH = 500
 
@@ -41,15 +44,21 @@ def _retired(cutoff: dt.datetime) -> sa.Select:
     )
 
 
+def retention_seconds(settings: config.Settings | None = None) -> float:
+    """How long a terminal instance is kept: 2592000 s, or ``TAKOHOST_TEST_RETENTION_SECONDS``."""
+    settings = settings or config.load_settings()
+    return settings.test_retention_seconds or RETENTION_SECONDS
+
+
 def purge_retired(*, now: dt.datetime, settings: config.Settings | None = None) -> int:
     """Beat duty: delete every instance whose terminal transition is older than the retention
     period at ``now`` (aware UTC), with its steps, history, inbox and timers; returns how many.
     Opens its own sessions (batches of ``BATCH``); safe to run in several processes at once."""
-    cutoff = now - dt.timedelta(seconds=instance_service.retention_seconds(settings))
+    cutoff = now - dt.timedelta(seconds=retention_seconds(settings))
     purged = 0
     while True:
         with models_db.session_scope() as session:
-            instance_service.write_lock_txn(session)
+            instance_common.write_lock_txn(session)
             query = _retired(cutoff)
             if session.get_bind().dialect.name == "postgresql":
                 query = query.with_for_update(skip_locked=True)

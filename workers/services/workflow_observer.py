@@ -1,9 +1,10 @@
 """Periodic observation of DurableWorkflows (seed 000 "入力、観測、CRUD": "確認済みならready:booleanと
 …instanceCountsを返す。時点はobservedAtであり、GET時の即時照会を保証しない").
 
-A DurableWorkflow's ``observed`` is written by its Operations (create/update) and whenever its
-Worker's Deployment changes (``workers.operations_tasks``); between those, instance counts move
-with every instance. :func:`refresh` (run by the beat sweep at most every ``INTERVAL_S``) re-reads
+A DurableWorkflow's ``observed`` (built by :func:`observe_workflow_txn`) is written by its
+Operations (create/update) and whenever its Worker's Deployment changes
+(``workers.operations_tasks``); between those, instance counts move with every instance.
+:func:`refresh` (run by the beat sweep at most every ``INTERVAL_S``) re-reads
 ``ready`` and the seven ``instanceCounts`` of every observed, live DurableWorkflow, and writes the
 ones that changed — or whose ``observedAt`` is older than ``MAX_AGE_S`` — with ``observedAt = now``.
 A workflow never observed yet keeps ``{}`` (its create Operation observes it first); a workflow
@@ -17,11 +18,12 @@ import logging
 import time
 
 import sqlalchemy as sa
+from sqlalchemy import orm
 
 from models import db as models_db
+from models import instances as inst_models
 from models import resources as res_models
-from workers.services import forms
-from workers.services import instances as instance_service
+from workers.services import forms, instance_common
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,22 @@ INTERVAL_S = 3.0
 MAX_AGE_S = 60.0
 
 _last_run = 0.0
+
+
+def observe_workflow_txn(session: orm.Session, *, workflow: res_models.Resource, ready: bool) -> dict:
+    """A DurableWorkflow's ``observed``: ``{"ready": ready, "instanceCounts": {status: n}}`` with all
+    seven statuses (seed 000 "確認済みならready:booleanと…instanceCounts"). Runs in the caller's
+    transaction; ``ready`` is decided by the caller (every weighted Version exports the class)."""
+    counts = dict.fromkeys(inst_models.STATUSES, 0)
+    rows = session.execute(
+        sa.select(inst_models.Instance.status, sa.func.count())
+        .where(inst_models.Instance.workflow_uid == workflow.uid)
+        .group_by(inst_models.Instance.status)
+    ).all()
+    for status_name, count in rows:
+        if status_name in counts:
+            counts[status_name] = count
+    return {"ready": bool(ready), "instanceCounts": counts}
 
 
 def refresh(*, now: dt.datetime, force: bool = False) -> int:
@@ -43,7 +61,7 @@ def refresh(*, now: dt.datetime, force: bool = False) -> int:
     _last_run = time.monotonic()
     written = 0
     with models_db.session_scope() as session:
-        instance_service.write_lock_txn(session)
+        instance_common.write_lock_txn(session)
         query = sa.select(res_models.Resource).where(
             res_models.Resource.form == "DurableWorkflow",
             res_models.Resource.deleted_at.is_(None),
@@ -53,7 +71,7 @@ def refresh(*, now: dt.datetime, force: bool = False) -> int:
         if session.get_bind().dialect.name == "postgresql":
             query = query.with_for_update(key_share=True, skip_locked=True)
         for workflow in session.scalars(query).all():
-            observed = instance_service.observe_workflow_txn(
+            observed = observe_workflow_txn(
                 session, workflow=workflow, ready=forms.workflow_ready_txn(session, workflow=workflow)
             )
             stale = workflow.observed_at is None or (now - workflow.observed_at).total_seconds() >= MAX_AGE_S

@@ -1,0 +1,308 @@
+"""The ``takohost instances …`` commands and the ``takohost status`` alias (CONTRACT §9): create,
+list, inspect, follow, signal, terminate and read the history of workflow instances over HTTP.
+
+Commands: ``instances create|list|status|send-event|terminate|history``; ``status`` (alias of
+``instances status``, for ``takohost status WF ID --watch``). WORKFLOW is a DurableWorkflow name or
+UID. Options, output and errors follow ``takohost.cli_common``; ``takohost.cli_client`` registers
+the commands on the ``takohost`` group.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from takohost import cli_common as common
+from takohost import client as http
+from takohost.cli_errors import CommandFailed
+from takohost.domain import jsonstrict
+
+__all__ = ["instances", "status_alias"]
+
+_STATUS_STYLE = {
+    "complete": "green",
+    "errored": "red",
+    "terminated": "magenta",
+    "waiting": "yellow",
+    "sleeping": "cyan",
+    "running": "blue",
+    "queued": "white",
+}
+
+
+def _parse_document_option(raw: str | None, *, option: str) -> dict[str, Any] | None:
+    """``--params``/``--payload`` text → a JSON object (strict JSON, CONTRACT §2 API-json)."""
+    if raw is None:
+        return None
+    try:
+        value = jsonstrict.loads_strict(raw.encode("utf-8", "surrogatepass"))
+    except (jsonstrict.StrictJSONError, ValueError, RecursionError) as exc:
+        raise CommandFailed("invalid_json", f"{option} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CommandFailed(
+            "invalid_params", f'{option} must be a JSON object, e.g. \'{{"orderId": "A-1"}}\''
+        )
+    return value
+
+
+def _status_text(status: str) -> str:
+    """``status`` as ``rich`` markup in its colour (white when unknown)."""
+    style = _STATUS_STYLE.get(status, "white")
+    return f"[{style}]{escape(status)}[/{style}]"
+
+
+def _print_instance(console: Console, answer: dict[str, Any]) -> None:
+    """Print an instance answer (``{"id", "status", "output"?, "error"?}``) as a two-column table."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    table.add_row("id", escape(answer.get("id", "")))
+    table.add_row("status", _status_text(answer.get("status", "?")))
+    if "output" in answer:
+        table.add_row("output", escape(common.compact(answer["output"])))
+    if "error" in answer:
+        error = answer["error"] or {}
+        text = error.get("reason", "?") + (f": {error['message']}" if error.get("message") else "")
+        table.add_row("error", f"[red]{escape(text)}[/red]")
+    console.print(table)
+
+
+# --- instances ------------------------------------------------------------------------------
+
+
+@click.group("instances")
+def instances() -> None:
+    """Create, inspect and drive workflow instances (WORKFLOW is a DurableWorkflow name or UID)."""
+
+
+@instances.command("create")
+@click.argument("workflow")
+@click.option(
+    "--id",
+    "instance_id",
+    default=None,
+    help="Instance id (1-256 characters); the host issues one if omitted.",
+)
+@click.option("--params", default=None, help="Params, a JSON object.")
+@common.json_option
+@common.client_command
+def instances_create(
+    api: http.Client, *, workflow: str, instance_id: str | None, params: str | None, as_json: bool
+) -> None:
+    """Create an instance of WORKFLOW (prints its id)."""
+    document = _parse_document_option(params, option="--params")
+    answer = api.create_instance(
+        common.resolve(api, workflow, form="DurableWorkflow"), instance_id=instance_id, params=document
+    )
+    if as_json:
+        common.emit_json(answer)
+    else:
+        Console().print(f"created instance [bold]{escape(answer['id'])}[/bold]")
+
+
+@instances.command("list")
+@click.argument("workflow")
+@click.option(
+    "--status",
+    default=None,
+    type=click.Choice(["queued", "running", "sleeping", "waiting", "complete", "errored", "terminated"]),
+    help="Only instances with this status.",
+)
+@common.json_option
+@common.client_command
+def instances_list(api: http.Client, *, workflow: str, status: str | None, as_json: bool) -> None:
+    """List the instances of WORKFLOW (all pages)."""
+    rows = list(api.iter_instances(common.resolve(api, workflow, form="DurableWorkflow"), status=status))
+    if as_json:
+        common.emit_json({"instances": rows})
+        return
+    table = Table("ID", "STATUS", "CREATED")
+    for row in rows:
+        table.add_row(
+            escape(row.get("id", "")), _status_text(row.get("status", "?")), row.get("createdAt", "")
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"{len(rows)} instance(s)")
+
+
+def _status(
+    api: http.Client,
+    *,
+    workflow: str,
+    instance_id: str,
+    watch: bool,
+    interval: float,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
+    answer = api.get_instance(workflow_uid, instance_id)
+    if watch:
+        answer = _watch(
+            api,
+            workflow_uid=workflow_uid,
+            instance_id=instance_id,
+            first=answer,
+            interval=interval,
+            timeout=timeout,
+            quiet=as_json,
+        )
+    if as_json:
+        common.emit_json(answer)
+    else:
+        _print_instance(Console(), answer)
+
+
+def _watch(
+    api: http.Client,
+    *,
+    workflow_uid: str,
+    instance_id: str,
+    first: dict[str, Any],
+    interval: float,
+    timeout: float | None,
+    quiet: bool,
+) -> dict[str, Any]:
+    """Poll until the instance is terminal (complete, errored, terminated); show each change."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    answer, last = first, None
+    while True:
+        if answer.get("status") != last and not quiet:
+            stamp = dt.datetime.now(dt.UTC).strftime("%H:%M:%S")
+            common.stderr.print(f"{stamp}  {_status_text(answer.get('status', '?'))}")
+        last = answer.get("status")
+        if last in http.TERMINAL_STATUSES:
+            return answer
+        if deadline is not None and time.monotonic() >= deadline:
+            raise CommandFailed("timeout", f"instance {instance_id!r} is still {last} after {timeout:g} s")
+        time.sleep(interval)
+        answer = api.get_instance(workflow_uid, instance_id)
+
+
+_STATUS_OPTIONS = [
+    click.argument("workflow"),
+    click.argument("instance_id", metavar="ID"),
+    click.option(
+        "--watch", is_flag=True, help="Follow the instance until it is complete, errored or terminated."
+    ),
+    click.option(
+        "--interval",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(min=0.05),
+        help="Seconds between polls with --watch.",
+    ),
+    click.option(
+        "--timeout",
+        default=None,
+        type=click.FloatRange(min=0),
+        help="With --watch: give up (exit 1) after this many seconds.",
+    ),
+]
+
+
+def _with_status_options(fn: Callable[..., None]) -> Callable[..., None]:
+    for decorate in reversed(_STATUS_OPTIONS):
+        fn = decorate(fn)
+    return fn
+
+
+@instances.command("status")
+@_with_status_options
+@common.json_option
+@common.client_command
+def instances_status(api: http.Client, **options: Any) -> None:
+    """Show the status of instance ID of WORKFLOW (--watch follows it until terminal)."""
+    _status(api, **options)
+
+
+@click.command("status")
+@_with_status_options
+@common.json_option
+@common.client_command
+def status_alias(api: http.Client, **options: Any) -> None:
+    """Show an instance's status (--watch: follow it until terminal); same as `instances status`."""
+    _status(api, **options)
+
+
+@instances.command("send-event")
+@click.argument("workflow")
+@click.argument("instance_id", metavar="ID")
+@click.argument("event_type", metavar="TYPE")
+@click.option("--payload", default=None, help="Event payload, a JSON object.")
+@click.option(
+    "--idempotency-key",
+    default=None,
+    help="Idempotency-Key for the call (default: a new random one; retries reuse it).",
+)
+@common.json_option
+@common.client_command
+def instances_send_event(
+    api: http.Client,
+    *,
+    workflow: str,
+    instance_id: str,
+    event_type: str,
+    payload: str | None,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Send an event of TYPE to instance ID (queued until a matching wait consumes it)."""
+    document = _parse_document_option(payload, option="--payload")
+    api.send_event(
+        common.resolve(api, workflow, form="DurableWorkflow"),
+        instance_id,
+        event_type=event_type,
+        payload=document,
+        idempotency_key=idempotency_key or f"tkcli-{uuid.uuid4()}",
+    )
+    if as_json:
+        common.emit_json({"accepted": True, "id": instance_id, "type": event_type})
+    else:
+        Console().print(f"event [bold]{escape(event_type)}[/bold] accepted for {escape(instance_id)}")
+
+
+@instances.command("terminate")
+@click.argument("workflow")
+@click.argument("instance_id", metavar="ID")
+@common.json_option
+@common.client_command
+def instances_terminate(api: http.Client, *, workflow: str, instance_id: str, as_json: bool) -> None:
+    """Terminate instance ID (returns once the host proved its code stopped)."""
+    answer = api.terminate_instance(common.resolve(api, workflow, form="DurableWorkflow"), instance_id)
+    if as_json:
+        common.emit_json({"id": instance_id, **answer})
+    else:
+        Console().print(f"{escape(instance_id)}: {_status_text(answer.get('status', '?'))}")
+
+
+@instances.command("history")
+@click.argument("workflow")
+@click.argument("instance_id", metavar="ID")
+@common.json_option
+@common.client_command
+def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_json: bool) -> None:
+    """Show the instance's event history, oldest first (CONTRACT §6)."""
+    events = list(api.iter_history(common.resolve(api, workflow, form="DurableWorkflow"), instance_id))
+    if as_json:
+        common.emit_json({"events": events})
+        return
+    table = Table("#", "TIME", "EVENT", "ATTRIBUTES")
+    for event in events:
+        attributes = event.get("attributes") or {}
+        table.add_row(
+            str(event.get("eventId", "")),
+            str(event.get("eventTimestamp", "")),
+            escape(str(event.get("eventType", ""))),
+            escape(common.compact(attributes)) if attributes else "",
+        )
+    Console().print(table)

@@ -1,0 +1,365 @@
+"""The deploy engine behind ``takohost deploy DIR`` (CONTRACT §9): converge a Space on a directory
+manifest (:class:`takohost.manifest.Project`) through the HTTP client (``takohost.client``).
+
+:class:`Deployer` decides from the Space's current resources and applies each change as one
+idempotent API call whose Operation it waits for; progress is printed on a ``rich`` console
+(stderr under the CLI). Failures are :class:`takohost.client.ClientError` (the API's code) or
+:class:`takohost.cli_errors.CommandFailed` (pre-flight conflicts, failed Operations). No click here:
+the command itself (options, output, exit codes) is ``takohost.cli_client``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from takohost import client as http
+from takohost import manifest as manifests
+from takohost.cli_errors import CommandFailed
+
+__all__ = ["Deployer"]
+
+_FORM = http.FORM_URLS
+
+
+class Deployer:
+    """Converge a Space on a :class:`manifests.Project` (``takohost deploy``), in this order:
+
+    1. the ModuleWorker (found by name; created, or PUT when its description changed);
+    2. the DurableWorkflows (created before the Version, whose ``workflowBindings`` name their
+       UIDs; seed 000 allows a Workflow without a Deployment). A create that the host rejects
+       with ``dependency_conflict`` because the current Deployment's code lacks the class is
+       deferred: the new code is deployed first, then the Workflow is created, then a Version
+       with its binding is deployed;
+    3. a new WorkerVersion from the directory's modules, named by its content digest (the same
+       content reuses the same Version; a failed validation reports the Operation's error);
+    4. the Deployment of the Worker, at 100 % on that Version;
+    5. the WorkerCronTriggers (created, or PUT with the new cron).
+
+    Every mutation waits for its Operation (CONTRACT §2.3) and carries an ``Idempotency-Key``
+    derived from its content and from the state it changes (create: the body and, after a
+    deleted namesake, that namesake's UID; update: the body and the generation it replaces),
+    so re-running after a lost answer finds the same Operation. ``resource_busy`` is retried
+    until ``timeout``. Nothing is mutated when a pre-flight check finds a conflict (a name held
+    by another Form, a Workflow whose class or Worker would change, a Trigger of another Worker).
+    Resources no longer in the manifest are left alone.
+    """
+
+    def __init__(self, api: http.Client, *, console: Console, timeout: float) -> None:
+        self.api = api
+        self.console = console
+        self.timeout = timeout
+        self.by_name: dict[str, dict[str, Any]] = {}
+
+    def run(self, project: manifests.Project) -> dict[str, Any]:
+        """Apply ``project``; returns ``{"space", "worker", "version", "deployment", "workflows",
+        "triggers"}`` (each ``{"name", "uid", …}``). Raises ``ClientError`` / ``CommandFailed``."""
+        m = project.manifest
+        self.by_name = {r["name"]: r for r in self.api.iter_resources()}
+        self._preflight(m)
+        self._note_unmanaged(m)
+        worker = self._ensure("ModuleWorker", m.worker, m.worker_spec(), existing=self.by_name.get(m.worker))
+        ref = {"resourceUid": worker["uid"]}
+        workflows: dict[str, dict[str, Any]] = {}
+        deferred: list[manifests.WorkflowDecl] = []
+        for decl in m.workflows:
+            try:
+                workflows[decl.name] = self._ensure(
+                    "DurableWorkflow",
+                    decl.name,
+                    {"worker": ref, "className": decl.class_name},
+                    existing=self.by_name.get(decl.name),
+                )
+            except http.ClientError as exc:
+                if exc.code != "dependency_conflict" or decl.name in self.by_name:
+                    raise
+                self.console.print(
+                    f"[yellow]…[/yellow] DurableWorkflow {escape(decl.name)} waits for the new "
+                    f"code to be deployed ({escape(exc.message)})"
+                )
+                deferred.append(decl)
+        version = self._version(project, ref, workflows)
+        deployment = self._deployment(m, ref, version)
+        if deferred:
+            for decl in deferred:
+                workflows[decl.name] = self._ensure(
+                    "DurableWorkflow", decl.name, {"worker": ref, "className": decl.class_name}, existing=None
+                )
+            if any(decl.binding for decl in deferred):
+                version = self._version(project, ref, workflows)
+                deployment = self._deployment(m, ref, version)
+        triggers = [
+            self._ensure(
+                "WorkerCronTrigger",
+                t.name,
+                {"worker": ref, "cron": t.cron},
+                existing=self.by_name.get(t.name),
+            )
+            for t in m.triggers
+        ]
+        return {
+            "space": self.api.space,
+            "worker": _brief(worker),
+            "version": _brief(version),
+            "deployment": _brief(deployment),
+            "workflows": [
+                {**_brief(workflows[d.name]), "className": d.class_name, "binding": d.binding}
+                for d in m.workflows
+            ],
+            "triggers": [{**_brief(t), "cron": t["spec"]["cron"]} for t in triggers],
+        }
+
+    # -- checks before any mutation --
+
+    def _preflight(self, m: manifests.Manifest) -> None:
+        worker = self.by_name.get(m.worker)
+        worker_uid = worker["uid"] if worker is not None else None
+        wanted = (
+            [(m.worker, "ModuleWorker")]
+            + [(d.name, "DurableWorkflow") for d in m.workflows]
+            + [(t.name, "WorkerCronTrigger") for t in m.triggers]
+        )
+        if self._deployment_of(worker_uid) is None:
+            wanted.append((m.deployment_name, "WorkerDeployment"))
+        for name, form in wanted:
+            found = self.by_name.get(name)
+            if found is not None and _short_form(found) != form:
+                raise CommandFailed(
+                    "name_conflict",
+                    f"the name {name!r} is already used by a "
+                    f"{_short_form(found)} in Space {self.api.space!r}",
+                    "resource names are unique per Space across all Forms; rename it in takohost.toml",
+                )
+            if found is not None and form == "WorkerDeployment":
+                raise CommandFailed("name_conflict", f"{name!r} is the Deployment of another Worker")
+        for decl in m.workflows:
+            found = self.by_name.get(decl.name)
+            if found is None:
+                continue
+            spec = found.get("spec") or {}
+            if (spec.get("worker") or {}).get("resourceUid") != worker_uid:
+                raise CommandFailed(
+                    "immutable_field",
+                    f"DurableWorkflow {decl.name!r} belongs to another Worker",
+                    "a workflow's worker cannot change: choose another name",
+                )
+            if spec.get("className") != decl.class_name:
+                raise CommandFailed(
+                    "immutable_field",
+                    f"DurableWorkflow {decl.name!r} runs class "
+                    f"{spec.get('className')!r}, not {decl.class_name!r}",
+                    "a workflow's class cannot change (seed 000): choose another name, or "
+                    "delete the workflow and its instances first",
+                )
+        for trigger in m.triggers:
+            found = self.by_name.get(trigger.name)
+            if (
+                found is not None
+                and ((found.get("spec") or {}).get("worker") or {}).get("resourceUid") != worker_uid
+            ):
+                raise CommandFailed(
+                    "immutable_field",
+                    f"WorkerCronTrigger {trigger.name!r} belongs to another Worker",
+                    "a trigger's worker cannot change (seed 003): choose another name",
+                )
+
+    def _note_unmanaged(self, m: manifests.Manifest) -> None:
+        """Say which Workflows/Triggers of this Worker the manifest no longer declares (kept as they are)."""
+        worker = self.by_name.get(m.worker)
+        declared = {d.name for d in m.workflows} | {t.name for t in m.triggers}
+        for resource in self.by_name.values():
+            form = _short_form(resource)
+            if (
+                worker is not None
+                and form in ("DurableWorkflow", "WorkerCronTrigger")
+                and resource["name"] not in declared
+                and ((resource.get("spec") or {}).get("worker") or {}).get("resourceUid") == worker["uid"]
+            ):
+                self.console.print(
+                    f"[yellow]![/yellow] {form} {escape(resource['name'])} is not in takohost.toml; it is "
+                    "left as it is (delete it to stop it; the new code must still provide it until then)"
+                )
+
+    def _deployment_of(self, worker_uid: str | None) -> dict[str, Any] | None:
+        if worker_uid is None:
+            return None
+        return next(
+            (
+                r
+                for r in self.by_name.values()
+                if _short_form(r) == "WorkerDeployment"
+                and ((r.get("spec") or {}).get("worker") or {}).get("resourceUid") == worker_uid
+            ),
+            None,
+        )
+
+    # -- the Version and the Deployment --
+
+    def _version(
+        self, project: manifests.Project, ref: dict[str, str], workflows: dict[str, dict[str, Any]]
+    ) -> dict[str, Any]:
+        m = project.manifest
+        bindings = [
+            {"name": d.binding, "resource": {"resourceUid": workflows[d.name]["uid"]}}
+            for d in m.workflows
+            if d.binding is not None and d.name in workflows
+        ]
+        spec = {
+            "worker": ref,
+            "mainModule": m.main,
+            "modules": project.modules,
+            "vars": m.variables,
+            "workflowBindings": bindings,
+        }
+        name = m.version_name(manifests.content_digest(spec))
+        existing = self.by_name.get(name)
+        if existing is not None and existing.get("spec") != spec:
+            raise CommandFailed("name_conflict", f"WorkerVersion {name!r} exists with other content")
+        if existing is not None and existing.get("phase") == "failed":
+            operation = self.api.get_operation(existing["latestOperationId"])
+            self._raise_failed(operation, label=f"WorkerVersion {name} (same code as before)")
+        return self._ensure("WorkerVersion", name, spec, existing=existing)
+
+    def _deployment(
+        self, m: manifests.Manifest, ref: dict[str, str], version: dict[str, Any]
+    ) -> dict[str, Any]:
+        spec = {"worker": ref, "versions": [{"version": {"resourceUid": version["uid"]}, "weight": 100}]}
+        existing = self._deployment_of(ref["resourceUid"])
+        return self._ensure(
+            "WorkerDeployment", existing["name"] if existing else m.deployment_name, spec, existing=existing
+        )
+
+    # -- one resource --
+
+    def _ensure(
+        self, form: str, name: str, spec: dict[str, Any], *, existing: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Create, update (PUT) or keep one resource so that its spec is ``spec``; returns it."""
+        if existing is None:
+            resource = self._create(form, name, spec)
+        elif existing.get("spec") == spec and existing.get("phase") != "failed":
+            resource = self._settle(existing, form=form)
+        else:
+            resource = self._update(existing, form=form, spec=spec)
+        self.by_name[resource["name"]] = resource
+        return resource
+
+    def _create(self, form: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        label = f"create {form} {name}"
+        after: str | None = None
+        for _ in range(20):
+            key = _deploy_key(
+                {
+                    "call": "create",
+                    "space": self.api.space,
+                    "form": form,
+                    "name": name,
+                    "spec": spec,
+                    "after": after,
+                }
+            )
+            operation = self._busy_retry(
+                label,
+                lambda key=key: self.api.create_resource(
+                    form=_FORM[form], name=name, spec=spec, idempotency_key=key
+                ),
+            )
+            try:
+                current = self.api.get_resource(operation["resourceUid"])
+            except http.ClientError as exc:
+                if exc.code != "not_found":
+                    raise
+                current = None
+            if current is None or current.get("phase") == "deleting":
+                # The key answered an earlier create of a namesake that was deleted since: chain a new key.
+                after = operation["resourceUid"]
+                continue
+            self._await(operation, label=label)
+            return self.api.get_resource(operation["resourceUid"])
+        raise CommandFailed("internal_error", f"{label}: too many deleted namesakes answer this content")
+
+    def _update(self, existing: dict[str, Any], *, form: str, spec: dict[str, Any]) -> dict[str, Any]:
+        label = f"update {form} {existing['name']}"
+        key = _deploy_key(
+            {
+                "call": "update",
+                "space": self.api.space,
+                "uid": existing["uid"],
+                "generation": existing.get("generation"),
+                "spec": spec,
+            }
+        )
+        operation = self._busy_retry(
+            label, lambda: self.api.update_resource(existing["uid"], spec=spec, idempotency_key=key)
+        )
+        self._await(operation, label=label)
+        return self.api.get_resource(existing["uid"])
+
+    def _settle(self, existing: dict[str, Any], *, form: str) -> dict[str, Any]:
+        label = f"{form} {existing['name']}"
+        if existing.get("phase") == "deleting":
+            raise CommandFailed("resource_busy", f"{label} is being deleted; re-run deploy when it is gone")
+        if existing.get("phase") == "reconciling" and existing.get("latestOperationId"):
+            self._await(self.api.get_operation(existing["latestOperationId"]), label=f"finish {label}")
+            return self.api.get_resource(existing["uid"])
+        self.console.print(f"[dim]·[/dim] {escape(label)} is up to date")
+        return existing
+
+    # -- Operations --
+
+    def _busy_retry(self, label: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``call()``, repeated while the host answers ``resource_busy`` (short-lived, §2.3)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return call()
+            except http.ClientError as exc:
+                if exc.code != "resource_busy" or time.monotonic() >= deadline:
+                    raise
+            with self.console.status(f"{escape(label)}: resource busy, retrying"):
+                time.sleep(1.0)
+
+    def _await(self, operation: dict[str, Any], *, label: str) -> dict[str, Any]:
+        """Wait for ``operation`` to finish; print ✓ or raise ``CommandFailed`` with its error."""
+        with self.console.status(f"{escape(label)} (Operation {escape(operation['id'])})") as status:
+
+            def show(op: dict[str, Any]) -> None:
+                status.update(
+                    f"{escape(label)}: {escape(str(op.get('state')))} (Operation {escape(op['id'])})"
+                )
+
+            if operation.get("state") not in http.TERMINAL_OPERATION_STATES:
+                operation = self.api.wait_operation(operation["id"], timeout=self.timeout, on_poll=show)
+        if operation.get("state") == "failed":
+            self._raise_failed(operation, label=label)
+        self.console.print(f"[green]✓[/green] {escape(label)}")
+        return operation
+
+    def _raise_failed(self, operation: dict[str, Any], *, label: str) -> None:
+        error = operation.get("error") or {}
+        effect = operation.get("effect", "unknown")
+        raise CommandFailed(
+            str(error.get("code") or "operation_failed"),
+            str(error.get("message") or "the Operation failed without a message"),
+            f"while: {label} (Operation {operation.get('id')}, effect {effect})",
+        )
+
+
+def _deploy_key(value: dict[str, Any]) -> str:
+    """An ``Idempotency-Key`` (≤ 255 printable ASCII) derived from ``value``'s canonical JSON."""
+    return "takohost-deploy-" + manifests.content_digest(value)
+
+
+def _short_form(resource: dict[str, Any]) -> str:
+    """The short Form name (``"ModuleWorker"``…) of ``resource``, whose ``form`` is short or a URL."""
+    form = resource.get("form", "")
+    return next((short for short, url in _FORM.items() if form in (short, url)), form)
+
+
+def _brief(resource: dict[str, Any]) -> dict[str, Any]:
+    """``{"name", "uid"}`` of ``resource``, as in the deploy summary."""
+    return {"name": resource["name"], "uid": resource["uid"]}

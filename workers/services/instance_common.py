@@ -1,0 +1,121 @@
+"""What every DurableWorkflow instance call starts with: check its arguments, find its rows, lock.
+
+Shared by ``instances`` (create/get/status/list), ``instance_events`` (sendEvent, inbox),
+``instance_history`` and ``instance_stop`` (terminate, DELETE purge), the one code path of HTTP
+(CONTRACT §2.5) and bindings (§4.5):
+
+* argument checks: :func:`id_or_error` (an instance id or event type; ``invalid_request``,
+  CONTRACT §8) and :func:`document_or_error` (a params/payload document; ``ABSENT`` when omitted);
+* row lookups in the caller's transaction: :func:`workflow_txn` (``not_found``) and
+  :func:`instance_txn` (``unknown_instance``);
+* the write lock: on the embedded default's SQLite every writing transaction takes the database
+  write lock first (:func:`write_lock_txn`), where Postgres uses row and advisory locks
+  (:func:`is_postgres` tells them apart);
+* :func:`rfc3339`, the time format of every instance answer.
+
+Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Helpers suffixed
+``_txn`` run in the caller's transaction and never commit (STYLE §5). This module must not import
+``workers.engine`` (the API imports it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import instances as inst_models
+from models import resources as res_models
+from models.errors import DomainError
+from takohost.domain import documents, identifiers
+
+
+class _Absent:
+    """Marks an optional document that was not given at all (seed: only ``undefined`` is "none")."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+#: An omitted ``params``/``payload`` (an explicit ``None`` over HTTP is ``invalid_params``).
+ABSENT: Any = _Absent()
+
+
+def is_postgres(session: orm.Session) -> bool:
+    """Whether ``session`` is bound to Postgres (else the embedded default's SQLite)."""
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def write_lock_txn(session: orm.Session) -> None:
+    """On the embedded default's SQLite, take the database write lock as the transaction's first
+    statement (a no-op ``UPDATE``), so what the transaction reads afterwards stays current until it
+    commits — the portable stand-in for Postgres row locks and advisory locks. No-op on Postgres."""
+    if not is_postgres(session):
+        session.execute(sa.text("UPDATE workflow_closures SET closed_at = closed_at WHERE 0 = 1"))
+
+
+def rfc3339(value: dt.datetime) -> str:
+    """``value`` as RFC 3339 UTC with milliseconds: ``2026-11-30T09:46:00.202Z``."""
+    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def id_or_error(value: object, *, what: str) -> str:
+    """``value`` as a valid scalar id string (an instance id, an event type).
+
+    Raises DomainError ``invalid_request`` when it is not one (``what`` names it in the message).
+    """
+    try:
+        return identifiers.validate_scalar_string(value, what=what)
+    except TypeError as exc:
+        raise DomainError("invalid_request", str(exc)) from None
+
+
+def document_or_error(value: object, *, what: str) -> bytes | None:
+    """Canonical bytes of a params/payload value; ``ABSENT`` → ``None`` (no document).
+
+    Raises DomainError ``invalid_params`` (with the JSON ``pointer`` of the offending part) or
+    ``document_too_large``; ``what`` names the value in the message.
+    """
+    if value is ABSENT:
+        return None
+    try:
+        return documents.canonical_document(value, allow_none=False)
+    except documents.InvalidDocument as exc:
+        raise DomainError(
+            "invalid_params", f"{what} is not a document: {exc}", {"pointer": exc.pointer}
+        ) from None
+    except documents.DocumentTooLargeError as exc:
+        raise DomainError("document_too_large", f"{what}: {exc}") from None
+
+
+def workflow_txn(session: orm.Session, *, space: str, workflow_uid: str) -> res_models.Resource:
+    """The live DurableWorkflow ``workflow_uid`` of ``space`` (else ``404 not_found``)."""
+    workflow = session.scalar(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.uid == workflow_uid,
+            res_models.Resource.space == space,
+            res_models.Resource.form == "DurableWorkflow",
+            res_models.Resource.deleted_at.is_(None),
+        )
+    )
+    if workflow is None:
+        raise DomainError("not_found", "no such DurableWorkflow in this Space")
+    return workflow
+
+
+def instance_txn(
+    session: orm.Session, *, workflow_uid: str, instance_id: str, lock: bool = False
+) -> inst_models.Instance:
+    """The instance row (``FOR UPDATE`` when ``lock``), else ``404 unknown_instance``."""
+    query = sa.select(inst_models.Instance).where(
+        inst_models.Instance.workflow_uid == workflow_uid,
+        inst_models.Instance.instance_id == instance_id,
+    )
+    if lock:
+        query = query.with_for_update()
+    instance = session.scalar(query)
+    if instance is None:
+        raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
+    return instance

@@ -1,0 +1,308 @@
+"""Events sent to DurableWorkflow instances: sendEvent and the inbox (CONTRACT §2.5, bindings §4.5).
+
+Seed 000 sendEvent: durable acceptance in per-instance order (``sequence``), at most
+``MAX_QUEUED_EVENTS`` unconsumed events and ``MAX_QUEUED_BYTES`` canonical bytes of
+``{type, payload?}`` per instance (``event_queue_full``), and direct delivery to a waiting matching
+wait (which bypasses those limits and wakes the instance); an ``Idempotency-Key`` replays the first
+answer. :func:`inbox` lists the accepted, unconsumed events.
+
+Every function opens its own session and commits before it dispatches (STYLE §5). The instance row
+is locked ``FOR UPDATE`` on Postgres and accepted in one statement; on the embedded default's
+SQLite the write lock comes first and the same rows are written statement by statement. Domain
+failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Times are aware UTC
+datetimes. This module must not import ``workers.engine`` (the API imports it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import db as models_db
+from models import instances as inst_models
+from models.base import utcnow
+from models.errors import DomainError
+from takohost.domain import documents
+from workers import dispatch
+from workers.services import idempotency as idempotency_service
+from workers.services import instance_common
+
+#: Seed 000 sendEvent: at most 1024 unconsumed events and 1048576 canonical bytes of {type,payload?}.
+MAX_QUEUED_EVENTS = 1024
+MAX_QUEUED_BYTES = 1_048_576
+
+
+def send_event(
+    *,
+    space: str,
+    workflow_uid: str,
+    instance_id: str,
+    event_type: str,
+    payload: Any = instance_common.ABSENT,
+    idempotency: tuple[str, str] | None = None,
+    now: dt.datetime | None = None,
+) -> dict:
+    """Durably accept an event for an instance in per-instance order (seed 000 sendEvent).
+
+    ``payload`` ``ABSENT`` → no payload. ``idempotency`` = ``(key, request fingerprint)``: the same
+    key and request replay the first answer without queueing twice. An event that a waiting
+    matching wait can take (accepted at or before its timeout) bypasses the queue limits and wakes
+    the instance (status ``running``, the timeout timer cancelled, a context dispatched after
+    commit). Returns ``{}``.
+
+    Raises DomainError: ``invalid_request`` (bad type), ``invalid_params`` / ``document_too_large``
+    (payload), ``not_found`` (also while the DurableWorkflow is being deleted), ``unknown_instance``,
+    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``.
+    """
+    now = now or utcnow()
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    event_type = instance_common.id_or_error(event_type, what="event type")
+    instance_common.document_or_error(payload, what="payload")
+    stored: dict[str, Any] = {"type": event_type}
+    if payload is not instance_common.ABSENT:
+        stored["payload"] = payload
+    try:
+        size = len(documents.canonical_document(stored, allow_none=False) or b"")
+    except documents.DocumentTooLargeError as exc:  # a 1 MiB payload plus its type: never queueable
+        size = exc.size
+    with models_db.session_scope() as session:
+        instance_common.write_lock_txn(session)
+        if idempotency is not None:
+            instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+            claim = idempotency_service.claim_txn(
+                session,
+                space=space,
+                key=idempotency[0],
+                request_hash=idempotency[1],
+                operation_id=None,
+                now=now,
+            )
+            if not claim.new:
+                assert claim.record is not None
+                return dict(claim.record.response_body or {})
+            idempotency_service.store_response_txn(
+                session, space=space, key=idempotency[0], status=202, body={}
+            )
+        row = (_lock_instance_pg_txn if instance_common.is_postgres(session) else _lock_instance_txn)(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id, now=now
+        )
+        if row is None:
+            instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)  # not_found first
+            raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
+        if row.closed:
+            raise DomainError("not_found", "this DurableWorkflow is being deleted")
+        if row.status in inst_models.TERMINAL_STATUSES:
+            raise DomainError("instance_terminal", f"the instance is {row.status}; it takes no more events")
+        direct = False
+        if row.status == "waiting" and row.stopping is None:
+            # A separate statement: its snapshot is taken after the row lock was granted, so it sees
+            # the pending wait that the context committed together with ``waiting``.
+            steps = inst_models.Step.__table__
+            wait = session.execute(
+                sa.select(steps.c.config, steps.c.timeout_at).where(
+                    steps.c.instance_pk == row.pk, steps.c.kind == "wait", steps.c.state == "pending"
+                )
+            ).first()
+            direct = (
+                wait is not None
+                and (wait.config or {}).get("type") == event_type
+                and (wait.timeout_at is None or now <= wait.timeout_at)
+            )
+        if not direct and (
+            row.inbox_count + 1 > MAX_QUEUED_EVENTS or row.inbox_bytes + size > MAX_QUEUED_BYTES
+        ):
+            raise DomainError(
+                "event_queue_full",
+                (
+                    f"the instance holds {row.inbox_count} unconsumed events of {row.inbox_bytes} bytes;"
+                    f" limits are {MAX_QUEUED_EVENTS} events and {MAX_QUEUED_BYTES} bytes"
+                ),
+            )
+        accept = _accept_event_pg_txn if instance_common.is_postgres(session) else _accept_event_txn
+        accept(session, row=row, event_type=event_type, payload=payload, size=size, now=now, direct=direct)
+    if direct:
+        dispatch.run_context(row.pk)
+    return {}
+
+
+_LOCK_INSTANCE = sa.text("""
+SELECT i.pk, i.status, i.stopping, i.inbox_count, i.inbox_bytes, i.next_sequence, i.next_event_id,
+       EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
+FROM instances i JOIN resources r ON r.uid = i.workflow_uid
+WHERE i.workflow_uid = :uid AND i.instance_id = :instance_id
+  AND r.space = :space AND r.form = 'DurableWorkflow' AND r.deleted_at IS NULL
+FOR UPDATE OF i
+""")
+
+
+def _lock_instance_pg_txn(
+    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, now: dt.datetime
+) -> Any:
+    """Postgres: the instance row locked ``FOR UPDATE``, with its closure flag (``None``: unknown
+    instance, or a workflow that is not a live DurableWorkflow of ``space``)."""
+    return session.execute(
+        _LOCK_INSTANCE, {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
+    ).first()
+
+
+def _lock_instance_txn(
+    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, now: dt.datetime
+) -> Any:
+    """Any other database: an ``UPDATE`` comes first (on SQLite it takes the write lock), then the
+    workflow and closure checks; the same row shape as :func:`_lock_instance_pg_txn`."""
+    table = inst_models.Instance.__table__
+    row = session.execute(
+        sa.update(table)
+        .where(table.c.workflow_uid == workflow_uid, table.c.instance_id == instance_id)
+        .values(updated_at=now)
+        .returning(
+            table.c.pk,
+            table.c.status,
+            table.c.stopping,
+            table.c.inbox_count,
+            table.c.inbox_bytes,
+            table.c.next_sequence,
+            table.c.next_event_id,
+            table.c.last_event_at,
+        )
+    ).first()
+    if row is None:
+        return None
+    instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+    closed = session.get(inst_models.WorkflowClosure, workflow_uid) is not None
+    return _LockedInstance(*row, closed=closed)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LockedInstance:
+    pk: int
+    status: str
+    stopping: str | None
+    inbox_count: int
+    inbox_bytes: int
+    next_sequence: int
+    next_event_id: int
+    last_event_at: dt.datetime | None
+    closed: bool
+
+
+def _accept_event_pg_txn(
+    session: orm.Session,
+    *,
+    row: Any,
+    event_type: str,
+    payload: Any,
+    size: int,
+    now: dt.datetime,
+    direct: bool,
+) -> None:
+    """Postgres: the event, the counters, ``EventAccepted`` and a direct wake in one statement."""
+    session.execute(
+        _ACCEPT_EVENT,
+        {
+            "pk": row.pk,
+            "type": event_type.encode("utf-8"),
+            "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
+            "payload": None if payload is instance_common.ABSENT else json.dumps(payload, allow_nan=False),
+            "size": size,
+            "now": now,
+            "direct": direct,
+        },
+    )
+
+
+def _accept_event_txn(
+    session: orm.Session,
+    *,
+    row: Any,
+    event_type: str,
+    payload: Any,
+    size: int,
+    now: dt.datetime,
+    direct: bool,
+) -> None:
+    """Any other database: the same rows as :func:`_accept_event_pg_txn`, statement by statement
+    (the row is locked, so the stored sequence and event id are the ones to use)."""
+    instances = inst_models.Instance.__table__
+    session.execute(
+        sa.insert(inst_models.InboxEvent.__table__).values(
+            instance_pk=row.pk,
+            sequence=row.next_sequence,
+            type=event_type,
+            payload=None if payload is instance_common.ABSENT else payload,
+            canonical_bytes=size,
+            accepted_at=now,
+        )
+    )
+    stamp = now if row.last_event_at is None else max(now, row.last_event_at)
+    values = {
+        "next_sequence": row.next_sequence + 1,
+        "inbox_count": instances.c.inbox_count + 1,
+        "inbox_bytes": instances.c.inbox_bytes + size,
+        "next_event_id": row.next_event_id + 1,
+        "updated_at": now,
+        "last_event_at": stamp,
+    }
+    if direct:
+        values["status"] = "running"
+    session.execute(sa.update(instances).where(instances.c.pk == row.pk).values(**values))
+    session.execute(
+        sa.insert(inst_models.HistoryEvent.__table__).values(
+            instance_pk=row.pk,
+            event_id=row.next_event_id,
+            event_type="EventAccepted",
+            attributes={"sequence": row.next_sequence, "type": event_type},
+            event_timestamp=stamp,
+        )
+    )
+    if direct:
+        session.execute(sa.delete(inst_models.Timer.__table__).where(inst_models.Timer.instance_pk == row.pk))
+
+
+_ACCEPT_EVENT = sa.text("""
+WITH f AS (
+  UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1,
+         inbox_bytes = inbox_bytes + :size, next_event_id = next_event_id + 1, updated_at = :now,
+         status = CASE WHEN :direct THEN 'running' ELSE status END,
+         last_event_at = GREATEST(last_event_at, :now)
+  WHERE pk = :pk
+  RETURNING next_sequence - 1 AS sequence, next_event_id - 1 AS event_id, last_event_at AS stamp
+), e AS (
+  INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)
+  SELECT :pk, f.sequence, :type, CAST(:payload AS json), :size, :now FROM f
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT :pk, f.event_id, 'EventAccepted',
+         CAST('{"sequence":' || f.sequence || ',"type":' || :type_json || '}' AS json), f.stamp FROM f
+), t AS (
+  DELETE FROM timers WHERE instance_pk = :pk AND CAST(:direct AS boolean)
+)
+SELECT sequence FROM f
+""")
+
+
+def inbox(*, space: str, workflow_uid: str, instance_id: str) -> dict:
+    """``{"events": [{"sequence", "type", "payload"?, "acceptedAt"}]}``: accepted, unconsumed events
+    in acceptance order (the inspectable inbox, CONTRACT §2.5)."""
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    with models_db.session_scope() as session:
+        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        rows = session.scalars(
+            sa.select(inst_models.InboxEvent)
+            .where(inst_models.InboxEvent.instance_pk == instance.pk)
+            .order_by(inst_models.InboxEvent.sequence)
+        ).all()
+    events = []
+    for row in rows:
+        event: dict[str, Any] = {"sequence": row.sequence, "type": row.type}
+        if row.payload is not None:
+            event["payload"] = row.payload
+        event["acceptedAt"] = instance_common.rfc3339(row.accepted_at)
+        events.append(event)
+    return {"events": events}

@@ -1,0 +1,123 @@
+"""The history of a DurableWorkflow instance (CONTRACT §6): its event types, appending, paging.
+
+History events are numbered per instance from 1 (``InstanceCreated``) by ``next_event_id`` and
+stamped never earlier than the instance's newest event (``last_event_at``), so ``eventId`` and
+``eventTimestamp`` both ascend. :func:`append_history_txn` appends in the caller's transaction
+(STYLE §5; the caller holds the row lock); :func:`history` serves the paged, read-only view.
+
+Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Times are aware UTC
+datetimes. This module must not import ``workers.engine`` (the API imports it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import db as models_db
+from models import instances as inst_models
+from workers.services import instance_common, instance_pages
+
+#: CONTRACT §6 event types.
+EVENT_TYPES = (
+    "InstanceCreated",
+    "ContextStarted",
+    "StepAttemptStarted",
+    "StepAttemptFailed",
+    "StepCompleted",
+    "StepFailed",
+    "SleepScheduled",
+    "SleepCompleted",
+    "WaitStarted",
+    "EventAccepted",
+    "EventConsumed",
+    "WaitTimedOut",
+    "ContextSuspended",
+    "InstanceCompleted",
+    "InstanceErrored",
+    "InstanceTerminated",
+)
+
+
+def append_history_txn(
+    session: orm.Session,
+    *,
+    instance: inst_models.Instance,
+    events: Iterable[tuple[str, dict]],
+    now: dt.datetime,
+) -> None:
+    """Append ``(eventType, attributes)`` events to ``instance``'s history in the caller's
+    transaction, numbering them from ``instance.next_event_id`` and stamping them
+    ``max(now, instance.last_event_at)`` (the caller holds the row lock, so both are current)."""
+    for event_type, attributes in events:
+        assert event_type in EVENT_TYPES, event_type
+        stamp = now if instance.last_event_at is None else max(now, instance.last_event_at)
+        session.add(
+            inst_models.HistoryEvent(
+                instance_pk=instance.pk,
+                event_id=instance.next_event_id,
+                event_type=event_type,
+                attributes=attributes,
+                event_timestamp=stamp,
+            )
+        )
+        instance.next_event_id += 1
+        instance.last_event_at = stamp
+
+
+def history(
+    *,
+    space: str,
+    workflow_uid: str,
+    instance_id: str,
+    page_token: str | None = None,
+    limit: int | None = None,
+) -> dict:
+    """``{"events": [{"eventId", "eventTimestamp", "eventType", "attributes"}], "nextPageToken"?}``,
+    oldest first (CONTRACT §6). ``StepCompleted`` of a ``do``/``wait`` step carries the recorded
+    ``result`` read from the step row (the data replay reads, not a copy)."""
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    after = instance_pages.decode_token(page_token, maximum=instance_pages.MAX_EVENT_ID) or 0
+    size = instance_pages.page_size(limit)
+    with models_db.session_scope() as session:
+        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        rows = session.scalars(
+            sa.select(inst_models.HistoryEvent)
+            .where(
+                inst_models.HistoryEvent.instance_pk == instance.pk, inst_models.HistoryEvent.event_id > after
+            )
+            .order_by(inst_models.HistoryEvent.event_id)
+            .limit(size + 1)
+        ).all()
+        names = {row.attributes.get("name") for row in rows[:size] if row.event_type == "StepCompleted"}
+        results = {}
+        if names:
+            results = dict(
+                session.execute(
+                    sa.select(inst_models.Step.name, inst_models.Step.result).where(
+                        inst_models.Step.instance_pk == instance.pk, inst_models.Step.name.in_(names)
+                    )
+                ).all()
+            )
+    events = []
+    for row in rows[:size]:
+        attributes = dict(row.attributes)
+        if row.event_type == "StepCompleted" and results.get(attributes.get("name")) is not None:
+            attributes["result"] = results[attributes["name"]]
+        events.append(
+            {
+                "eventId": row.event_id,
+                "eventTimestamp": instance_common.rfc3339(row.event_timestamp),
+                "eventType": row.event_type,
+                "attributes": attributes,
+            }
+        )
+    body: dict[str, Any] = {"events": events}
+    if len(rows) > size:
+        body["nextPageToken"] = instance_pages.encode_token(rows[size - 1].event_id)
+    return body

@@ -1,0 +1,56 @@
+"""Paging of the instance list and of an instance's history (CONTRACT §2.5, §6).
+
+A page token is opaque to clients: unpadded URL-safe base64 of ``{"after": n}``, where ``n`` is
+the last instance pk (list) or event id (history) of the previous page. :func:`decode_token`
+accepts only what :func:`encode_token` can have produced, so a forged or mangled token is
+``invalid_request`` (CONTRACT §8), never a database error; :func:`page_size` checks ``limit``.
+Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+from models.errors import DomainError
+
+#: Page sizes of the list and history calls.
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+#: Largest ``after`` a page token may carry: instance pks are BIGINT, event ids INTEGER.
+MAX_INSTANCE_PK = 2**63 - 1
+MAX_EVENT_ID = 2**31 - 1
+
+
+def encode_token(value: int) -> str:
+    """The page token that continues after ``value`` (an instance pk or event id)."""
+    return base64.urlsafe_b64encode(json.dumps({"after": value}).encode()).decode().rstrip("=")
+
+
+def decode_token(token: str | None, *, maximum: int) -> int | None:
+    """The ``after`` of a page token; anything :func:`encode_token` cannot have produced for a
+    value in ``0..maximum`` (another encoding, other keys, a number out of range) is
+    ``invalid_request``, never a database error."""
+    if token is None:
+        return None
+    try:
+        if not token.isascii():
+            raise ValueError
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        after = data["after"]
+        if type(after) is not int or not 0 <= after <= maximum or encode_token(after) != token:
+            raise ValueError
+        return after
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise DomainError("invalid_request", "pageToken is not a token this API issued") from None
+
+
+def page_size(limit: int | None) -> int:
+    """The page size of a ``limit`` (``None`` → ``DEFAULT_PAGE``); else ``invalid_request`` unless
+    it is an integer ``1..MAX_PAGE``."""
+    if limit is None:
+        return DEFAULT_PAGE
+    if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
+        raise DomainError("invalid_request", f"limit must be an integer 1..{MAX_PAGE}")
+    return limit

@@ -1,0 +1,201 @@
+"""Stopping DurableWorkflow instances: terminate (CONTRACT §8) and the DELETE purge of a whole UID.
+
+Seed 000 terminate(): fence the owner (epoch bump), cancel the continuations, prove the stop,
+then publish ``terminated``; seed 000 DELETE: close the UID, fence and stop every instance, then
+delete them all. A stop is proven when no replay-context lease of the instance is live
+(``leases.live_leases``); ``stop_signals`` asks the owners to stop now rather than at their next
+heartbeat.
+
+Every function opens its own sessions and commits before it publishes or waits (STYLE §5). Domain
+failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Times are aware UTC
+datetimes; durations are in seconds. This module must not import ``workers.engine`` (the API
+imports it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import db as models_db
+from models import instances as inst_models
+from models.base import utcnow
+from models.errors import DomainError
+from workers.services import instance_common, instance_history, leases, stop_signals
+
+log = logging.getLogger(__name__)
+
+#: CONTRACT §8: terminate() that cannot prove the stop in 30 s → backend_unavailable.
+TERMINATE_WAIT_SECONDS = 30.0
+
+NON_TERMINAL = ("queued", "running", "sleeping", "waiting")
+
+
+def terminate(
+    *,
+    space: str,
+    workflow_uid: str,
+    instance_id: str,
+    now: dt.datetime | None = None,
+    wait_seconds: float = TERMINATE_WAIT_SECONDS,
+) -> dict:
+    """Terminate an instance (seed 000 terminate(); CONTRACT §8); returns ``{"status"}``.
+
+    1. one transaction: bump the epoch (fences the owner), mark ``stopping = 'terminate'``, cancel
+       every timer (queued wakes are refused by the fence: a context starts only while ``stopping``
+       is unset); 2. ask the owning worker to kill the child now (``stop_signals.publish``; its
+       heartbeat also notices the epoch by itself) and wait until no lease is live: the owner killed
+       and reaped its child, then dropped the lease — or the lease expired, which proves the child's
+       watchdog fired (it is shorter than the lease TTL); 3. one transaction: ``terminated``, inbox
+       purged, ``InstanceTerminated``. Already terminal → success with that status. A stop not proven
+       within ``wait_seconds`` → ``backend_unavailable``; calling again continues the same
+       termination (no second fence: the first one still holds, and the beat sweep publishes
+       ``terminated`` by itself once the stop is proven).
+
+    Raises DomainError: ``invalid_request``, ``not_found`` (also while the DurableWorkflow is being
+    deleted: the delete stops the instance itself), ``unknown_instance``, ``backend_unavailable``.
+    """
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    with models_db.session_scope() as session:
+        instance_common.write_lock_txn(session)
+        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+        instance = instance_common.instance_txn(
+            session, workflow_uid=workflow_uid, instance_id=instance_id, lock=True
+        )
+        if session.get(inst_models.WorkflowClosure, workflow_uid) is not None:
+            raise DomainError("not_found", "this DurableWorkflow is being deleted")
+        if instance.status in inst_models.TERMINAL_STATUSES:
+            return {"status": instance.status}
+        pk = instance.pk
+        if instance.stopping is None:
+            table = inst_models.Instance.__table__
+            session.execute(
+                sa.update(table)
+                .where(table.c.pk == pk)
+                .values(epoch=table.c.epoch + 1, stopping="terminate", updated_at=now or utcnow())
+            )
+            session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == pk))
+    stop_signals.publish([pk])
+    deadline = time.monotonic() + wait_seconds
+    while leases.live_leases([pk]):
+        if time.monotonic() >= deadline:
+            raise DomainError(
+                "backend_unavailable",
+                "could not prove within the time limit that the instance's code stopped; call again",
+            )
+        time.sleep(0.02)
+    return {"status": finish_termination(pk, now=now)}
+
+
+def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> str:
+    """Publish ``terminated`` for an instance whose stop is proven (``stopping = 'terminate'``);
+    returns the final status (an instance already terminal keeps its status)."""
+    now = now or utcnow()
+    with models_db.session_scope() as session:
+        instance_common.write_lock_txn(session)
+        instance = session.scalar(
+            sa.select(inst_models.Instance).where(inst_models.Instance.pk == instance_pk).with_for_update()
+        )
+        if instance is None:
+            raise DomainError("unknown_instance", "no such instance")
+        if instance.status in inst_models.TERMINAL_STATUSES:
+            return instance.status
+        instance.status = "terminated"
+        instance.stopping = None
+        instance.output = None
+        instance.error = None
+        instance.terminal_at = now
+        instance.updated_at = now
+        instance.inbox_count = 0
+        instance.inbox_bytes = 0
+        purge_continuations_txn(session, instance_pk=instance_pk)
+        instance_history.append_history_txn(
+            session, instance=instance, now=now, events=[("InstanceTerminated", {})]
+        )
+    return "terminated"
+
+
+def purge_continuations_txn(session: orm.Session, *, instance_pk: int) -> None:
+    """Delete an instance's unconsumed events and timers (seed: "terminal遷移では未一致eventをpurge")."""
+    session.execute(
+        sa.delete(inst_models.InboxEvent).where(inst_models.InboxEvent.instance_pk == instance_pk)
+    )
+    session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == instance_pk))
+
+
+def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
+    """Stop and purge every instance of DurableWorkflow ``workflow_uid`` (seed 000 DELETE).
+
+    Closes the UID for new create/event/wake, fences every owner (epoch bump, ``stopping =
+    'delete'``), cancels every timer, and — once no instance of the UID holds a live lease (every
+    child proven stopped) — deletes all instances with their steps, history and inbox. Returns
+    ``False`` while a stop cannot be proven yet (call again later: each call continues); ``True``
+    when nothing of the UID is left. Idempotent; touches nothing outside the UID.
+    """
+    with models_db.session_scope() as session:
+        # Pairs with the shared lock of create (see instances._insert_instance_pg_txn).
+        if instance_common.is_postgres(session):
+            session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(workflow_uid))))
+        session.execute(
+            models_db.insert(session, inst_models.WorkflowClosure.__table__)
+            .values(workflow_uid=workflow_uid, closed_at=now)
+            .on_conflict_do_nothing(index_elements=["workflow_uid"])
+        )
+    with models_db.session_scope() as session:
+        # Fence once: an instance already marked by an earlier call keeps its epoch (a second bump
+        # would only fence again what is fenced); the marked ones are still waited for below.
+        fenced = session.scalars(
+            sa.update(inst_models.Instance)
+            .where(
+                inst_models.Instance.workflow_uid == workflow_uid,
+                inst_models.Instance.status.in_(NON_TERMINAL),
+                sa.or_(inst_models.Instance.stopping.is_(None), inst_models.Instance.stopping != "delete"),
+            )
+            .values(epoch=inst_models.Instance.epoch + 1, stopping="delete", updated_at=now)
+            .returning(inst_models.Instance.pk)
+        ).all()
+        pks = session.scalars(
+            sa.select(inst_models.Instance.pk).where(
+                inst_models.Instance.workflow_uid == workflow_uid,
+                inst_models.Instance.status.in_(NON_TERMINAL),
+            )
+        ).all()
+        session.execute(
+            sa.delete(inst_models.Timer).where(
+                inst_models.Timer.instance_pk.in_(
+                    sa.select(inst_models.Instance.pk).where(
+                        inst_models.Instance.workflow_uid == workflow_uid
+                    )
+                )
+            )
+        )
+    stop_signals.publish(list(fenced))
+    try:
+        live = leases.live_leases(list(pks))
+    except DomainError:
+        return False
+    if live:
+        log.info("purge waits for running contexts", extra={"workflow": workflow_uid, "live": len(live)})
+        return False
+    while True:
+        with models_db.session_scope() as session:
+            instance_common.write_lock_txn(session)
+            batch = session.scalars(
+                sa.select(inst_models.Instance.pk)
+                .where(inst_models.Instance.workflow_uid == workflow_uid)
+                .limit(500)
+            ).all()
+            if not batch:
+                return True
+            for model in (
+                inst_models.HistoryEvent,
+                inst_models.Step,
+                inst_models.InboxEvent,
+                inst_models.Timer,
+            ):
+                session.execute(sa.delete(model).where(model.instance_pk.in_(batch)))
+            session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(batch)))
