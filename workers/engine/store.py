@@ -24,6 +24,7 @@ transactions. The context only talks to a backend.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import datetime as dt
 import json
@@ -271,16 +272,16 @@ def backend_for(url: str) -> Any:
     return backend
 
 
-class PlannedCommits:
+class PlannedCommits(abc.ABC):
     """The step commits both stores share: each builds a ``commits`` plan and hands it to the
     store's ``apply`` (one fenced transaction; raises :class:`Fenced`). Needs ``apply`` and
     ``lifetime_ends_at`` on the store."""
 
     lifetime_ends_at: dt.datetime
 
+    @abc.abstractmethod
     def apply(self, commit: commits.Commit, *, now: dt.datetime) -> None:
         """Apply ``commit`` in one fenced transaction (each store has its own)."""
-        raise NotImplementedError
 
     def commit_attempt(
         self,
