@@ -25,6 +25,25 @@ os.environ.setdefault("TAKOHOST_REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sandbox_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The test-only ``TAKOHOST_TEST_SANDBOX_SHARED_DIR``: this session's pytest base temporary
+    directory, read-write at the same path inside every sandbox (README "Test-only settings"), so
+    tests can hand tenant code a ``tmp_path`` file to write and observe it from outside. Set
+    before any zygote or host process of the session starts."""
+    base = tmp_path_factory.getbasetemp()
+    os.chmod(base, 0o1777)  # sandbox identities are not root: they need a writable directory
+    os.environ["TAKOHOST_TEST_SANDBOX_SHARED_DIR"] = str(base)
+    return str(base)
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_writable_tmp_path(request: pytest.FixtureRequest) -> None:
+    """Make a test's ``tmp_path`` writable by sandbox identities (only when the test uses it)."""
+    if "tmp_path" in request.fixturenames:
+        os.chmod(request.getfixturevalue("tmp_path"), 0o1777)
+
+
 def _admin() -> sa.Engine:
     return sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
 

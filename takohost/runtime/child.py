@@ -44,7 +44,7 @@ import traceback
 from typing import Any, NoReturn
 
 from takohost.domain import documents, identifiers
-from takohost.runtime import bindings, protocol, step
+from takohost.runtime import bindings, isolation, protocol, step
 
 __all__ = [
     "Channel",
@@ -104,14 +104,29 @@ def die() -> NoReturn:
 # Process hygiene
 
 
-def run_forked(*, link_fd: int, children_dir: str, zygote_pid: int, keep_stderr: bool = False) -> NoReturn:
+def run_forked(
+    *,
+    link_fd: int,
+    root: str,
+    zygote_pid: int,
+    layout: isolation.Layout,
+    keep_stderr: bool = False,
+) -> NoReturn:
     """Entry point in a freshly forked child; never returns (every path ends in ``die``).
 
-    The child is forked ahead of demand (the zygote keeps a small pool): it cleans itself up, then
+    The child is forked ahead of demand (the zygote keeps a small pool): it cleans itself up,
+    enters its namespaces (``layout.policy.mode == "namespaces"``: this process stays behind as
+    the keeper and its child, PID 1 of a new PID namespace, goes on; see ``isolation``), then
     waits on ``link_fd`` (its socket to the zygote) for the channel descriptor of its parent.
+    ``root`` is the zygote's empty directory: the mount point of the context's root file system
+    (namespaces) or the parent of its working directory (``mode == "none"``).
     """
     try:
-        _harden(link_fd=link_fd, children_dir=children_dir, zygote_pid=zygote_pid, keep_stderr=keep_stderr)
+        _harden(link_fd=link_fd, zygote_pid=zygote_pid, keep_stderr=keep_stderr)
+        if layout.policy.mode == "namespaces":
+            _become_init(layout, root)
+        else:
+            _enter_workdir(root)
         sock = _receive_channel()
         protocol.write_frame(sock, {"op": "hello", "pid": os.getpid(), "protocol": protocol.PROTOCOL_VERSION})
         # The reader thread starts now and reads the job itself: a pre-spawned child is fully
@@ -125,7 +140,7 @@ def run_forked(*, link_fd: int, children_dir: str, zygote_pid: int, keep_stderr:
     die()
 
 
-def _harden(*, link_fd: int, children_dir: str, zygote_pid: int, keep_stderr: bool) -> None:
+def _harden(*, link_fd: int, zygote_pid: int, keep_stderr: bool) -> None:
     os.setsid()
     set_pdeathsig(signal.SIGKILL)
     if os.getppid() != zygote_pid:  # the zygote died before PDEATHSIG was armed
@@ -152,14 +167,59 @@ def _harden(*, link_fd: int, children_dir: str, zygote_pid: int, keep_stderr: bo
     os.close(null)
     os.environ.clear()
     os.environ.update(CHILD_ENV)
-    workdir = os.path.join(children_dir, str(os.getpid()))  # the zygote removes it after the child
+    sys.argv = [""]
+
+
+def _enter_workdir(children_dir: str) -> None:
+    """``mode == "none"``: a fresh empty working directory (the zygote removes it afterwards)."""
+    workdir = os.path.join(children_dir, str(os.getpid()))
     try:
         os.mkdir(workdir, 0o700)
     except FileExistsError:  # never inherit another context's files
         shutil.rmtree(workdir)
         os.mkdir(workdir, 0o700)
     os.chdir(workdir)
-    sys.argv = [""]
+
+
+def _become_init(layout: isolation.Layout, root: str) -> None:
+    """Unshare the namespaces and fork: this process becomes the keeper (it hands the zygote a
+    pidfd of its child over the link, waits for the child and exits, never returning); the child,
+    PID 1 of the new PID namespace, enters the sandbox and returns."""
+    keeper_pid = os.getpid()
+    keeper_pidfd = os.pidfd_open(keeper_pid)
+    isolation.unshare(isolation.namespace_flags(as_root=os.geteuid() == 0))
+    pid = os.fork()
+    if pid != 0:
+        os.close(keeper_pidfd)
+        _keep(pid)
+    set_pdeathsig(signal.SIGKILL)
+    if select.select([keeper_pidfd], [], [], 0)[0]:  # the keeper died before PDEATHSIG was armed
+        os._exit(1)
+    os.close(keeper_pidfd)
+    isolation.enter_sandbox(layout, root=root, uid=layout.policy.uid_base + keeper_pid)
+
+
+def _keep(pid: int) -> NoReturn:
+    """The keeper: send ``{"op": "init", "pid"}`` with a pidfd of the init to the zygote (opened
+    before the init can be reaped, so it names exactly that process), then wait for it."""
+    try:
+        pidfd = os.pidfd_open(pid)
+        link = socket.socket(fileno=CHANNEL_FD)
+        try:
+            socket.send_fds(link, [protocol.encode_frame({"op": "init", "pid": pid})], [pidfd])
+        finally:
+            link.detach()
+            os.close(CHANNEL_FD)
+            os.close(pidfd)
+        while True:
+            try:
+                os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+    except BaseException:  # noqa: BLE001 - the init dies with us (PDEATHSIG)
+        pass
+    os._exit(0)
 
 
 def _receive_channel() -> socket.socket:
@@ -205,7 +265,7 @@ class Channel:
 
     def start(self, *, expect_job: bool = False) -> None:
         """Start the reader/watchdog thread. With ``expect_job`` it first reads the ``job`` frame
-        (``job()`` returns it): EOF, any other frame, a second frame in the same read, or
+        (``job()`` returns it): EOF, any other frame, a non-ping frame in the same read, or
         ``JOB_TIMEOUT_SECONDS`` without a job kills the child; the job's ``watchdogSeconds`` then
         arms the watchdog."""
         threading.Thread(
@@ -275,7 +335,7 @@ class Channel:
         return self._watchdog is not None and time.monotonic() - self._last_seen >= self._watchdog
 
     def _read_job(self, poller: select.poll) -> None:
-        """Wait for the ``job`` frame (alone in its read), queue it and arm the watchdog."""
+        """Wait for the ``job`` frame (pings may share its read), queue it and arm the watchdog."""
         deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
         while True:
             remaining = deadline - time.monotonic()
@@ -287,12 +347,16 @@ class Channel:
             messages = self._buffer.feed(data)
             if messages:
                 job = messages[0]
-                if job.get("op") != "job" or len(messages) > 1:
+                if job.get("op") != "job":
                     die()
                 watchdog = job.get("watchdogSeconds")
                 self._watchdog = float(watchdog) if type(watchdog) in (int, float) else None
                 self._last_seen = time.monotonic()
                 self._replies.put(job)
+                # A heartbeat ping may share the job's read (the pinger can start right after the
+                # job was sent); any other frame before the child asked for one is a protocol error.
+                if any(message["op"] != "ping" for message in messages[1:]):
+                    die()
                 return
 
 

@@ -44,7 +44,7 @@ import tempfile
 import time
 from typing import Any
 
-from takohost.runtime import child, protocol
+from takohost.runtime import child, isolation, protocol
 
 __all__ = ["PRELOAD", "ZygoteServer", "main"]
 
@@ -106,15 +106,29 @@ class ZygoteServer:
     """The zygote's event loop (single-threaded: it forks)."""
 
     def __init__(
-        self, *, socket_path: str, control_fd: int, keep_child_stderr: bool, pool_size: int = 2
+        self,
+        *,
+        socket_path: str,
+        control_fd: int,
+        keep_child_stderr: bool,
+        layout: isolation.Layout,
+        children_dir: str,
+        pool_size: int = 2,
     ) -> None:
         self.pid = os.getpid()
         self.pool_size = pool_size
-        self.idle: list[tuple[int, socket.socket, int]] = []  # forked, waiting: (pid, link, pidfd)
+        self.layout = layout
+        self.isolated = layout.policy.mode == "namespaces"
+        # forked, waiting: (init pid, link, init pidfd, keeper pid)
+        self.idle: list[tuple[int, socket.socket, int, int]] = []
         self.socket_path = socket_path
         self.keep_child_stderr = keep_child_stderr
-        self.children_dir = tempfile.mkdtemp(prefix="takohost-children-")
-        self.leaders: dict[int, str] = {}  # sandbox child pid → its working directory (it makes it)
+        # Namespaces: the (always empty) mount point of every context's root. None: the parent
+        # of each child's working directory.
+        self.children_dir = children_dir
+        # keeper pid (our child) → pidfd of the process running tenant code (the same process
+        # without namespaces); kept until the keeper is reaped, to kill it on shutdown.
+        self.leaders: dict[int, int] = {}
         self.stopping = False
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -259,39 +273,44 @@ class ZygoteServer:
                 parent_link.detach()
                 child.run_forked(
                     link_fd=child_link.detach(),
-                    children_dir=self.children_dir,
+                    root=self.children_dir,
                     zygote_pid=self.pid,
+                    layout=self.layout,
                     keep_stderr=self.keep_child_stderr,
                 )
             finally:
                 os._exit(70)
         child_link.close()
-        # Opened before this (single) thread can reap the child: the pidfd names exactly it.
-        pidfd = os.pidfd_open(pid)
-        self.leaders[pid] = os.path.join(self.children_dir, str(pid))
-        self.idle.append((pid, parent_link, pidfd))
+        try:
+            if self.isolated:
+                init_pid, pidfd = _receive_init(parent_link)
+            else:
+                # Opened before this (single) thread can reap the child: the pidfd names exactly it.
+                init_pid, pidfd = pid, os.pidfd_open(pid)
+        except OSError:
+            parent_link.close()
+            _kill_group(pid)
+            raise
+        self.leaders[pid] = pidfd
+        self.idle.append((init_pid, parent_link, pidfd, pid))
 
     def _spawn(self, connection: _Connection, channel_fd: int) -> None:
         try:
             while True:
                 if not self.idle:
                     self._fork_idle()
-                pid, link, pidfd = self.idle.pop(0)
+                pid, link, pidfd, keeper = self.idle.pop(0)
                 try:
                     socket.send_fds(link, [b"C"], [channel_fd])
                 except OSError:  # that idle child died; it is reaped in the loop
-                    os.close(pidfd)
                     continue
                 finally:
                     link.close()
                 break
         finally:
             os.close(channel_fd)
-        try:
-            if not self._reply(connection, {"op": "spawned", "pid": pid}, pidfd):
-                _kill_group(pid)
-        finally:
-            os.close(pidfd)
+        if not self._reply(connection, {"op": "spawned", "pid": pid}, pidfd):
+            _kill(pidfd, keeper)
 
     def _forget_in_child(self) -> None:
         """In a new child: detach the zygote's sockets so no object's finaliser ever closes a
@@ -299,11 +318,11 @@ class ZygoteServer:
         self.listener.detach()
         for connection in self.connections.values():
             connection.sock.detach()
-        for _, link, _ in self.idle:
+        for _, link, _, _ in self.idle:
             link.detach()
 
     def reap(self) -> None:
-        """Reap every exited child; kill a sandbox child's group before reaping its leader."""
+        """Reap every exited child; kill what a child ran (its init, its group) before reaping."""
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -312,39 +331,78 @@ class ZygoteServer:
             if info is None or info.si_pid == 0:
                 return
             pid = info.si_pid
-            workdir = self.leaders.pop(pid, None)
-            if workdir is not None:
-                _kill_group(pid)  # the unreaped leader still reserves the group id
+            pidfd = self.leaders.pop(pid, None)
+            if pidfd is not None:
+                _kill(pidfd, pid)  # the unreaped keeper still reserves the group id
+                os.close(pidfd)
                 self._forget_idle(pid)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            if workdir is not None:
-                _remove_workdir(workdir)
+            if pidfd is not None and not self.isolated:
+                _remove_workdir(os.path.join(self.children_dir, str(pid)))
 
-    def _forget_idle(self, pid: int) -> None:
+    def _forget_idle(self, keeper: int) -> None:
         for entry in self.idle:
-            if entry[0] == pid:
+            if entry[3] == keeper:
                 self.idle.remove(entry)
                 entry[1].close()
-                os.close(entry[2])
                 return
 
     def shutdown(self) -> None:
-        """Kill every child group, reap them, remove the socket and the children's directories."""
-        for pid in list(self.leaders):
-            _kill_group(pid)
+        """Kill every child (and what it started), reap them, remove the socket and directory."""
+        for pid, pidfd in list(self.leaders.items()):
+            _kill(pidfd, pid)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         while True:
             try:
                 pid, _ = os.waitpid(-1, 0)
             except ChildProcessError:
                 break
-            self.leaders.pop(pid, None)
+            pidfd = self.leaders.pop(pid, None)
+            if pidfd is not None:
+                os.close(pidfd)
         with contextlib.suppress(OSError):
             os.unlink(self.socket_path)
         with contextlib.suppress(OSError):  # the starter's private directory, if now empty
             os.rmdir(os.path.dirname(self.socket_path))
         shutil.rmtree(self.children_dir, ignore_errors=True)
+
+
+def _receive_init(link: socket.socket, timeout: float = 10.0) -> tuple[int, int]:
+    """Read the keeper's ``{"op": "init", "pid"}`` frame and the init's pidfd from ``link``;
+    ``OSError`` if the keeper died or sent anything else within ``timeout`` seconds."""
+    link.settimeout(timeout)
+    buffer = protocol.FrameBuffer()
+    fds: list[int] = []
+    try:
+        while True:
+            data, received, _, _ = socket.recv_fds(link, 4096, 2)
+            fds.extend(received)
+            if not data:
+                raise OSError("the sandbox keeper exited before its init started")
+            messages = buffer.feed(data)
+            if messages:
+                break
+    except (OSError, protocol.ProtocolError) as exc:
+        for fd in fds:
+            os.close(fd)
+        raise OSError(f"no init from the sandbox keeper: {exc}") from None
+    finally:
+        link.settimeout(None)
+    message = messages[0]
+    if message.get("op") != "init" or type(message.get("pid")) is not int or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise OSError(f"unexpected keeper message {message.get('op')!r}")
+    return message["pid"], fds[0]
+
+
+def _kill(pidfd: int, keeper: int) -> None:
+    """SIGKILL the process running tenant code (through its pidfd: with namespaces, the init of
+    the context's PID namespace, whose death takes everything in it) and the keeper's group."""
+    with contextlib.suppress(ProcessLookupError, OSError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    _kill_group(keeper)
 
 
 def _remove_workdir(path: str) -> None:
@@ -401,16 +459,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--keep-child-stderr", action="store_true")
     parser.add_argument("--pool-size", type=int, default=2)
+    parser.add_argument("--policy", default=None, help="isolation.Policy as JSON (default: defaults)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    isolation.set_dumpable(False)  # nothing may read the zygote's memory through /proc or ptrace
     _set_subreaper()
+    policy = isolation.Policy.from_json(args.policy) if args.policy else isolation.Policy()
+    layout = isolation.Layout.compute(policy)
+    children_dir = tempfile.mkdtemp(prefix="takohost-children-")
+    try:
+        isolation.probe(layout, root=children_dir)
+    except isolation.IsolationUnavailable as exc:
+        shutil.rmtree(children_dir, ignore_errors=True)
+        message = (
+            f"the sandbox cannot isolate tenant code on this machine ({exc}); it needs user, PID, "
+            "mount and network namespaces. Set TAKOHOST_SANDBOX_ISOLATION=none to run tenant code "
+            "without isolation (unsafe: only for code you trust; see README 'Security model')"
+        )
+        os.write(args.ready_fd, f"error {message}\n".encode())
+        return 78
     _preload()
     server = ZygoteServer(
         socket_path=args.socket,
         control_fd=args.control_fd,
         keep_child_stderr=args.keep_child_stderr,
+        layout=layout,
+        children_dir=children_dir,
         pool_size=max(0, args.pool_size),
     )
     os.write(args.ready_fd, b"ready\n")

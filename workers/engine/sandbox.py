@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from takohost.runtime import protocol
+from takohost.runtime import isolation, protocol
 
 __all__ = [
     "ChildGone",
@@ -217,9 +217,16 @@ class Zygote:
     children's stderr (tracebacks of the runtime itself) instead of ``/dev/null``, for debugging.
     """
 
-    def __init__(self, *, python: str | None = None, child_stderr: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        python: str | None = None,
+        child_stderr: bool = False,
+        policy: isolation.Policy | None = None,
+    ) -> None:
         self._python = python or sys.executable
         self._child_stderr = child_stderr
+        self.policy = policy or isolation.Policy.from_environ()
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner_pid: int | None = None
         self._dir: str | None = None
@@ -267,6 +274,8 @@ class Zygote:
             str(control_r),
             "--ready-fd",
             str(ready_w),
+            "--policy",
+            self.policy.to_json(),
         ]
         if self._child_stderr:
             command.append("--keep-child-stderr")
@@ -287,12 +296,14 @@ class Zygote:
         self._owner_pid = os.getpid()
         self._control_w = control_w
         try:
-            ready = _readable(ready_r, timeout) and os.read(ready_r, 16).startswith(b"ready")
+            answer = os.read(ready_r, 4096) if _readable(ready_r, timeout) else b""
         finally:
             os.close(ready_r)
-        if not ready:
-            status = self._proc.poll()
+        if not answer.startswith(b"ready"):
             self.stop()
+            if answer.startswith(b"error "):
+                raise ZygoteUnavailable(answer[6:].decode(errors="replace").strip())
+            status = self._proc.poll()
             if status is not None:
                 raise ZygoteUnavailable(
                     f"the zygote exited with status {status} while starting (see its stderr)"
@@ -350,7 +361,7 @@ class Zygote:
         handle = ChildHandle(parent_end, pid=pid, pidfd=pidfd)
         try:
             hello = handle.recv(timeout=hello_timeout)
-            if hello.get("op") != "hello" or hello.get("pid") != pid:
+            if hello.get("op") != "hello":
                 raise ChildGone(f"child {pid} did not say hello: {hello.get('op')!r}")
             handle.spawn_seconds = time.perf_counter() - started
             if job is not None:

@@ -1,0 +1,496 @@
+"""Tenant isolation for sandbox children: namespaces, a minimal read-only root, one identity per
+context, no capabilities, resource limits (issue "Tenant isolation"; DESIGN "Tenant isolation").
+
+Every context runs as two processes forked by the zygote:
+
+* the **keeper** (the zygote's direct child, in the host's PID namespace) calls ``unshare`` with
+  ``CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS`` (plus
+  ``CLONE_NEWUSER`` when the host does not run as root), forks once more, hands the zygote a pidfd
+  of that second process, and waits for it;
+* the **init** (PID 1 of the new PID namespace) builds the context's file system view
+  (:func:`enter_sandbox`), drops to the context's identity and runs the tenant's code.
+
+When PID 1 of a PID namespace dies the kernel kills every other process in it and waits for them
+before the init's own exit is reported: a readable pidfd of the init is therefore the proof that
+nothing the tenant started (``setsid``, double forks, daemons, threads) is still alive.
+
+The file system view is a fresh tmpfs root holding read-only bind mounts of what an interpreter
+needs (``/usr``, the interpreter's prefix without its ``site-packages``, the ``takohost`` SDK
+package alone, a few ``/etc`` files and ``/dev`` nodes), a private ``/proc`` of the new PID
+namespace, and a size-limited scratch ``/tmp`` owned by the context; the host's checkout,
+virtualenv, data directory and ``/tmp`` are not in it. The network namespace has no interface but
+a loopback that stays down: nothing, the host's Postgres, Redis and API included, is reachable.
+
+Identity: when the host runs as root each context gets a uid/gid of its own
+(``uid_base + keeper pid``: unique among the live contexts of the machine, shared with no host
+process, so ``RLIMIT_NPROC`` counts one context); otherwise a user namespace maps the context to
+the host's uid, and every capability is dropped. Either way ``no_new_privs`` is set.
+
+Standard library only: this runs in the zygote and its children.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno as errno_module
+import json
+import os
+import platform
+import resource
+import signal
+import socket
+import struct
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "IsolationUnavailable",
+    "Layout",
+    "Policy",
+    "drop_identity",
+    "enter_sandbox",
+    "namespace_flags",
+    "probe",
+    "set_dumpable",
+    "unshare",
+]
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+
+#: Files of ``/etc`` an interpreter may need (time zone, certificates, name service defaults);
+#: only those that exist are mounted.
+ETC_FILES = (
+    "/etc/localtime",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/mime.types",
+)
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+MODES = ("namespaces", "none")
+
+_libc: Any = None
+
+
+class IsolationUnavailable(RuntimeError):
+    """The kernel refused what the sandbox needs (``unshare``, a mount, an identity change)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the host decides for every context (read from ``TAKOHOST_SANDBOX_*``, see README
+    "Security model").
+
+    Attributes:
+        mode: ``"namespaces"`` (default) or ``"none"`` (the documented, unsafe opt-out: children
+            run in the host's namespaces as the host's user; for machines that cannot isolate).
+        memory_mb: address-space limit of a context in MiB (``RLIMIT_AS``; default 1024).
+        max_processes: processes and threads of a context (``RLIMIT_NPROC``; default 64).
+        max_open_files: open descriptors of a context (``RLIMIT_NOFILE``; default 256).
+        max_file_mb: largest file a context may write, in MiB (``RLIMIT_FSIZE``; default 64).
+        scratch_mb: size of the context's private ``/tmp`` in MiB (default 64).
+        uid_base: first uid/gid of the per-context identities when the host runs as root
+            (default 1600000000; a context gets ``uid_base + pid`` of its keeper).
+        sdk_dir: the ``takohost`` package directory mounted read-only (default: this package's).
+        test_shared_dir: test-only (``TAKOHOST_TEST_SANDBOX_SHARED_DIR``): one host directory that
+            appears read-write at the same path in every context. Never set in production.
+    """
+
+    mode: str = "namespaces"
+    memory_mb: int = 1024
+    max_processes: int = 64
+    max_open_files: int = 256
+    max_file_mb: int = 64
+    scratch_mb: int = 64
+    uid_base: int = 1_600_000_000
+    sdk_dir: str = field(default_factory=lambda: _default_sdk_dir())
+    test_shared_dir: str | None = None
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | os._Environ[str] | None = None) -> Policy:
+        """Read the policy from ``environ`` (default ``os.environ``); ``ValueError`` for a bad
+        value (named in the message)."""
+        env = os.environ if environ is None else environ
+
+        def integer(name: str, default: int, low: int = 1) -> int:
+            raw = env.get(name)
+            if raw in (None, ""):
+                return default
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ValueError(f"{name} must be an integer, not {raw!r}") from None
+            if value < low:
+                raise ValueError(f"{name} must be at least {low}, not {value}")
+            return value
+
+        mode = env.get("TAKOHOST_SANDBOX_ISOLATION") or "namespaces"
+        if mode not in MODES:
+            raise ValueError(f"TAKOHOST_SANDBOX_ISOLATION must be one of {', '.join(MODES)}, not {mode!r}")
+        shared = env.get("TAKOHOST_TEST_SANDBOX_SHARED_DIR") or None
+        if shared is not None and not os.path.isabs(shared):
+            raise ValueError("TAKOHOST_TEST_SANDBOX_SHARED_DIR must be an absolute path")
+        return cls(
+            mode=mode,
+            memory_mb=integer("TAKOHOST_SANDBOX_MEMORY_MB", 1024, 64),
+            max_processes=integer("TAKOHOST_SANDBOX_MAX_PROCESSES", 64, 4),
+            max_open_files=integer("TAKOHOST_SANDBOX_MAX_OPEN_FILES", 256, 16),
+            max_file_mb=integer("TAKOHOST_SANDBOX_MAX_FILE_MB", 64),
+            scratch_mb=integer("TAKOHOST_SANDBOX_SCRATCH_MB", 64),
+            uid_base=integer("TAKOHOST_SANDBOX_UID_BASE", 1_600_000_000, 1000),
+            test_shared_dir=os.path.realpath(shared) if shared else None,
+        )
+
+    def to_json(self) -> str:
+        """The policy as one JSON argument (for the zygote's command line)."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Policy:
+        """Inverse of :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+
+def _default_sdk_dir() -> str:
+    import takohost
+
+    return os.path.dirname(os.path.realpath(takohost.__file__))
+
+
+def _lib() -> Any:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise IsolationUnavailable(
+            f"{what}: {os.strerror(code)} (errno {errno_module.errorcode.get(code, code)})"
+        )
+
+
+def _prctl(option: int, a: int = 0, b: int = 0) -> None:
+    _check(_lib().prctl(option, ctypes.c_ulong(a), ctypes.c_ulong(b), 0, 0), f"prctl({option})")
+
+
+def set_dumpable(value: bool) -> None:
+    """``PR_SET_DUMPABLE``: a non-dumpable process's memory, environment and descriptors cannot
+    be read through ``/proc`` or ptrace by another process of the same uid."""
+    _prctl(PR_SET_DUMPABLE, 1 if value else 0)
+
+
+def namespace_flags(*, as_root: bool) -> int:
+    """The ``unshare`` flags of a context (``CLONE_NEWUSER`` only when not root)."""
+    flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    return flags if as_root else flags | CLONE_NEWUSER
+
+
+def unshare(flags: int) -> None:
+    """``unshare(flags)``; for ``CLONE_NEWUSER`` also map the caller's uid/gid to 0 inside.
+    Raises ``IsolationUnavailable``."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(_lib().unshare(ctypes.c_int(flags)), "unshare")
+    if flags & CLONE_NEWUSER:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise IsolationUnavailable(f"writing {path}: {exc.strerror}") from None
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    result = _lib().mount(
+        None if source is None else source.encode(),
+        target.encode(),
+        None if fstype is None else fstype.encode(),
+        ctypes.c_ulong(flags),
+        None if data is None else data.encode(),
+    )
+    _check(result, f"mount {source} on {target}")
+
+
+def _bind(source: str, target: str, *, writable: bool = False) -> None:
+    """Bind ``source`` on ``target`` (created as a file or directory), read-only by default."""
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    _mount(source, target, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if writable else MS_RDONLY)
+    try:
+        _mount(None, target, None, flags)
+    except IsolationUnavailable:
+        # In a user namespace a mount keeps its locked flags (e.g. nodev of /dev): keep those.
+        _mount(None, target, None, flags & ~MS_NODEV)
+
+
+def _syscall(table: dict[str, int]) -> int:
+    machine = platform.machine()
+    if machine not in table:
+        raise IsolationUnavailable(f"no system call table for {machine}")
+    return table[machine]
+
+
+def _pivot_root(new_root: str) -> None:
+    os.chdir(new_root)
+    _check(_lib().syscall(_syscall(_SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
+    _check(_lib().umount2(b".", MNT_DETACH), "umount the old root")
+    os.chdir("/")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What :func:`enter_sandbox` mounts, computed once in the zygote (no look-ups per context).
+
+    Attributes: ``mirrors`` (top-level ``(path, symlink target or None)``), ``binds`` (read-only
+    ``(source, target)`` pairs), ``hidden`` (directories covered by an empty read-only mount: the
+    interpreter's ``site-packages``), ``dev_nodes``, ``sys_path`` (inside the context),
+    ``last_cap`` (highest capability number of this kernel).
+    """
+
+    policy: Policy
+    mirrors: tuple[tuple[str, str | None], ...]
+    binds: tuple[tuple[str, str], ...]
+    hidden: tuple[str, ...]
+    dev_nodes: tuple[str, ...]
+    sys_path: tuple[str, ...]
+    last_cap: int
+
+    @classmethod
+    def compute(cls, policy: Policy) -> Layout:
+        """The layout of this machine's interpreter and ``policy``'s SDK directory."""
+        import sysconfig
+
+        mirrors = []
+        for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                mirrors.append((top, os.readlink(top)))
+            elif os.path.isdir(top):
+                mirrors.append((top, None))
+        prefix = os.path.realpath(sys.base_prefix)
+        binds = [] if prefix.startswith("/usr/") else [(prefix, prefix)]
+        hidden = set()
+        for key in ("purelib", "platlib"):
+            path = os.path.realpath(sysconfig.get_path(key, vars={"base": prefix, "platbase": prefix}))
+            if path.startswith(prefix + os.sep) and os.path.isdir(path):
+                hidden.add(path)
+        binds.append((policy.sdk_dir, policy.sdk_dir))
+        binds.extend((os.path.realpath(p), p) for p in ETC_FILES if os.path.exists(p))
+        stdlib = sysconfig.get_path("stdlib")
+        platstdlib = sysconfig.get_path("platstdlib")
+        zipped = os.path.join(prefix, "lib", f"python{sys.version_info[0]}{sys.version_info[1]}.zip")
+        sys_path: list[str] = []
+        for path in (
+            zipped,
+            stdlib,
+            platstdlib,
+            os.path.join(platstdlib, "lib-dynload"),
+            os.path.dirname(policy.sdk_dir),
+        ):
+            real = os.path.realpath(path)
+            if real not in sys_path:
+                sys_path.append(real)
+        nodes = tuple(node for node in DEV_NODES if os.path.exists(f"/dev/{node}"))
+        return cls(
+            policy=policy,
+            mirrors=tuple(mirrors),
+            binds=tuple(binds),
+            hidden=tuple(sorted(hidden)),
+            dev_nodes=nodes,
+            sys_path=tuple(sys_path),
+            last_cap=_last_cap(),
+        )
+
+
+def enter_sandbox(layout: Layout, *, root: str, uid: int) -> None:
+    """In the init of a fresh namespace set: build the minimal read-only root on ``root`` (an
+    existing empty directory, covered by a tmpfs only in this mount namespace), pivot into it,
+    mount ``/proc`` and the scratch ``/tmp``, set the limits, drop to ``uid`` (root case) and
+    every capability, set ``no_new_privs`` and limit ``sys.path``. Raises ``IsolationUnavailable``.
+    """
+    policy = layout.policy
+    as_root = os.geteuid() == 0 and not _in_user_namespace()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for top, target in layout.mirrors:
+        if target is None:
+            _bind(top, root + top)
+        else:
+            os.symlink(target, root + top)
+    for source, target in layout.binds:
+        _bind(source, root + target)
+    for path in layout.hidden:
+        _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+    os.mkdir(root + "/dev")
+    for node in layout.dev_nodes:
+        _bind(f"/dev/{node}", f"{root}/dev/{node}", writable=True)
+    os.mkdir(root + "/proc")
+    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.mkdir(root + "/tmp")
+    _mount(
+        "tmpfs",
+        root + "/tmp",
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={policy.scratch_mb}m,mode=0700" + (f",uid={uid},gid={uid}" if as_root else ""),
+    )
+    if policy.test_shared_dir:
+        _bind(policy.test_shared_dir, root + policy.test_shared_dir, writable=True)
+    _pivot_root(root)
+    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir("/tmp")
+    set_limits(policy)
+    drop_identity(uid if as_root else None, last_cap=layout.last_cap)
+    sys.path[:] = layout.sys_path
+    sys.path_importer_cache.clear()
+    sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__module__", "") in _STANDARD_FINDERS]
+
+
+_STANDARD_FINDERS = frozenset(
+    {
+        "_frozen_importlib",
+        "_frozen_importlib_external",
+        "importlib._bootstrap",
+        "importlib._bootstrap_external",
+    }
+)
+
+
+def _in_user_namespace() -> bool:
+    try:
+        with open("/proc/self/uid_map") as f:
+            return f.read().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+def set_limits(policy: Policy) -> None:
+    """Apply the policy's resource limits to this process (inherited by what it starts)."""
+    mib = 1 << 20
+    for limit, value in (
+        (resource.RLIMIT_AS, policy.memory_mb * mib),
+        (resource.RLIMIT_NPROC, policy.max_processes),
+        (resource.RLIMIT_NOFILE, policy.max_open_files),
+        (resource.RLIMIT_FSIZE, policy.max_file_mb * mib),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_MEMLOCK, 0),
+    ):
+        resource.setrlimit(limit, (value, value))
+    # Over RLIMIT_FSIZE a write fails with EFBIG (an OSError in Python) instead of killing us.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def drop_identity(uid: int | None, *, last_cap: int) -> None:
+    """Drop every capability (bounding and ambient sets too; ``last_cap`` is the kernel's highest
+    capability number), change to ``uid``/``gid == uid`` with no supplementary groups when given,
+    and set ``no_new_privs``."""
+    for cap in range(last_cap + 1):
+        try:
+            _prctl(PR_CAPBSET_DROP, cap)
+        except IsolationUnavailable:
+            break
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _clear_capabilities()
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    # setresuid made us non-dumpable; nothing else with this identity exists, and the context's
+    # own /proc must stay readable to itself.
+    set_dumpable(True)
+
+
+def _clear_capabilities() -> None:
+    header = struct.pack("II", _LINUX_CAPABILITY_VERSION_3, 0)
+    data = bytes(24)
+    header_buf = ctypes.create_string_buffer(header, len(header))
+    data_buf = ctypes.create_string_buffer(data, len(data))
+    _check(_lib().syscall(_syscall(_SYS_CAPSET), header_buf, data_buf), "capset")
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 40
+
+
+def probe(layout: Layout, *, root: str) -> None:
+    """Check in a throw-away child that this machine can isolate contexts with ``policy``
+    (``root``: the empty mount point directory the contexts use);
+    raises ``IsolationUnavailable`` with the kernel's reason otherwise (the zygote refuses to
+    start). ``mode == "none"`` always passes."""
+    policy = layout.policy
+    if policy.mode == "none":
+        return
+    reader, writer = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        reader.close()
+        code = 0
+        try:
+            unshare(namespace_flags(as_root=os.geteuid() == 0))
+            inner = os.fork()
+            if inner == 0:
+                try:
+                    enter_sandbox(layout, root=root, uid=policy.uid_base + os.getppid())
+                    os._exit(0)
+                except BaseException as exc:  # noqa: BLE001 - reported to the probing parent
+                    writer.sendall(str(exc).encode()[:1000])
+                    os._exit(1)
+            _, status = os.waitpid(inner, 0)
+            code = os.waitstatus_to_exitcode(status)
+        except BaseException as exc:  # noqa: BLE001
+            writer.sendall(str(exc).encode()[:1000])
+            code = 1
+        os._exit(code)
+    writer.close()
+    _, status = os.waitpid(pid, 0)
+    reason = reader.recv(1000).decode(errors="replace")
+    reader.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise IsolationUnavailable(reason or f"the probe exited with status {status}")
