@@ -2,7 +2,8 @@
 
 Redis is the broker (and lease store); Postgres holds the truth, so a lost message is
 recovered by a beat sweep, never by the broker. Tasks are acknowledged late and are all
-idempotent against Postgres state.
+idempotent against Postgres state. Every message carries ids only, re-read from Postgres; remote
+control is off, so the broker carries work and nothing that steers the workers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
     app = Celery("takohost", broker=settings.broker_url, include=TASK_MODULES)
     app.conf.update(
         task_default_queue=settings.queue,
+        # Holding the broker URL must not make anyone the fleet's operator (issue 10 item 7):
+        # workers join no control exchange, so Celery's remote control (ping, inspect, shutdown,
+        # revoke, cancel_consumer, pool_restart…) reaches no one, and they publish no events.
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+        # JSON only: a pickled message is refused unread, never unpickled.
+        task_serializer="json",
+        accept_content=["json"],
         task_ignore_result=True,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
