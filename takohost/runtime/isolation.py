@@ -378,6 +378,8 @@ def enter_sandbox(layout: Layout, *, root: str, uid: int) -> None:
     )
     if policy.test_shared_dir:
         _bind(policy.test_shared_dir, root + policy.test_shared_dir, writable=True)
+        # Every context has its own uid: what one creates there, the next may append to.
+        os.umask(0)
     _pivot_root(root)
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir("/tmp")
