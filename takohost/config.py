@@ -28,6 +28,9 @@ class Settings:
         lease_ttl_ms: replay-context lease time-to-live in milliseconds (``15000``).
         sweep_interval_s: seconds between beat sweeps (``5``).
         validation_timeout_s: seconds a WorkerVersion import may take (``10``).
+        scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
+            ``wait_until`` work) may take before it is killed and recorded as a failed run
+            (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
     """
 
     database_url: str
@@ -37,6 +40,7 @@ class Settings:
     lease_ttl_ms: int
     sweep_interval_s: float
     validation_timeout_s: float
+    scheduled_timeout_s: float = 900.0
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
@@ -74,6 +78,7 @@ def load_settings() -> Settings:
         lease_ttl_ms=int(_float("TAKOHOST_LEASE_TTL_MS", 15000)),
         sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
+        scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
         test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),
         test_retention_seconds=_optional_float("TAKOHOST_TEST_RETENTION_SECONDS"),

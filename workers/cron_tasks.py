@@ -6,14 +6,23 @@ a delivery whose worker died is delivered again with the identical event (CB-03)
 
 A delivery holds the Redis lease ``{namespace}:cronlease:{match_pk}`` (``SET NX PX``, renewed
 by a heartbeat thread) from before its ``cron_deliveries`` row is written until after that row
-is finished. So "unfinished delivery row and no lease" proves the worker vanished: the sweep
-finishes such a delivery ``unknown`` and dispatches the match again.
+is finished, and while it runs the child is pinged only while that lease is fresh, so the child's
+watchdog kills it before the lease can expire. So "unfinished delivery row and no lease" proves the
+worker vanished and no handler of it runs: the sweep finishes such a delivery ``unknown`` and
+dispatches the match again, and a trigger's DELETE (:func:`deliveries_stopped`) can prove the stop.
+
+Host limits (CONTRACT §8): one handler call may run ``TAKOHOST_SCHEDULED_TIMEOUT_S`` seconds
+(default 900) from its spawn; over it the child is SIGKILLed, proven dead, and the delivery is a
+failed run, never retried within that match (seed 003). A running delivery reads its trigger's
+DELETE fence every ``FENCE_POLL_S`` seconds and stops the same way. The job and the binding
+answers are ``workers.sandbox_host``'s, shared with replay contexts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import os
 import socket
@@ -25,13 +34,12 @@ import redis
 
 from models import db as models_db
 from models.base import utcnow
-from models.errors import DomainError
-from takohost import config, errors
+from takohost import config
 from takohost.runtime import protocol
-from workers import dispatch
+from workers import dispatch, sandbox_host
 from workers.celery_app import app
-from workers.engine import sandbox
-from workers.services import cron_runs, instance_bindings
+from workers.engine import heartbeat, sandbox
+from workers.services import cron_runs
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,12 @@ log = logging.getLogger(__name__)
 REDISPATCH_AFTER = dt.timedelta(seconds=30)
 #: Pending matches examined per sweep query.
 SWEEP_BATCH = 500
+#: Seconds between two reads of the DELETE fence by a running delivery (the bound on how long a
+#: handler outlives the acceptance of its trigger's DELETE, plus the kill).
+FENCE_POLL_S = 1.0
+#: A child that vanished after going this share of its watchdog without a ping was (most likely)
+#: killed by the watchdog: the host's fault, not the handler's (as in ``workers.engine.context``).
+WATCHDOG_SUSPECT = 0.8
 
 # KEYS[1] = lease key, ARGV[1] = expected value, ARGV[2] = ttl ms.
 _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
@@ -69,12 +83,21 @@ def worker_id() -> str:
 
 @dataclasses.dataclass
 class DeliveryLease:
-    """A held delivery lease, renewed every third of ``ttl_ms`` by a daemon thread until ``release``."""
+    """A held delivery lease, renewed every ``RENEW_FRACTION`` of ``ttl_ms`` by a daemon thread.
+
+    ``renewed_at`` is the monotonic time at which the last successful renewal (or the
+    acquisition) *started*; ``lost`` is set when another holder owns the key. While a child runs,
+    :meth:`feed` pings it only while ``renewed_at`` is recent, so a child is dead (its watchdog,
+    ``sandbox_host.watchdog_seconds``) before this lease can expire: "no live lease" proves that
+    no handler of the match runs (the same arithmetic as ``workers.engine.heartbeat``).
+    """
 
     client: redis.Redis
     key: str
     value: str
     ttl_ms: int
+    renewed_at: float = 0.0
+    lost: bool = False
     _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -82,29 +105,36 @@ class DeliveryLease:
     def acquire(cls, client: redis.Redis, *, key: str, ttl_ms: int) -> DeliveryLease | None:
         """``SET key value NX PX ttl``; the started lease, or None when another delivery holds it."""
         value = f"{worker_id()}:{uuid.uuid4().hex}"
+        started = time.monotonic()
         if not client.set(key, value, nx=True, px=ttl_ms):
             return None
-        lease = cls(client=client, key=key, value=value, ttl_ms=ttl_ms)
+        lease = cls(client=client, key=key, value=value, ttl_ms=ttl_ms, renewed_at=started)
         lease._thread = threading.Thread(target=lease._heartbeat, name=f"cronlease:{key}", daemon=True)
         lease._thread.start()
         return lease
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.ttl_ms / 3000):
+        while not self._stop.wait(self.ttl_ms * heartbeat.RENEW_FRACTION / 1000):
+            started = time.monotonic()
             try:
                 if not self.client.eval(_RENEW, 1, self.key, self.value, self.ttl_ms):
-                    log.warning(
-                        "cron delivery lease lost; the match may be delivered twice", extra={"key": self.key}
-                    )
+                    log.warning("cron delivery lease lost; its handler is stopped", extra={"key": self.key})
+                    self.lost = True
                     return
+                self.renewed_at = started
             except redis.RedisError:
                 log.warning("cron delivery lease renewal failed", extra={"key": self.key}, exc_info=True)
 
+    def feed(self, child: sandbox.ChildHandle) -> Pinger:
+        """Ping ``child`` every ``PING_FRACTION`` of the TTL while the lease was renewed within
+        ``PING_WINDOW_FRACTION`` of it (a daemon thread, until :meth:`Pinger.stop`)."""
+        pinger = Pinger(lease=self, child=child)
+        pinger.start()
+        return pinger
+
     def release(self) -> None:
         """Stop the heartbeat and delete the lease if it is still ours."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._halt()
         try:
             self.client.eval(_RELEASE, 1, self.key, self.value)
         except redis.RedisError:
@@ -112,23 +142,109 @@ class DeliveryLease:
                 "cron delivery lease release failed; it expires", extra={"key": self.key}, exc_info=True
             )
 
+    def abandon(self) -> None:
+        """Stop renewing but keep the key: it expires within the TTL, after the child's watchdog
+        has fired (used when the child's death could not be proven)."""
+        self._halt()
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+@dataclasses.dataclass(eq=False)
+class Pinger:
+    """Pings one delivery's child while its lease is fresh; ``max_gap``: the longest time in
+    seconds the child went without a ping (a gap near the watchdog means the host starved it)."""
+
+    lease: DeliveryLease
+    child: sandbox.ChildHandle
+    max_gap: float = 0.0
+    _last: float = dataclasses.field(default_factory=time.monotonic)
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        """Start the daemon thread."""
+        threading.Thread(target=self._run, name=f"cronping:{self.child.pid}", daemon=True).start()
+
+    def _run(self) -> None:
+        ttl_s = self.lease.ttl_ms / 1000
+        while not self._stop.wait(ttl_s * heartbeat.PING_FRACTION):
+            if (
+                self.lease.lost
+                or time.monotonic() - self.lease.renewed_at >= ttl_s * heartbeat.PING_WINDOW_FRACTION
+            ):
+                continue  # withheld: the watchdog kills the child before the lease expires
+            try:
+                self.child.ping()
+            except (sandbox.ChildGone, OSError):
+                return
+            now = time.monotonic()
+            self.max_gap = max(self.max_gap, now - self._last)
+            self._last = now
+
+    def gap(self) -> float:
+        """The longest ping gap so far in seconds, the current stretch included."""
+        return max(self.max_gap, time.monotonic() - self._last)
+
+    def stop(self) -> None:
+        """Stop pinging."""
+        self._stop.set()
+
+
+@dataclasses.dataclass(frozen=True)
+class DeliveryJob:
+    """What one started delivery runs: the match's ``scheduled`` event and the picked Version.
+
+    ``event`` is ``{"cron", "scheduledTime"}`` (UTC epoch milliseconds; CONTRACT §4.6);
+    ``version`` a ``sandbox_host.VersionChoice``, or a ``NoVersion`` whose ``problem`` is the
+    failed run's error (no live Deployment, say).
+    """
+
+    delivery_pk: int
+    match_pk: int
+    trigger_uid: str
+    space: str
+    event: dict
+    version: sandbox_host.VersionChoice | sandbox_host.NoVersion
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """How a handler run ended: ``outcome`` is ``ok`` or ``failed`` (recorded, the match is done),
+    ``lease_lost`` or ``host`` (recorded ``unknown``; the match is delivered again); ``error`` the
+    text for the runs listing; ``proven``: the child was killed and proven dead."""
+
+    outcome: str
+    error: str | None
+    proven: bool = True
+
 
 @app.task(name=dispatch.DELIVER_CRON_MATCH, acks_late=True, ignore_result=True)
 def deliver_cron_match(match_pk: int) -> str:
     """Celery task ``takohost.deliver_cron_match``: deliver recorded match ``match_pk`` once.
 
     Returns what happened (``ok``, ``failed``, ``done``: nothing owed, ``busy``: another delivery
-    holds the lease, ``error``: an infrastructure failure left the match for the sweep).
+    holds the lease, ``deferred``: its trigger is being deleted, ``error``: an infrastructure
+    failure left the match for the sweep).
     """
     return deliver(int(match_pk))
 
 
-def deliver(match_pk: int, *, settings: config.Settings | None = None) -> str:
+def deliver(
+    match_pk: int, *, settings: config.Settings | None = None, zygote: sandbox.Zygote | None = None
+) -> str:
     """Deliver match ``match_pk``: lease, delivery row, ``scheduled`` in the sandbox, outcome.
 
-    The lease is taken before the delivery row is written and released after it is finished.
-    An infrastructure failure (database, sandbox start) finishes the delivery ``unknown`` and
-    leaves the match ``pending`` for the sweep; a handler failure finishes it ``failed``.
+    The lease is taken before the delivery row is written and released after it is finished and
+    the child is proven dead (not proven: the lease is left to expire after the child's
+    watchdog). While the match's trigger is being deleted no delivery starts (``deferred``: the
+    match stays pending, the sweep sends it again). An infrastructure failure (database, sandbox
+    start) or a lost lease finishes the delivery ``unknown`` and leaves the match ``pending`` for
+    the sweep; a handler failure, a handler over ``settings.scheduled_timeout_s`` and a handler
+    stopped by its trigger's DELETE finish it ``failed`` (seed 003: never retried for that).
+    ``zygote`` defaults to the process's (``sandbox.get_zygote()``).
     """
     settings = settings or config.load_settings()
     lease = DeliveryLease.acquire(
@@ -138,99 +254,200 @@ def deliver(match_pk: int, *, settings: config.Settings | None = None) -> str:
     )
     if lease is None:
         return "busy"
+    proven = True
     try:
-        with models_db.session_scope(settings.database_url) as session:
-            job = cron_runs.start_delivery_txn(
-                session, match_pk=match_pk, worker_id=worker_id(), now=utcnow()
-            )
-        if job is None:
-            return "done"
+        job = _start(match_pk, settings=settings)
+        if isinstance(job, str):
+            return job
         log.info(
             "delivering cron match",
             extra={
                 "match": match_pk,
                 "delivery": job.delivery_pk,
                 "event": job.event,
-                "version": job.version_uid,
+                "version": job.version.uid,
             },
         )
         try:
-            if job.problem is not None:
-                outcome, error = "failed", job.problem
+            if isinstance(job.version, sandbox_host.NoVersion):
+                run = Run("failed", job.version.problem)
             else:
-                outcome, error = run_scheduled(job, settings=settings)
+                run = run_scheduled(
+                    job, settings=settings, zygote=zygote or sandbox.get_zygote(), lease=lease
+                )
         except Exception:
             log.exception("cron delivery infrastructure failure", extra={"match": match_pk})
-            with models_db.session_scope(settings.database_url) as session:
-                cron_runs.mark_vanished_txn(
-                    session, delivery_pks=[job.delivery_pk], now=utcnow(), error=cron_runs.HOST_ERROR
-                )
-            return "error"
+            run = Run("host", cron_runs.HOST_ERROR)
+        proven = run.proven
         with models_db.session_scope(settings.database_url) as session:
-            cron_runs.finish_delivery_txn(
-                session, delivery_pk=job.delivery_pk, outcome=outcome, error=error, now=utcnow()
-            )
-        return outcome
+            if run.outcome in ("ok", "failed"):
+                cron_runs.finish_delivery_txn(
+                    session, delivery_pk=job.delivery_pk, outcome=run.outcome, error=run.error, now=utcnow()
+                )
+            else:
+                cron_runs.mark_vanished_txn(
+                    session,
+                    delivery_pks=[job.delivery_pk],
+                    now=utcnow(),
+                    error=run.error or cron_runs.HOST_ERROR,
+                )
+        return run.outcome if run.outcome in ("ok", "failed") else "error"
     finally:
-        lease.release()
+        if proven:
+            lease.release()
+        else:
+            lease.abandon()
 
 
-def run_scheduled(job: cron_runs.DeliveryJob, *, settings: config.Settings) -> tuple[str, str | None]:
-    """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (CONTRACT §4.6).
-
-    The child imports the Version fresh, gets ``env`` (vars and workflow bindings; binding calls
-    are answered here through ``workers.services.instance_bindings.call_binding``) and finishes with
-    ``scheduled_done``. Returns ``("ok", None)`` or ``("failed", error text)`` — a raised error, a
-    failed awaitable or ``wait_until``, a missing handler, or a child that died without a result.
-    Raises ``sandbox.ZygoteUnavailable`` (or ``ChildGone``/``TimeoutError`` at start) when no child
-    could be started: a host failure, not the handler's.
-    """
-    version = job.version or {}
-    bindings = {b["name"]: b["resource"]["resourceUid"] for b in version.get("workflowBindings") or []}
-    ttl_s = settings.lease_ttl_ms / 1000
-    message = {
-        "kind": "scheduled",
-        "mainModule": version.get("mainModule"),
-        "modules": version.get("modules") or {},
-        "vars": version.get("vars") or {},
-        "bindings": sorted(bindings),
-        "event": job.event,
-        "watchdogSeconds": ttl_s,
-    }
-    with sandbox.get_zygote().spawn(message) as child:
-        child.start_heartbeat(ttl_s / 3)
-        while True:
-            try:
-                reply = protocol.check_child_message(child.recv())
-            except sandbox.ChildGone:
-                return "failed", "the handler process exited without a result (os._exit, a signal or a crash)"
-            except protocol.ProtocolError as exc:
-                return "failed", f"the handler process broke the protocol: {exc}"
-            if reply["op"] == "scheduled_done":
-                if reply.get("ok") is True:
-                    return "ok", None
-                return "failed", protocol.safe_text(reply.get("message") or "the handler failed")
-            if reply["op"] != "binding":
-                return "failed", f"the handler process sent an unexpected {reply['op']!r} message"
-            child.send(_answer_binding(reply, space=job.space, bindings=bindings))
-
-
-def _answer_binding(request: dict, *, space: str, bindings: dict[str, str]) -> dict:
-    """Answer one ``binding`` request of the handler with ``binding_result`` or ``binding_error``."""
-    workflow_uid = bindings.get(request["binding"])
-    if workflow_uid is None:
-        return {"op": "binding_error", "name": "backend_unavailable", "message": "no such binding"}
-    try:
-        value = instance_bindings.call_binding(
-            space=space, workflow_uid=workflow_uid, call=request["call"], args=request["args"]
+def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
+    """Claim the match, pick the Version and write the delivery row, in one transaction;
+    ``"done"`` when nothing is owed, ``"deferred"`` while its trigger is being deleted."""
+    with models_db.session_scope(settings.database_url) as session:
+        match = cron_runs.claim_match_txn(session, match_pk=match_pk, now=utcnow())
+        if match is None:
+            return "done"
+        if cron_runs.trigger_stopping_txn(session, trigger_uid=match.trigger_uid, lock=True):
+            return "deferred"
+        version = sandbox_host.choose_version(
+            cron_runs.deployment_spec_txn(session, worker_uid=match.worker_uid),
+            load=functools.partial(cron_runs.version_spec_txn, session),
         )
-    except DomainError as exc:
-        name = exc.code if exc.code in errors.ERROR_CLASSES else "backend_unavailable"
-        return {"op": "binding_error", "name": name, "message": exc.message}
-    except Exception:
-        log.exception("binding call from a scheduled handler failed")
-        return {"op": "binding_error", "name": "backend_unavailable", "message": "the host could not answer"}
-    return {"op": "binding_result", "value": value}
+        delivery_pk = cron_runs.insert_delivery_txn(
+            session, match_pk=match_pk, worker_id=worker_id(), version_uid=version.uid, now=utcnow()
+        )
+    return DeliveryJob(
+        delivery_pk=delivery_pk,
+        match_pk=match_pk,
+        trigger_uid=match.trigger_uid,
+        space=match.space,
+        event=match.event,
+        version=version,
+    )
+
+
+def run_scheduled(
+    job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, lease: DeliveryLease
+) -> Run:
+    """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (CONTRACT §4.6, §8).
+
+    The job is ``sandbox_host.job_message(kind="scheduled")``; binding calls are answered by
+    ``sandbox_host.answer_binding`` (the workflow path's answers). The run ends ``ok``, or
+    ``failed`` with the reason: a raised error, a failed awaitable or ``wait_until``, a missing
+    handler, a child that died or broke the protocol, the wall-clock limit
+    ``settings.scheduled_timeout_s`` (seconds from the spawn; :func:`cron_runs.timed_out`), or the
+    trigger's DELETE (checked every ``FENCE_POLL_S`` seconds; ``cron_runs.STOPPED_BY_DELETE``).
+    A lost lease or a child killed by its watchdog because the host withheld its pings ends it
+    ``lease_lost``/``host``. In every case the child is SIGKILLed and the proof of its death is
+    in ``Run.proven`` before this returns. Raises ``sandbox.ZygoteUnavailable`` (or
+    ``ChildGone``/``TimeoutError``) when no child could be started: a host failure.
+    """
+    assert isinstance(job.version, sandbox_host.VersionChoice)
+    watchdog = sandbox_host.watchdog_seconds(settings.lease_ttl_ms)
+    message = sandbox_host.job_message(
+        kind="scheduled", version=job.version, event=job.event, watchdog_seconds=watchdog
+    )
+    deadline = time.monotonic() + settings.scheduled_timeout_s
+    child = zygote.spawn(message)
+    pinger = lease.feed(child)
+    try:
+        run = _serve(child, job=job, settings=settings, deadline=deadline, lease=lease)
+    finally:
+        pinger.stop()
+        proven = child.kill_and_wait()
+        child.close()
+    if run.outcome == "gone" and pinger.gap() >= WATCHDOG_SUSPECT * watchdog:
+        log.warning(
+            "cron handler lost to its watchdog; the match is delivered again", extra={"match": job.match_pk}
+        )
+        run = Run("host", cron_runs.HOST_ERROR)
+    elif run.outcome == "gone":
+        run = Run("failed", run.error)
+    if not proven:
+        log.error("cron handler not proven dead; its lease is left to expire", extra={"match": job.match_pk})
+    return dataclasses.replace(run, proven=proven)
+
+
+def _serve(
+    child: sandbox.ChildHandle,
+    *,
+    job: DeliveryJob,
+    settings: config.Settings,
+    deadline: float,
+    lease: DeliveryLease,
+) -> Run:
+    """The parent's loop for one handler child: answers, limit, fence, lease (see run_scheduled)."""
+    assert isinstance(job.version, sandbox_host.VersionChoice)
+    next_fence = time.monotonic() + FENCE_POLL_S
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return Run("failed", cron_runs.timed_out(settings.scheduled_timeout_s))
+        if lease.lost:
+            return Run("lease_lost", cron_runs.LEASE_LOST)
+        if now >= next_fence:
+            if _stopping(job.trigger_uid, settings=settings):
+                return Run("failed", cron_runs.STOPPED_BY_DELETE)
+            next_fence = time.monotonic() + FENCE_POLL_S
+        try:
+            reply = protocol.check_child_message(
+                child.recv(timeout=max(0.0, min(deadline, next_fence) - now))
+            )
+        except TimeoutError:
+            continue
+        except sandbox.ChildGone:
+            return Run("gone", "the handler process exited without a result (os._exit, a signal or a crash)")
+        except protocol.ProtocolError as exc:
+            return Run("failed", f"the handler process broke the protocol: {exc}")
+        if reply["op"] == "scheduled_done":
+            if reply.get("ok") is True:
+                return Run("ok", None)
+            return Run("failed", protocol.safe_text(reply.get("message") or "the handler failed"))
+        if reply["op"] != "binding":
+            return Run("failed", f"the handler process sent an unexpected {reply['op']!r} message")
+        try:
+            answer = sandbox_host.answer_binding(reply, space=job.space, bindings=job.version.bindings)
+        except sandbox_host.UnknownBinding as exc:
+            return Run("failed", f"the handler process broke the protocol: {exc}")
+        try:
+            child.send(answer)
+        except sandbox.ChildGone:
+            return Run("gone", "the handler process exited without a result (os._exit, a signal or a crash)")
+
+
+def _stopping(trigger_uid: str, *, settings: config.Settings) -> bool:
+    """The DELETE fence of a running delivery; a failed read is "not stopping" (logged): a
+    database blip must not kill a healthy handler, the next check decides."""
+    try:
+        with models_db.session_scope(settings.database_url) as session:
+            return cron_runs.trigger_stopping_txn(session, trigger_uid=trigger_uid)
+    except Exception:  # noqa: BLE001 - checked again FENCE_POLL_S later
+        log.warning(
+            "could not read the delete fence of a cron trigger", extra={"trigger": trigger_uid}, exc_info=True
+        )
+        return False
+
+
+def deliveries_stopped(
+    trigger_uid: str, *, now: dt.datetime, settings: config.Settings | None = None
+) -> bool:
+    """True once no delivery of ``trigger_uid``'s matches runs (the DELETE's stop proof, CONTRACT §7).
+
+    An unfinished delivery whose lease is gone belonged to a vanished worker (its child died by
+    its watchdog before the lease expired): it is finished ``unknown`` here, and its match stays
+    owed. One with a live lease is still stopping (its loop sees the fence within
+    ``FENCE_POLL_S``): False. Raises ``redis.RedisError``/database errors (the caller retries).
+    """
+    settings = settings or config.load_settings()
+    with models_db.session_scope(settings.database_url) as session:
+        running = cron_runs.running_deliveries_txn(session, trigger_uid=trigger_uid)
+    if not running:
+        return True
+    held = redis_client(settings.redis_url).mget([lease_key(settings.namespace, m) for m, _ in running])
+    vanished = [d for (_, d), holder in zip(running, held, strict=True) if holder is None]
+    if vanished:
+        with models_db.session_scope(settings.database_url) as session:
+            cron_runs.mark_vanished_txn(session, delivery_pks=vanished, now=now)
+    return len(vanished) == len(running)
 
 
 def sweep(*, now: dt.datetime) -> int:

@@ -18,7 +18,9 @@ Per Form (create/update → apply the accepted spec; delete → remove):
 * DurableWorkflow — ``observed`` from ``workflow_observer.observe_workflow_txn``; DELETE purges
   every instance first (``instance_stop.purge_workflow``) and stays ``running`` until that is
   proven.
-* WorkerCronTrigger — ``cron_schedules.register_schedule_txn`` / ``unregister_schedule_txn``.
+* WorkerCronTrigger — ``cron_schedules.register_schedule_txn`` / ``unregister_schedule_txn``;
+  DELETE (its schedule already unregistered and its deliveries fenced when it was accepted)
+  stays ``running`` until no delivery of the trigger runs (``cron_tasks.deliveries_stopped``).
 
 An unexpected error is retried (``MAX_ATTEMPTS`` times), then the Operation fails with
 ``effect: unknown``.
@@ -40,6 +42,7 @@ from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
+from workers import cron_tasks
 from workers.celery_app import app
 from workers.services import cron_schedules, forms, instance_stop, operations, versions, workflow_observer
 from workers.services import resources as resource_service
@@ -155,7 +158,9 @@ def _reconcile_locked(operation_id: str) -> str:
 
 
 def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
-    if form == "DurableWorkflow" and not instance_stop.purge_workflow(uid, now=utcnow()):
+    if (form == "DurableWorkflow" and not instance_stop.purge_workflow(uid, now=utcnow())) or (
+        form == "WorkerCronTrigger" and not cron_tasks.deliveries_stopped(uid, now=utcnow())
+    ):
         with models_db.session_scope() as session:
             loaded = _running_txn(session, operation_id)
             if loaded is not None:

@@ -16,27 +16,23 @@ breaks the protocol ends the instance ``errored``/``run_threw``.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 from models.base import utcnow
 from models.errors import DomainError
-from takohost import config, errors
+from takohost import config
 from takohost.domain import documents, identifiers, retry
-from takohost.runtime import bindings, protocol
-from workers import dispatch
+from takohost.runtime import protocol
+from workers import dispatch, sandbox_host
 from workers.engine import children, decide, heartbeat, sandbox, store
 from workers.engine import lease as lease_mod
-from workers.services import instance_bindings, instance_stop
+from workers.services import instance_stop
 
 log = logging.getLogger(__name__)
-
-_version_cache: dict[str, dict] = {}
 
 #: A child that vanished while it had gone this share of its watchdog without a ping was (most
 #: likely) killed by the watchdog: the host's fault, never recorded as the code's failure.
@@ -55,37 +51,8 @@ class _Violation(Exception):
     """The child broke the protocol (it is untrusted: the instance ends ``run_threw``)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class VersionChoice:
-    """The Version a context runs: its uid, spec and the binding name → DurableWorkflow uid map."""
-
-    uid: str
-    spec: dict
-    bindings: dict[str, str]
-
-
-def pick_version(deployment_spec: dict | None, *, rng: random.Random | None = None) -> str | None:
-    """One Version uid chosen by weight from a Deployment spec (CONTRACT §3.3), ``None`` if none."""
-    entries = [
-        (e["version"]["resourceUid"], int(e["weight"]))
-        for e in (deployment_spec or {}).get("versions", [])
-        if int(e.get("weight", 0)) > 0
-    ]
-    if not entries:
-        return None
-    uids, weights = zip(*entries, strict=True)
-    return (rng or random).choices(uids, weights=weights)[0]
-
-
-def _version(backend: Any, uid: str) -> VersionChoice | None:
-    spec = _version_cache.get(uid)
-    if spec is None:
-        spec = backend.load_version(uid)
-        if spec is None:
-            return None
-        _version_cache[uid] = spec  # Versions are immutable (CONTRACT §3.2)
-    bindings = {b["name"]: b["resource"]["resourceUid"] for b in spec.get("workflowBindings") or []}
-    return VersionChoice(uid=uid, spec=spec, bindings=bindings)
+#: Re-exported for callers that pick a Version uid without loading it (tests of the weights).
+pick_version = sandbox_host.pick_version
 
 
 class ReplayContext:
@@ -114,7 +81,7 @@ class ReplayContext:
         self.child: sandbox.ChildHandle | None = None
         self.store: Any = None  # store.ContextStore or store_sqla.SqlaContextStore
         self.snapshot: store.InstanceSnapshot | None = None
-        self.version: VersionChoice | None = None
+        self.version: sandbox_host.VersionChoice | None = None
         self.steps: dict[str, decide.StepRecord] = {}
         self.used_child = False
         self.lease_taken = 0.0  # monotonic: just before the lease was acquired
@@ -173,10 +140,14 @@ class ReplayContext:
         ):
             return "not_runnable"
         lifetime_over = self.clock() >= snapshot.lifetime_ends_at
-        version_uid = pick_version(snapshot.deployment_spec)
-        version = self.version = None if version_uid is None else _version(self.backend, version_uid)
+        choice = sandbox_host.choose_version(snapshot.deployment_spec, load=self.backend.load_version)
+        version = self.version = choice if isinstance(choice, sandbox_host.VersionChoice) else None
         if version is None and not lifetime_over:
-            log.warning("no Version to run; left for the sweep", extra={"instance": self.pk})
+            assert isinstance(choice, sandbox_host.NoVersion)
+            log.warning(
+                "no Version to run; left for the sweep",
+                extra={"instance": self.pk, "problem": choice.problem},
+            )
             return "no_version"
         self.store = self.backend.context_store(pk=self.pk, lifetime_ends_at=snapshot.lifetime_ends_at)
         if not lifetime_over:
@@ -208,20 +179,17 @@ class ReplayContext:
         self.steps = self.store.load_steps() if snapshot.status != "queued" else {}
         return self._serve()
 
-    def _job(self, snapshot: store.InstanceSnapshot, version: VersionChoice) -> dict:
+    def _job(self, snapshot: store.InstanceSnapshot, version: sandbox_host.VersionChoice) -> dict:
         event: dict[str, Any] = {"instanceId": snapshot.instance_id}
         if snapshot.params is not None:
             event["params"] = snapshot.params
-        return {
-            "kind": "workflow",
-            "modules": version.spec["modules"],
-            "mainModule": version.spec["mainModule"],
-            "className": snapshot.workflow_spec["className"],
-            "vars": version.spec.get("vars") or {},
-            "bindings": sorted(version.bindings),
-            "event": event,
-            "watchdogSeconds": heartbeat.watchdog_seconds(self.leases.ttl_ms),
-        }
+        return sandbox_host.job_message(
+            kind="workflow",
+            version=version,
+            event=event,
+            class_name=snapshot.workflow_spec["className"],
+            watchdog_seconds=sandbox_host.watchdog_seconds(self.leases.ttl_ms),
+        )
 
     # -- the message loop --------------------------------------------------------------------------
     def _recv(self) -> dict:
@@ -484,33 +452,23 @@ class ReplayContext:
     # -- bindings -----------------------------------------------------------------------------------
     def _binding(self, message: dict) -> None:
         assert self.version is not None and self.snapshot is not None
+        # Calling ``terminate`` on the own instance stops the own child first (no line runs after).
         target = self.version.bindings.get(message["binding"])
-        if target is None:
-            raise _Violation(f"unknown binding {message['binding']!r}")
         call, args = message["call"], message["args"]
         if (
             call == "terminate"
+            and target is not None
             and target == self.snapshot.workflow_uid
             and args.get("id") == self.snapshot.instance_id
         ):
             self._terminate_self()
         try:
-            value = instance_bindings.call_binding(
-                space=self.snapshot.space, workflow_uid=target, call=call, args=args
+            answer = sandbox_host.answer_binding(
+                message, space=self.snapshot.space, bindings=self.version.bindings
             )
-        except DomainError as exc:
-            # invalid_request (CONTRACT §8: a bad id/type) reaches the caller as its TypeError.
-            known = exc.code in errors.ERROR_CLASSES or exc.code == bindings.TYPE_ERROR_NAME
-            name = exc.code if known else "backend_unavailable"
-            self._send({"op": "binding_error", "name": name, "message": protocol.safe_text(exc.message)})
-            return
-        except Exception as exc:  # noqa: BLE001 - the caller sees backend_unavailable, never a host crash
-            log.warning("binding call failed", extra={"instance": self.pk}, exc_info=True)
-            self._send(
-                {"op": "binding_error", "name": "backend_unavailable", "message": protocol.safe_text(exc)}
-            )
-            return
-        self._send({"op": "binding_result", "value": value})
+        except sandbox_host.UnknownBinding as exc:
+            raise _Violation(str(exc)) from None
+        self._send(answer)
 
     def _terminate_self(self) -> None:
         """``inst.terminate()`` on the own instance: stop the own child first, then terminate."""

@@ -14,7 +14,6 @@ import binascii
 import dataclasses
 import datetime as dt
 import json
-import random
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -30,26 +29,20 @@ PAGE_SIZE = 50
 VANISHED = "the worker running this delivery vanished (no live lease); the match is delivered again"
 #: ``error`` of a delivery finished as ``unknown`` because the host failed around the handler.
 HOST_ERROR = "a host error interrupted this delivery; the match is delivered again"
+#: ``error`` of a delivery finished as ``unknown`` because it lost its lease (another delivery
+#: of the match may be running; the match is delivered again unless that one finishes it).
+LEASE_LOST = "this delivery lost its lease; its handler was stopped and the match is delivered again"
+#: ``error`` of a delivery whose handler was stopped because its trigger is being deleted.
+STOPPED_BY_DELETE = (
+    "the WorkerCronTrigger is being deleted: the handler was stopped (what it did so far is kept)"
+)
+
+
+def timed_out(limit_s: float) -> str:
+    """``error`` of a delivery whose handler ran over the host's limit of ``limit_s`` seconds."""
+    return f"the scheduled handler did not finish within {limit_s:g} s; it was stopped"
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-@dataclasses.dataclass(frozen=True)
-class DeliveryJob:
-    """What one started delivery runs: the ``scheduled`` event and the picked Version's code.
-
-    ``event`` is ``{"cron", "scheduledTime"}`` (UTC epoch milliseconds; CONTRACT §4.6).
-    ``version`` is the picked WorkerVersion's spec, or None with ``problem`` saying why no
-    Version can run (no live Deployment, say): the delivery is then finished ``failed``.
-    """
-
-    delivery_pk: int
-    match_pk: int
-    space: str
-    event: dict
-    version_uid: str | None
-    version: dict | None
-    problem: str | None = None
 
 
 def epoch_ms(t: dt.datetime) -> int:
@@ -62,18 +55,27 @@ def event_of(match: cron_models.CronMatch | sa.Row) -> dict:
     return {"cron": match.cron, "scheduledTime": epoch_ms(match.scheduled_time)}
 
 
-def start_delivery_txn(
-    session: orm.Session, *, match_pk: int, worker_id: str, now: dt.datetime, rng: random.Random | None = None
-) -> DeliveryJob | None:
-    """Start a delivery of ``match_pk``; None when the match is gone or already ``done``.
+@dataclasses.dataclass(frozen=True)
+class MatchToDeliver:
+    """A pending match a delivery has claimed: its trigger, Space, Worker and ``scheduled`` event
+    (``{"cron", "scheduledTime"}``, UTC epoch milliseconds; CONTRACT §4.6)."""
+
+    pk: int
+    trigger_uid: str
+    space: str
+    worker_uid: str
+    event: dict
+
+
+def claim_match_txn(session: orm.Session, *, match_pk: int, now: dt.datetime) -> MatchToDeliver | None:
+    """Lock pending match ``match_pk`` for a delivery; None when it is gone or already ``done``.
 
     The caller holds the match's delivery lease, so every earlier unfinished delivery belongs to
-    a vanished worker: it is finished ``unknown`` here. Picks one Version of the Worker's live
-    Deployment by weight (CONTRACT §3.3) and inserts the ``cron_deliveries`` row. Locks the
-    match row.
+    a vanished worker: it is finished ``unknown`` (:data:`VANISHED`) here. Locks the match row.
     """
     match = session.execute(
         sa.select(
+            cron_models.CronMatch.trigger_uid,
             cron_models.CronMatch.space,
             cron_models.CronMatch.worker_uid,
             cron_models.CronMatch.cron,
@@ -89,21 +91,81 @@ def start_delivery_txn(
         .where(cron_models.CronDelivery.match_pk == match_pk, cron_models.CronDelivery.finished_at.is_(None))
         .values(finished_at=now, outcome="unknown", error=VANISHED)
     )
-    version_uid, version, problem = _pick_version(session, worker_uid=match.worker_uid, rng=rng)
-    delivery_pk = session.scalar(
+    return MatchToDeliver(
+        pk=match_pk,
+        trigger_uid=match.trigger_uid,
+        space=match.space,
+        worker_uid=match.worker_uid,
+        event=event_of(match),
+    )
+
+
+def trigger_stopping_txn(session: orm.Session, *, trigger_uid: str, lock: bool = False) -> bool:
+    """True while a DELETE of WorkerCronTrigger ``trigger_uid`` is accepted and not yet applied.
+
+    That is the fence of running deliveries (CONTRACT §7, "Deleting a trigger"): a delivery
+    running when the DELETE is accepted stops its handler; none starts until the DELETE is
+    applied (matches recorded before it are still owed and delivered after it; seed 003).
+    ``lock=True`` takes ``FOR SHARE`` on the trigger row, so a concurrent DELETE acceptance (which
+    locks it ``FOR UPDATE``) is ordered with the caller's delivery row: either this sees the
+    DELETE, or the DELETE's reconcile sees the delivery.
+    """
+    query = sa.select(res_models.Resource.phase, res_models.Resource.deleted_at).where(
+        res_models.Resource.uid == trigger_uid
+    )
+    if lock:
+        query = query.with_for_update(read=True)
+    row = session.execute(query).one_or_none()
+    return row is not None and row.phase == "deleting" and row.deleted_at is None
+
+
+def deployment_spec_txn(session: orm.Session, *, worker_uid: str) -> dict | None:
+    """The spec of ``worker_uid``'s live WorkerDeployment, or None when it has none."""
+    return session.scalar(
+        sa.select(res_models.Resource.spec).where(
+            res_models.Resource.form == "WorkerDeployment",
+            res_models.Resource.worker_uid == worker_uid,
+            res_models.Resource.deleted_at.is_(None),
+        )
+    )
+
+
+def version_spec_txn(session: orm.Session, version_uid: str) -> dict | None:
+    """The spec of live WorkerVersion ``version_uid``, or None (the loader of
+    ``workers.sandbox_host.choose_version``)."""
+    return session.scalar(
+        sa.select(res_models.Resource.spec).where(
+            res_models.Resource.uid == version_uid,
+            res_models.Resource.form == "WorkerVersion",
+            res_models.Resource.deleted_at.is_(None),
+        )
+    )
+
+
+def insert_delivery_txn(
+    session: orm.Session, *, match_pk: int, worker_id: str, version_uid: str | None, now: dt.datetime
+) -> int:
+    """Insert the running ``cron_deliveries`` row of ``match_pk``; returns its pk."""
+    return session.scalar(
         sa.insert(cron_models.CronDelivery)
         .values(match_pk=match_pk, worker_id=worker_id, version_uid=version_uid, started_at=now)
         .returning(cron_models.CronDelivery.pk)
     )
-    return DeliveryJob(
-        delivery_pk=delivery_pk,
-        match_pk=match_pk,
-        space=match.space,
-        event=event_of(match),
-        version_uid=version_uid,
-        version=version,
-        problem=problem,
-    )
+
+
+def running_deliveries_txn(session: orm.Session, *, trigger_uid: str) -> list[tuple[int, int]]:
+    """``(match_pk, delivery_pk)`` of every unfinished delivery of ``trigger_uid``'s matches."""
+    return [
+        (match_pk, delivery_pk)
+        for match_pk, delivery_pk in session.execute(
+            sa.select(cron_models.CronDelivery.match_pk, cron_models.CronDelivery.pk)
+            .join(cron_models.CronMatch, cron_models.CronMatch.pk == cron_models.CronDelivery.match_pk)
+            .where(
+                cron_models.CronMatch.trigger_uid == trigger_uid,
+                cron_models.CronDelivery.finished_at.is_(None),
+            )
+        )
+    ]
 
 
 def finish_delivery_txn(
@@ -188,49 +250,6 @@ def note_dispatched_txn(session: orm.Session, *, match_pks: list[int], now: dt.d
             .where(cron_models.CronMatch.pk.in_(match_pks), cron_models.CronMatch.state == "pending")
             .values(dispatched_at=now)
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Version choice
-
-#: WorkerVersion specs are immutable (CONTRACT §3.2: a different spec is ``immutable_field``), so
-#: each process keeps the last few it ran instead of reloading the sources for every delivery.
-#: A Version in use by a live Deployment cannot be deleted (§3.2), so a cached one is still live.
-_VERSION_CACHE_SIZE = 64
-_version_specs: dict[str, dict] = {}
-
-
-def _pick_version(
-    session: orm.Session, *, worker_uid: str, rng: random.Random | None
-) -> tuple[str | None, dict | None, str | None]:
-    """``(version_uid, version spec, None)`` picked by weight, or ``(uid?, None, problem)``."""
-    deployment = session.scalar(
-        sa.select(res_models.Resource).where(
-            res_models.Resource.form == "WorkerDeployment",
-            res_models.Resource.worker_uid == worker_uid,
-            res_models.Resource.deleted_at.is_(None),
-        )
-    )
-    if deployment is None:
-        return None, None, "the Worker has no live WorkerDeployment"
-    entries = [e for e in deployment.spec.get("versions", []) if e.get("weight", 0) > 0]
-    if not entries:
-        return None, None, "the Worker's Deployment gives weight to no Version"
-    chosen = (rng or random).choices(entries, weights=[e["weight"] for e in entries])[0]
-    version_uid = chosen["version"]["resourceUid"]
-    spec = _version_specs.get(version_uid)
-    if spec is None:
-        row = session.execute(
-            sa.select(res_models.Resource.spec, res_models.Resource.deleted_at).where(
-                res_models.Resource.uid == version_uid
-            )
-        ).one_or_none()
-        if row is None or row.deleted_at is not None:
-            return version_uid, None, f"WorkerVersion {version_uid} no longer exists"
-        spec = _version_specs[version_uid] = row.spec
-        while len(_version_specs) > _VERSION_CACHE_SIZE:
-            _version_specs.pop(next(iter(_version_specs)))
-    return version_uid, spec, None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
-from workers.services import forms, idempotency, ids, operations
+from workers.services import cron_schedules, forms, idempotency, ids, operations
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
@@ -214,6 +214,11 @@ def accept_delete_txn(
     resource.phase = "deleting"
     resource.latest_operation_id = op_id
     resource.updated_at = now
+    if resource.form == "WorkerCronTrigger":
+        # The match boundary is the acceptance (seed 003 "解除前後の一致境界"): no match after it is
+        # recorded, even while no worker is free to run the reconcile. ``phase = "deleting"`` is
+        # also the fence that running deliveries of this trigger watch (``cron_runs``).
+        cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
     _flush(session)
     return Accepted(operation=op, new=True)
 
