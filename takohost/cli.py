@@ -17,6 +17,43 @@ def _setup_logging() -> None:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
+def _host_process() -> None:
+    """Mark this host process non-dumpable: no process of the same uid (tenant code included,
+    were it ever to run as that uid) can read its memory, environment or descriptors through
+    ``/proc`` or ptrace. Inherited by the processes it forks (gunicorn, Celery pool)."""
+    from takohost.runtime import isolation
+
+    isolation.set_dumpable(False)
+
+
+def _check_sandbox() -> None:
+    """Refuse to start a worker that could not isolate tenant code (README "Security model")."""
+    import tempfile
+
+    from takohost.runtime import isolation
+
+    try:
+        policy = isolation.Policy.from_environ()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if policy.mode == "none":
+        logging.getLogger("takohost.sandbox").warning(
+            "TAKOHOST_SANDBOX_ISOLATION=none: tenant code runs WITHOUT isolation (only for code you trust)")
+        return
+    root = tempfile.mkdtemp(prefix="takohost-probe-")
+    try:
+        isolation.probe(isolation.Layout.compute(policy), root=root)
+    except isolation.IsolationUnavailable as exc:
+        raise click.ClickException(
+            f"the sandbox cannot isolate tenant code on this machine ({exc}): it needs user, PID, mount "
+            "and network namespaces. Set TAKOHOST_SANDBOX_ISOLATION=none to run without isolation "
+            "(unsafe: only for code you trust)") from None
+    finally:
+        import os
+
+        os.rmdir(root)
+
+
 @click.group()
 def main() -> None:
     """takohost: a durable-workflow and cron host."""
@@ -29,6 +66,7 @@ def dev(port: int, data_dir: str) -> None:
     """Run API, worker and beat on the embedded default (no Postgres, no Redis)."""
     from takohost import devmode
 
+    _host_process()
     raise SystemExit(devmode.run(port=port, data_dir=data_dir))
 
 
@@ -54,6 +92,7 @@ def db_upgrade() -> None:
               help="gunicorn worker processes.")
 def api(host: str, port: int, num_workers: int) -> None:
     """Serve the HTTP API with gunicorn."""
+    _host_process()
     from gunicorn.app.base import BaseApplication
 
     from host_api.app import create_app
@@ -88,6 +127,8 @@ def api(host: str, port: int, num_workers: int) -> None:
 @click.option("--loglevel", default="INFO", show_default=True)
 def worker(concurrency: int, pool: str, loglevel: str) -> None:
     """Run a Celery worker."""
+    _host_process()
+    _check_sandbox()
     from workers.celery_app import app
 
     if pool == "solo":
@@ -107,6 +148,7 @@ def worker(concurrency: int, pool: str, loglevel: str) -> None:
 @click.option("--loglevel", default="INFO", show_default=True)
 def beat(loglevel: str) -> None:
     """Run the custom beat scheduler (cron matches, timers, sweeps)."""
+    _host_process()
     from workers.celery_app import app
 
     app.start(["beat", f"--loglevel={loglevel}", "--scheduler", "beat.scheduler:HostScheduler"])
