@@ -79,19 +79,28 @@ def _lines(path) -> list[str]:
 
 
 def _effect_pid(path) -> int:
-    line = workflows.wait_until(
+    """The identity of the context that runs the effect: the uid owning the file it writes (each
+    context has a uid of its own; its pid is 1 in its own PID namespace, meaningless here)."""
+    workflows.wait_until(
         lambda: next((x for x in _lines(path) if x.startswith("pid ")), None), timeout=60, message="pid"
     )
-    return int(str(line).split()[1])
+    return os.stat(path).st_uid
 
 
-def _gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (absent, or a zombie its reaper has not collected yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+def _gone(uid: int) -> bool:
+    """True when no process of the context's ``uid`` runs any more (zombies not counted)."""
+    assert uid != os.getuid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in ("Z", "X"):
+            return False
+    return True
 
 
 def _assert_never_grows(path, seconds: float = 1.5) -> None:
