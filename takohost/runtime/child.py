@@ -3,21 +3,25 @@
 
 Life of a child (forked by ``takohost.runtime.zygote``; ``run_forked`` never returns):
 
-1. hygiene, done ahead of demand (the zygote keeps a few forked children waiting): ``setsid()``
-   (own process group, so the parent can kill the whole group), ``PR_SET_PDEATHSIG(SIGKILL)``
-   (dies with the zygote), default signal dispositions, every descriptor closed except 0/1/2
-   (``/dev/null``) and the link to the zygote, empty environment but ``PATH``/``LANG``, working
-   directory a fresh empty directory;
-2. the zygote hands over the channel descriptor (it becomes fd 3, replacing the link); the child
+1. hygiene, done ahead of demand (the zygote keeps a few forked children waiting): ``setsid()``,
+   ``PR_SET_PDEATHSIG(SIGKILL)`` (dies with the zygote), default signal dispositions, every
+   descriptor closed except 0/1/2 (``/dev/null``) and the link to the zygote, empty environment
+   but ``PATH``/``LANG``;
+2. isolation (``isolation``): this process unshares its namespaces and stays behind as the
+   *keeper*; its child, PID 1 of a new PID namespace, builds a minimal read-only root with a
+   private ``/proc`` and scratch ``/tmp`` (the working directory), drops to its own uid with no
+   capabilities and ``no_new_privs``, sets the limits and narrows ``sys.path``;
+3. the zygote hands over the channel descriptor (it becomes fd 3, replacing the link); the child
    sends ``hello {pid}`` and starts its reader thread, which reads one ``job`` frame (so a child
    spawned ahead of its job is completely ready when the job arrives);
-3. the reader thread routes the parent's answers to the waiting call and watches the parent: EOF
-   on the channel, or no frame for longer than ``watchdogSeconds`` → ``killpg(0, SIGKILL)``
-   (DESIGN "Terminate and delete": a child whose parent stops answering kills itself);
-4. the Version's ``modules`` are installed from memory (``SourceModules``) and ``mainModule`` is
+4. the reader thread routes the parent's answers to the waiting call and watches the parent: EOF
+   on the channel, or no frame for longer than ``watchdogSeconds`` → the child exits, and with it
+   every process of its PID namespace (DESIGN "Terminate and delete": a child whose parent stops
+   answering kills itself);
+5. the Version's ``modules`` are installed from memory (``SourceModules``) and ``mainModule`` is
    imported fresh (CONTRACT §4.1), then the job runs;
-5. after its final message the child kills its own process group: no ``finally:``, ``atexit``
-   or leftover thread/task of user code runs afterwards (seed 000: stop before publishing).
+6. after its final message the child exits: no ``finally:``, ``atexit`` or leftover
+   thread/task/process of user code runs afterwards (seed 000: stop before publishing).
 
 Standard library and ``takohost`` only: this runs user code.
 """
@@ -93,7 +97,8 @@ def set_pdeathsig(sig: int) -> None:
 
 
 def die() -> NoReturn:
-    """Kill the own process group (this process, its threads, user-forked processes) now."""
+    """Kill the own process group and exit now (as PID 1 of the context's PID namespace, the exit
+    also kills every process left in the namespace, whatever its group or session)."""
     try:
         os.killpg(0, signal.SIGKILL)
     finally:

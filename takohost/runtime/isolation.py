@@ -87,8 +87,7 @@ _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 #: only those that exist are mounted.
 ETC_FILES = (
     "/etc/localtime",
-    "/etc/ssl",
-    "/etc/ca-certificates",
+    "/etc/ssl/certs",
     "/etc/nsswitch.conf",
     "/etc/hosts",
     "/etc/services",

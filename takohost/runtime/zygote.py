@@ -4,28 +4,38 @@ Started by ``workers.engine.sandbox.Zygote.start()`` as ``python -I -B -m takoho
 --socket PATH --control-fd N --ready-fd N`` with a scrubbed environment and only those two pipe
 descriptors. It imports the standard library and the SDK only, pre-imports what children commonly
 need, freezes the GC generations, and then forks in about 0.4 ms instead of the 1.7–5 ms a fork of
-a Celery worker costs (bench/ANCHORS.md).
+a Celery worker costs (bench/ANCHORS.md). ``--policy`` carries the ``isolation.Policy`` as JSON.
 
 Requests (one Unix stream connection per client process, see PROTOCOL.md "Zygote"): a frame
-``{"op": "spawn"}`` carrying one end of a fresh ``socketpair`` as SCM_RIGHTS. The zygote forks a
-child (``child.run_forked``) on that descriptor, opens a pidfd for it **before** it can be reaped
-(so the pidfd can never name a recycled pid), and answers ``{"op": "spawned", "pid": N}`` with the
-pidfd attached; or ``{"op": "error", "message"}``.
+``{"op": "spawn"}`` carrying one end of a fresh ``socketpair`` as SCM_RIGHTS. The zygote hands
+that descriptor to a child forked ahead of demand (``child.run_forked``) and answers
+``{"op": "spawned", "pid": N}`` with a pidfd of the process that runs the tenant's code attached;
+or ``{"op": "error", "message"}``.
+
+Isolation (``isolation``; ``TAKOHOST_SANDBOX_ISOLATION``, default ``namespaces``): each child is
+a *keeper* that unshares PID/mount/network/IPC/UTS namespaces and forks the *init*, PID 1 of the
+new PID namespace, which runs the tenant's code in a minimal read-only root as its own identity.
+The keeper sends the zygote a pidfd of the init (opened before the init can be reaped) and waits
+for it. The init's pidfd becoming readable proves the whole namespace is empty: the kernel kills
+every process of a PID namespace when its init dies and reports the init's exit only after
+them. At start the zygote probes that this works and refuses to serve otherwise (it writes
+``error <reason>`` on the ready pipe). With ``mode == "none"`` (the documented unsafe opt-out)
+the child runs the tenant code itself, in its own process group.
 
 Reaping: SIGCHLD only wakes the loop (``signal.set_wakeup_fd``); the loop peeks at exited
-children with ``waitid(WNOWAIT)``. Before it reaps a sandbox child (whose zombie still reserves
-its process-group id) it SIGKILLs that process group, so processes forked by user code die with
-their child even when the child died on its own. The zygote is a child subreaper, so such
-orphans are reparented to it and reaped too.
+children with ``waitid(WNOWAIT)``. Before it reaps a keeper it SIGKILLs the init through its
+pidfd and the keeper's process group. The zygote is a child subreaper, so an init whose keeper
+died is reparented to it and reaped too.
 
-Lifetime: the zygote exits (killing every child group) on EOF of the control pipe, i.e. when
-every process holding its write end — the starter and processes forked from it — has died; or on
+Lifetime: the zygote exits (killing every child) on EOF of the control pipe, i.e. when every
+process holding its write end — the starter and processes forked from it — has died; or on
 SIGTERM. ``PR_SET_PDEATHSIG`` is deliberately not used here: it fires when the *thread* that
 started the zygote exits, which in a threaded worker is not the worker's death. Children do use
-it (their parent is the zygote's only thread).
+it (the keeper's parent is the zygote's only thread; the init's parent is the keeper). The
+zygote is non-dumpable.
 
-Connections from the zygote's own descendants (sandbox code) are refused: a child cannot spawn
-siblings outside its process group.
+Connections from the zygote's own descendants (sandbox code) are refused (and with namespaces
+the socket is not in a context's file system at all).
 """
 
 from __future__ import annotations

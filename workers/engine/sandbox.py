@@ -2,8 +2,9 @@
 
 ``Zygote`` starts ``takohost.runtime.zygote`` (scrubbed environment, no inherited descriptor but
 its two pipes) and asks it for children; ``ChildHandle`` is one child: frames in and out, a
-heartbeat, and ``kill_and_wait`` which SIGKILLs the child's process group and **proves** the
-child is dead through a pidfd before returning ``True`` (CONTRACT §1: stop, then publish).
+heartbeat, and ``kill_and_wait`` which SIGKILLs the child and **proves** through its pidfd that it
+is dead — with its PID namespace, everything it started — before returning ``True`` (CONTRACT §1:
+stop, then publish).
 
 Fork safety: a ``Zygote`` may be started in a Celery main process and used from its prefork pool
 children and from several threads. Each process opens its own connection to the zygote socket
@@ -173,13 +174,15 @@ class ChildHandle:
         return _readable(self._pidfd, 0)
 
     def kill_and_wait(self, timeout: float = 5.0) -> bool:
-        """SIGKILL the child's process group and wait until the child is proven dead.
+        """SIGKILL the child and wait until it is proven dead, with everything it started.
 
         Returns ``True`` only when the pidfd reported the child's exit within ``timeout`` seconds
-        (it names exactly this process: it was opened by the zygote before the child could be
-        reaped). Processes forked by user code are in the child's group and are SIGKILLed here
-        while the group id is still reserved by the unreaped child, or by the zygote just before
-        it reaps the child; a process that left the group with ``setsid()`` is not covered.
+        (it names exactly this process: it was opened before the child could be reaped). With
+        namespaces (the default) the child is PID 1 of its own PID namespace, and the kernel
+        reports its exit only after every other process of that namespace is dead: the proof
+        covers ``setsid``, double forks and daemons. With ``TAKOHOST_SANDBOX_ISOLATION=none`` only
+        the child's process group is SIGKILLed (here, or by the zygote before it reaps it); a
+        process that left the group is not covered.
         """
         if self._pidfd < 0:
             raise RuntimeError("kill_and_wait after close: the pidfd is gone, nothing can be proven")
