@@ -31,6 +31,10 @@ class Settings:
         scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
             ``wait_until`` work) may take before it is killed and recorded as a failed run
             (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
+        space_max_contexts: how many replay contexts one Space may run at once across the whole
+            fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
+            context is deferred: its instance stays ``queued`` and starts when a context of the
+            same Space ends (``workers.engine.lease``; README "Production").
     """
 
     database_url: str
@@ -41,6 +45,7 @@ class Settings:
     sweep_interval_s: float
     validation_timeout_s: float
     scheduled_timeout_s: float = 900.0
+    space_max_contexts: int = 8
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
@@ -78,6 +83,7 @@ def load_settings() -> Settings:
         lease_ttl_ms=int(_float("TAKOHOST_LEASE_TTL_MS", 15000)),
         sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
+        space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
         test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),

@@ -120,3 +120,91 @@ def test_the_longest_ping_gap_is_remembered_after_pings_resume(leases):
     beat.ping([watched])
     assert watched.child.pings == 1
     assert watched.ping_gap() >= 0.7 > time.monotonic() - watched.last_ping
+
+
+# -- fair share between Spaces (issue 10 item 6) ---------------------------------------------------
+
+
+@pytest.fixture()
+def capped():
+    handed: list[int] = []
+    store = lease_mod.LeaseStore(fakeredis.FakeRedis(), namespace="ns", ttl_ms=1000, handoff=handed.append)
+    return store, handed
+
+
+def test_a_space_at_its_cap_defers_without_taking_anything(capped):
+    leases, _ = capped
+    first = leases.admit(1, space="a", cap=2, owner="w")
+    second = leases.admit(2, space="a", cap=2, owner="w")
+    assert isinstance(first, lease_mod.Lease) and first.space == "a"
+    assert isinstance(second, lease_mod.Lease)
+    assert leases.admit(3, space="a", cap=2, owner="w") == lease_mod.DEFERRED
+    assert leases.holder(3) is None  # nothing taken: the instance stays queued
+    assert leases.client.zrange(leases.waiting_key("a"), 0, -1) == [b"3"]
+    assert isinstance(leases.admit(9, space="b", cap=2, owner="w"), lease_mod.Lease)  # other Spaces
+    assert leases.admit(1, space="a", cap=2, owner="x") == lease_mod.BUSY  # held: not recorded
+    assert leases.client.zrange(leases.waiting_key("a"), 0, -1) == [b"3"]
+    assert leases.running(["a", "b", "c"]) == {"a": 2, "b": 1, "c": 0}
+
+
+def test_releasing_a_space_lease_hands_the_slot_to_the_oldest_waiting(capped):
+    leases, handed = capped
+    held = leases.admit(1, space="a", cap=1, owner="w")
+    assert leases.admit(2, space="a", cap=1, owner="w") == lease_mod.DEFERRED
+    assert leases.admit(3, space="a", cap=1, owner="w") == lease_mod.DEFERRED
+    assert leases.admit(2, space="a", cap=1, owner="w") == lease_mod.DEFERRED  # keeps its place
+    assert leases.release(held)
+    assert handed == [2]
+    taken = leases.admit(2, space="a", cap=1, owner="w")
+    assert isinstance(taken, lease_mod.Lease)
+    assert leases.client.zrange(leases.waiting_key("a"), 0, -1) == [b"3"]
+    assert leases.release(taken) and handed == [2, 3]
+    assert leases.release(leases.admit(3, space="a", cap=1, owner="w"))
+    assert handed == [2, 3]  # nobody waits any more
+
+
+def test_an_expired_lease_frees_its_slot(capped):
+    leases, handed = capped
+    held = leases.admit(1, space="a", cap=1, owner="w")
+    leases.client.delete(held.key)  # the worker was SIGKILLed: its lease expired
+    assert isinstance(leases.admit(2, space="a", cap=1, owner="w"), lease_mod.Lease)
+    assert leases.client.smembers(leases.contexts_key("a")) == {b"2"}
+    assert not leases.release(held) and handed == []  # not ours any more: nothing handed on
+
+
+def test_renewal_keeps_a_space_lease_counted_after_redis_lost_its_keys(capped):
+    leases, _ = capped
+    held = leases.admit(1, space="a", cap=1, owner="w")
+    leases.client.flushall()
+    assert leases.renew(held)
+    assert leases.holder(1) == held.value
+    assert leases.running(["a"]) == {"a": 1}
+    assert leases.admit(2, space="a", cap=1, owner="w") == lease_mod.DEFERRED
+    leases.client.set(held.key, "other", px=1000)
+    assert not leases.renew(held)
+
+
+def test_no_space_or_no_cap_is_a_plain_lease(capped):
+    leases, _ = capped
+    assert isinstance(leases.admit(1, space=None, cap=1), lease_mod.Lease)
+    assert leases.admit(1, space=None, cap=1) == lease_mod.BUSY
+    for pk in (2, 3):
+        lease = leases.admit(pk, space="a", cap=0)
+        assert isinstance(lease, lease_mod.Lease) and lease.space is None
+
+
+def test_note_waiting_records_sweep_orphans_for_hand_off(capped):
+    leases, handed = capped
+    held = leases.admit(1, space="a", cap=1, owner="w")
+    leases.note_waiting({"a": [5, 6], "b": []})
+    assert leases.release(held) and handed == [5]
+
+
+def test_the_sweep_sends_each_space_at_most_its_free_slots():
+    from workers.engine import sweep
+
+    orphans = [(1, "a"), (2, "b"), (3, "a"), (4, "a"), (5, "b")]
+    now, waiting = sweep.admissible(orphans, cap=2, running={"a": 1, "b": 0})
+    assert now == [1, 2, 5]
+    assert waiting == {"a": [3, 4]}
+    assert sweep.admissible(orphans, cap=0, running={}) == ([1, 2, 3, 4, 5], {})

@@ -66,8 +66,10 @@ class ReplayContext:
         zygote: sandbox.Zygote,
         leases: lease_mod.LeaseStore,
         clock: Callable[[], dt.datetime] = utcnow,
+        space: str | None = None,
     ) -> None:
         self.pk = instance_pk
+        self.space = space  # whose per-Space cap this context counts against (None: uncapped)
         self.clock = clock
         self.settings = settings
         self.zygote = zygote
@@ -92,9 +94,10 @@ class ReplayContext:
         """Run the context; returns an outcome word for logs and tests (``complete``, ``errored``,
         ``sleeping``, ``waiting``, ``retry``, ``fenced``, ``busy``, ``not_runnable``, …)."""
         self.lease_taken = time.monotonic()
-        self.lease = self.leases.acquire(self.pk)
-        if self.lease is None:
-            return "busy"
+        admitted = self.leases.admit(self.pk, space=self.space, cap=self.settings.space_max_contexts)
+        if not isinstance(admitted, lease_mod.Lease):
+            return admitted  # "busy", or "deferred": the Space runs its cap of contexts (lease.py)
+        self.lease = admitted
         try:
             return self._run()
         except _Stop as stop:
@@ -546,10 +549,13 @@ def run_context(
     settings: config.Settings | None = None,
     zygote: sandbox.Zygote | None = None,
     clock: Callable[[], dt.datetime] = utcnow,
+    space: str | None = None,
 ) -> str:
     """Run one replay context of instance ``instance_pk`` (the body of the Celery task
     ``takohost.run_context``); returns the outcome word. Lease busy → ``"busy"`` at once.
-    ``clock`` (aware UTC) is the context's notion of now (tests pass a controllable one)."""
+    ``clock`` (aware UTC) is the context's notion of now (tests pass a controllable one).
+    ``space`` (the instance's Space) puts the context under ``settings.space_max_contexts``:
+    that Space at its cap → ``"deferred"`` at once (``lease.LeaseStore.admit``)."""
     settings = settings or config.load_settings()
     leases = lease_mod.store_for(
         redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
@@ -561,6 +567,7 @@ def run_context(
         zygote=zygote or sandbox.get_zygote(),
         leases=leases,
         clock=clock,
+        space=space,
     )
     outcome = context.run()
     log.debug(

@@ -11,18 +11,47 @@ but never both commit.
 Stop proof: the owner deletes its lease only after its child is proven dead, and a child whose
 pings stop kills itself before the lease could expire (``watchdog_seconds`` < TTL), so "no lease"
 means "no user code of this instance runs" (DESIGN "Terminate and delete").
+
+Fair share between Spaces (issue 10 item 6): a Space runs at most ``settings.space_max_contexts``
+replay contexts at once across the fleet. The count is the Space's live leases: the SET
+``{namespace}:space-contexts:{space}`` lists the pks whose leases that Space's contexts took, and a
+member counts only while its lease key exists (a SIGKILLed worker's slot frees when its lease
+expires; a flushed Redis forgets nothing that matters — renewals add the member again).
+:meth:`LeaseStore.admit` takes the lease and the slot in one script (one round trip, replacing the
+plain ``SET NX``); over the cap it takes nothing and records the pk in the ZSET
+``{namespace}:space-waiting:{space}`` instead (the instance stays ``queued``: deferral costs no
+Postgres write). :meth:`LeaseStore.release` of a Space's lease pops the oldest waiting pk in the
+same script and hands it to ``handoff`` (``workers.dispatch.run_context``): the finishing context
+starts the next waiting one. A lost hand-off (a worker killed between the pop and the send, a
+lease left to expire) is recovered by the beat sweep, which dispatches at most the free slots of
+each Space (``workers.engine.sweep``). The scripts name lease keys they build from ARGV: one
+Redis (not a cluster), as everywhere in this host.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
+import time
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
+from workers import dispatch
 from workers.services import leases
+
+log = logging.getLogger(__name__)
+
+#: Outcomes of :meth:`LeaseStore.admit` that are not a lease (and the context's outcome words).
+BUSY = "busy"
+DEFERRED = "deferred"
+
+#: How long (ms) a Space's contexts SET and waiting ZSET live after their last write: a Space
+#: that went idle leaves no keys behind for long; a live one refreshes them at every admission.
+SPACE_KEYS_TTL_MS = 86_400_000
 
 # KEYS[1] = lease key, ARGV[1] = expected value, ARGV[2] = ttl ms.
 _RENEW = """
@@ -38,14 +67,78 @@ end
 return 0
 """
 
+# Space leases. KEYS[1] = lease key, KEYS[2] = the Space's contexts SET, KEYS[3] = its waiting ZSET.
+# ARGV[1] = lease value, ARGV[2] = ttl ms, ARGV[3] = cap, ARGV[4] = pk, ARGV[5] = now ms,
+# ARGV[6] = lease key prefix, ARGV[7] = SPACE_KEYS_TTL_MS.  1 = taken, 0 = busy, -1 = deferred.
+_ADMIT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local live = 0
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if member ~= ARGV[4] and redis.call('EXISTS', ARGV[6] .. member) == 1 then
+    live = live + 1
+  else
+    redis.call('SREM', KEYS[2], member)
+  end
+end
+if live >= tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  return -1
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+redis.call('ZREM', KEYS[3], ARGV[4])
+return 1
+"""
+# KEYS[1] = lease key, KEYS[2] = contexts SET; ARGV[1] = value, ARGV[2] = ttl ms, ARGV[3] = pk,
+# ARGV[4] = SPACE_KEYS_TTL_MS. Renew (or re-take a vanished lease) and stay counted in the Space.
+_RENEW_SPACE = """
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+elseif not held then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  return 0
+end
+redis.call('SADD', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+# KEYS = lease, contexts SET, waiting ZSET; ARGV[1] = value, ARGV[2] = pk.
+# {0} = not ours; {1} = released, nobody waits; {1, pk} = released, hand the slot to pk.
+_RELEASE_SPACE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[2])
+local nxt = redis.call('ZPOPMIN', KEYS[3])
+if nxt[1] then return {1, nxt[1]} end
+return {1}
+"""
+# KEYS[1] = contexts SET; ARGV[1] = lease key prefix. Drop members without a lease; count the rest.
+_RUNNING = """
+local live = 0
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', ARGV[1] .. member) == 1 then
+    live = live + 1
+  else
+    redis.call('SREM', KEYS[1], member)
+  end
+end
+return live
+"""
+
 
 @dataclasses.dataclass(frozen=True)
 class Lease:
-    """One held lease: ``key`` in Redis holding ``value`` (``{owner}:{nonce}``)."""
+    """One held lease: ``key`` in Redis holding ``value`` (``{owner}:{nonce}``); ``space`` is the
+    Space whose cap it counts against (``None``: taken by :meth:`LeaseStore.acquire`, uncapped)."""
 
     instance_pk: int
     key: str
     value: str
+    space: str | None = None
 
 
 def process_owner() -> str:
@@ -57,15 +150,29 @@ class LeaseStore:
     """Acquire, renew and release instance leases in one Redis.
 
     ``ttl_ms`` is the lease time-to-live in milliseconds (``settings.lease_ttl_ms``, 15000);
-    the heartbeat renews every third of it. Redis errors propagate as ``redis.RedisError``.
+    the heartbeat renews every quarter of it. ``handoff(pk)`` is called with the waiting instance
+    a released Space lease frees its slot for (``store_for`` wires ``workers.dispatch.run_context``;
+    ``None``: nobody is told, the sweep finds it). Redis errors propagate as ``redis.RedisError``.
     """
 
-    def __init__(self, client: redis.Redis, *, namespace: str, ttl_ms: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        namespace: str,
+        ttl_ms: int,
+        handoff: Callable[[int], None] | None = None,
+    ) -> None:
         self.client = client
         self.namespace = namespace
         self.ttl_ms = ttl_ms
+        self.handoff = handoff
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._admit = client.register_script(_ADMIT)
+        self._renew_space = client.register_script(_RENEW_SPACE)
+        self._release_space = client.register_script(_RELEASE_SPACE)
+        self._running = client.register_script(_RUNNING)
 
     def key(self, instance_pk: int) -> str:
         """The Redis key of ``instance_pk``'s lease."""
@@ -79,20 +186,114 @@ class LeaseStore:
             return Lease(instance_pk=instance_pk, key=key, value=value)
         return None
 
+    def admit(
+        self, instance_pk: int, *, space: str | None, cap: int, owner: str | None = None
+    ) -> Lease | str:
+        """Take ``instance_pk``'s lease and a slot of ``space`` in one round trip.
+
+        Returns the new :class:`Lease` (``lease.space == space``); :data:`BUSY` when someone holds
+        the lease (nothing recorded: that owner runs the instance); :data:`DEFERRED` when ``space``
+        already runs ``cap`` contexts with live leases — nothing is taken and the pk is added to
+        the Space's waiting ZSET (kept at its first deferral time), from which a release hands it
+        the next free slot. ``space`` ``None`` or ``cap`` ≤ 0 → a plain :meth:`acquire` (no cap).
+        """
+        if space is None or cap <= 0:
+            held = self.acquire(instance_pk, owner=owner)
+            return BUSY if held is None else held
+        value = f"{owner or process_owner()}:{uuid.uuid4().hex}"
+        key = self.key(instance_pk)
+        answer = self._admit(
+            keys=[key, self.contexts_key(space), self.waiting_key(space)],
+            args=[
+                value,
+                self.ttl_ms,
+                cap,
+                instance_pk,
+                int(time.time() * 1000),
+                self.key_prefix(),
+                SPACE_KEYS_TTL_MS,
+            ],
+        )
+        if int(answer) == 1:
+            return Lease(instance_pk=instance_pk, key=key, value=value, space=space)
+        return BUSY if int(answer) == 0 else DEFERRED
+
     def renew(self, lease: Lease) -> bool:
         """Extend ``lease`` by the TTL if it is still ours (compare-and-set); False if it is not.
 
         A lease that vanished (expired, or Redis lost its keys) is taken again with ``SET NX``
         under the same value, so a flushed Redis does not stop a healthy context; one that
-        another owner holds is lost for good.
+        another owner holds is lost for good. A Space's lease is also (re-)counted in its Space
+        (the same single round trip).
         """
+        if lease.space is not None:
+            return bool(
+                self._renew_space(
+                    keys=[lease.key, self.contexts_key(lease.space)],
+                    args=[lease.value, self.ttl_ms, lease.instance_pk, SPACE_KEYS_TTL_MS],
+                )
+            )
         if self._renew(keys=[lease.key], args=[lease.value, self.ttl_ms]):
             return True
         return bool(self.client.set(lease.key, lease.value, nx=True, px=self.ttl_ms))
 
     def release(self, lease: Lease) -> bool:
-        """Delete ``lease`` if it is still ours; True when this call deleted it."""
-        return bool(self._release(keys=[lease.key], args=[lease.value]))
+        """Delete ``lease`` if it is still ours; True when this call deleted it.
+
+        A Space's lease also frees its slot and, in the same script, pops the Space's oldest
+        waiting pk, which is passed to ``handoff`` (a failing ``handoff`` is logged, never
+        raised: the sweep dispatches that instance later).
+        """
+        if lease.space is None:
+            return bool(self._release(keys=[lease.key], args=[lease.value]))
+        answer = self._release_space(
+            keys=[lease.key, self.contexts_key(lease.space), self.waiting_key(lease.space)],
+            args=[lease.value, lease.instance_pk],
+        )
+        if len(answer) > 1 and self.handoff is not None:
+            try:
+                self.handoff(int(answer[1]))
+            except Exception:  # noqa: BLE001 - the sweep dispatches it
+                log.warning("hand-off failed; left to the sweep", extra={"space": lease.space}, exc_info=True)
+        return bool(int(answer[0]))
+
+    def running(self, spaces: Iterable[str]) -> dict[str, int]:
+        """How many contexts each of ``spaces`` runs now (live leases in its contexts SET; stale
+        members are dropped on the way). One pipelined round trip."""
+        names = list(dict.fromkeys(spaces))
+        if not names:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for space in names:
+            self._running(keys=[self.contexts_key(space)], args=[self.key_prefix()], client=pipe)
+        return {space: int(live) for space, live in zip(names, pipe.execute(), strict=True)}
+
+    def note_waiting(self, waiting: dict[str, Sequence[int]]) -> None:
+        """Record ``{space: [pk, ...]}`` as deferred (kept at an earlier deferral time if already
+        there), so that releases hand them slots: the sweep's repair after Redis lost the ZSET.
+        One pipelined round trip."""
+        if not any(waiting.values()):
+            return
+        now_ms = int(time.time() * 1000)
+        pipe = self.client.pipeline(transaction=False)
+        for space, pks in waiting.items():
+            if pks:
+                key = self.waiting_key(space)
+                pipe.zadd(key, {str(pk): now_ms for pk in pks}, nx=True)
+                pipe.pexpire(key, SPACE_KEYS_TTL_MS)
+        pipe.execute()
+
+    def key_prefix(self) -> str:
+        """The prefix of every lease key (``{namespace}:lease:``): the key is prefix + pk."""
+        return leases.lease_key(self.namespace, 0)[:-1]
+
+    def contexts_key(self, space: str) -> str:
+        """The Redis SET of ``space``'s running contexts (``leases.space_contexts_key``)."""
+        return leases.space_contexts_key(self.namespace, space)
+
+    def waiting_key(self, space: str) -> str:
+        """The Redis ZSET of ``space``'s deferred instances (``leases.space_waiting_key``)."""
+        return leases.space_waiting_key(self.namespace, space)
 
     def holder(self, instance_pk: int) -> str | None:
         """The current lease value of ``instance_pk`` (``None``: no live lease)."""
@@ -103,11 +304,19 @@ class LeaseStore:
 _stores: dict[tuple[int, str, str, int], LeaseStore] = {}
 
 
+def _dispatch_next(instance_pk: int) -> None:
+    # Looked up at call time, so that tests replacing ``dispatch.run_context`` see hand-offs too.
+    dispatch.run_context(instance_pk)
+
+
 def store_for(*, redis_url: str, namespace: str, ttl_ms: int) -> LeaseStore:
-    """This process's :class:`LeaseStore` for the given settings (a new client after ``fork``)."""
+    """This process's :class:`LeaseStore` for the given settings (a new client after ``fork``);
+    released Space leases hand their slot on through ``workers.dispatch.run_context``."""
     key = (os.getpid(), redis_url, namespace, ttl_ms)
     store = _stores.get(key)
     if store is None:
         client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
-        store = _stores[key] = LeaseStore(client, namespace=namespace, ttl_ms=ttl_ms)
+        store = _stores[key] = LeaseStore(
+            client, namespace=namespace, ttl_ms=ttl_ms, handoff=_dispatch_next
+        )
     return store

@@ -4,7 +4,8 @@ accepted data (a sweep re-dispatches from Postgres)"; DESIGN "Beat").
 Beat calls :func:`sweep` every ``settings.sweep_interval_s``. Runnable = ``queued``/``running``,
 not being stopped, no retry delay pending (no ``retry`` timer), its DurableWorkflow not closed,
 untouched for a grace period (so a context dispatched a moment ago is not sent twice), and
-**no live lease** in Redis. That covers a SIGKILLed worker (its lease expires), a lost broker
+**no live lease** in Redis; with a per-Space cap, no more than the Space's free slots
+(``workers.engine.lease``, issue 10 item 6). That covers a SIGKILLed worker (its lease expires), a lost broker
 message and a flushed Redis (no lease, no queue). A duplicate dispatch is harmless: the lease
 (``SET NX``) and the epoch fence let only one context commit.
 
@@ -25,11 +26,14 @@ from models import db as models_db
 from models import instances as inst_models
 from takohost import config
 from workers import dispatch
+from workers.engine import lease as lease_mod
 from workers.services import instance_stop, leases, retention, workflow_observer
 
 log = logging.getLogger(__name__)
 
 BATCH = 1000
+#: With a per-Space cap, at most this many (or the cap, if larger) candidates of one Space a sweep.
+PER_SPACE = 100
 MIN_GRACE_SECONDS = 5.0
 
 INSTANCES = inst_models.Instance.__table__
@@ -37,21 +41,58 @@ TIMERS = inst_models.Timer.__table__
 CLOSURES = inst_models.WorkflowClosure.__table__
 
 
-def _candidates(cutoff: dt.datetime) -> sa.Select:
+def _candidates(cutoff: dt.datetime, *, per_space: int = 0) -> sa.Select:
+    """``(pk, space)`` of the runnable instances untouched since ``cutoff``, oldest first, at most
+    ``BATCH``; ``per_space`` > 0 → at most that many of each Space (so one Space's backlog of
+    deferred instances cannot hide another Space's orphan from the sweep)."""
     retry = sa.select(TIMERS.c.pk).where(TIMERS.c.instance_pk == INSTANCES.c.pk, TIMERS.c.kind == "retry")
     closed = sa.select(CLOSURES.c.workflow_uid).where(CLOSURES.c.workflow_uid == INSTANCES.c.workflow_uid)
-    return (
-        sa.select(INSTANCES.c.pk)
-        .where(
-            INSTANCES.c.status.in_(("queued", "running")),
-            INSTANCES.c.stopping.is_(None),
-            INSTANCES.c.updated_at < cutoff,
-            ~retry.exists(),
-            ~closed.exists(),
+    conditions = (
+        INSTANCES.c.status.in_(("queued", "running")),
+        INSTANCES.c.stopping.is_(None),
+        INSTANCES.c.updated_at < cutoff,
+        ~retry.exists(),
+        ~closed.exists(),
+    )
+    if per_space <= 0:
+        return (
+            sa.select(INSTANCES.c.pk, INSTANCES.c.space)
+            .where(*conditions)
+            .order_by(INSTANCES.c.updated_at)
+            .limit(BATCH)
         )
-        .order_by(INSTANCES.c.updated_at)
+    rank = sa.func.row_number().over(partition_by=INSTANCES.c.space, order_by=INSTANCES.c.updated_at)
+    ranked = (
+        sa.select(INSTANCES.c.pk, INSTANCES.c.space, INSTANCES.c.updated_at, rank.label("rank"))
+        .where(*conditions)
+        .subquery()
+    )
+    return (
+        sa.select(ranked.c.pk, ranked.c.space)
+        .where(ranked.c.rank <= per_space)
+        .order_by(ranked.c.updated_at)
         .limit(BATCH)
     )
+
+
+def admissible(
+    orphans: list[tuple[int, str]], *, cap: int, running: dict[str, int]
+) -> tuple[list[int], dict[str, list[int]]]:
+    """Split ``orphans`` (``(pk, space)``, oldest first) into the pks to dispatch now — per Space at
+    most its free slots (``cap`` − ``running[space]``; all of them when ``cap`` ≤ 0) — and
+    ``{space: [pk, ...]}`` left waiting for a slot (issue 10 item 6)."""
+    if cap <= 0:
+        return [pk for pk, _ in orphans], {}
+    free = {space: max(0, cap - running.get(space, 0)) for _, space in orphans}
+    now: list[int] = []
+    waiting: dict[str, list[int]] = {}
+    for pk, space in orphans:
+        if free[space] > 0:
+            free[space] -= 1
+            now.append(pk)
+        else:
+            waiting.setdefault(space, []).append(pk)
+    return now, waiting
 
 
 def _stopping(cutoff: dt.datetime) -> sa.Select:
@@ -109,21 +150,35 @@ def sweep(*, now: dt.datetime) -> int:
 
     The dispatched rows get ``updated_at = now`` so the next sweep waits a grace period before
     trying them again (an instance that cannot run yet, e.g. no Deployment, is retried at that
-    pace). Redis unreachable → nothing dispatched this time (logged)."""
+    pace). Redis unreachable → nothing dispatched this time (logged).
+
+    Fair share (``settings.space_max_contexts`` > 0): each Space is sent at most its free slots
+    (the cap minus its live leases, :func:`admissible`); its other orphans are (re-)recorded as
+    waiting, untouched, so that a finishing context of that Space hands them a slot — a deferred
+    backlog is not re-sent every sweep, and a lost hand-off is repaired here."""
     settings = config.load_settings()
     housekeeping(now=now)
     cutoff = now - dt.timedelta(seconds=grace_seconds(settings))
+    cap = settings.space_max_contexts
     with models_db.session_scope() as session:
-        candidates = session.scalars(_candidates(cutoff)).all()
+        rows = session.execute(_candidates(cutoff, per_space=max(cap, PER_SPACE) if cap > 0 else 0)).all()
+    candidates = [pk for pk, _ in rows]
     try:
         finished = finish_terminations(now=now, settings=settings)
-        live = leases.live_leases(list(candidates), settings=settings)
+        live = leases.live_leases(candidates, settings=settings)
+        orphaned = [(pk, space) for pk, space in rows if pk not in live]
+        running: dict[str, int] = {}
+        if orphaned and cap > 0:
+            store = lease_mod.store_for(
+                redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
+            )
+            running = store.running(space for _, space in orphaned)
+        orphans, waiting = admissible(orphaned, cap=cap, running=running)
+        if waiting:
+            store.note_waiting(waiting)
     except Exception:  # noqa: BLE001 - Redis down: nothing can be dispatched now anyway
         log.warning("sweep skipped: lease store unreachable", exc_info=True)
         return 0
-    if not candidates:
-        return finished
-    orphans = [pk for pk in candidates if pk not in live]
     if not orphans:
         return finished
     with models_db.session_scope() as session:

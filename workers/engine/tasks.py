@@ -4,25 +4,58 @@ execution") and the worker-process hook that starts the sandbox zygote early.
 The task is acknowledged late (``workers.celery_app``): a worker killed mid-context leaves the
 message to be redelivered, and the sweep re-dispatches from Postgres anyway; the lease and the
 epoch make duplicates harmless.
+
+Fair share (issue 10 item 6): the task reads the instance's Space (one primary-key read) and runs
+the context under ``settings.space_max_contexts``; a Space at its cap gets ``"deferred"`` back in
+one Redis round trip, without running anything (``workers.engine.lease``).
 """
 
 from __future__ import annotations
 
 import logging
 
+import psycopg
+import sqlalchemy as sa
 from celery import signals
 
+from models import db as models_db
+from models import instances as inst_models
+from takohost import config
 from workers.celery_app import app
 from workers.dispatch import RUN_CONTEXT
-from workers.engine import children, context, sandbox
+from workers.engine import children, context, sandbox, store
 
 log = logging.getLogger(__name__)
+
+_SPACE_SQL = "SELECT space FROM instances WHERE pk = %s"
+
+
+def space_of(instance_pk: int, settings: config.Settings) -> str | None:
+    """The Space of instance ``instance_pk`` (``None``: no such instance — the context then finds it
+    not runnable). Postgres: one indexed read on this process's context connection; other
+    databases (the embedded SQLite): through SQLAlchemy. Database errors propagate (the task
+    fails like a context that cannot read its instance; the sweep dispatches it again)."""
+    url = settings.database_url
+    if url.startswith("postgresql"):
+        try:
+            row = store.connection_for(url).execute(_SPACE_SQL, [instance_pk]).fetchone()
+        except psycopg.Error:
+            store.discard_connection(url)
+            raise
+        return None if row is None else row[0]
+    table = inst_models.Instance.__table__
+    with models_db.session_scope(url) as session:
+        return session.scalar(sa.select(table.c.space).where(table.c.pk == instance_pk))
 
 
 @app.task(name=RUN_CONTEXT, ignore_result=True)
 def run_context(instance_pk: int) -> str:
-    """Run one replay context of instance ``instance_pk``; returns its outcome word."""
-    return context.run_context(int(instance_pk))
+    """Run one replay context of instance ``instance_pk``; returns its outcome word
+    (``"deferred"``: its Space runs ``settings.space_max_contexts`` contexts already)."""
+    pk = int(instance_pk)
+    settings = config.load_settings()
+    space = space_of(pk, settings) if settings.space_max_contexts > 0 else None
+    return context.run_context(pk, settings=settings, space=space)
 
 
 @signals.worker_process_init.connect
