@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -588,3 +589,38 @@ def test_zygote_survives_bad_clients(zygote):
         assert raw.recv(10) == b""
     with zygote.spawn(workflow_job(RETURNS_PID)) as handle:
         assert handle.recv(timeout=5)["op"] == "run_returned"
+
+
+# -- isolation modes -----------------------------------------------------------------------------
+
+WHO = """
+import os
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        return {"pid": os.getpid(), "uid": os.getuid(), "cwd": os.getcwd(), "root": sorted(os.listdir("/"))}
+"""
+
+
+def test_default_child_is_pid_1_of_its_namespace_with_its_own_uid(zygote):
+    with zygote.spawn(workflow_job(WHO)) as handle:
+        output = handle.recv(timeout=5)["output"]
+    assert output["pid"] == 1
+    assert output["uid"] >= zygote.policy.uid_base and output["uid"] != os.getuid()
+    assert output["cwd"] == "/tmp"
+    assert "proc" in output["root"] and "home" not in output["root"] and "var" not in output["root"]
+
+
+def test_opt_out_mode_none_runs_in_the_host_namespaces():
+    from takohost.runtime import isolation
+
+    z = sandbox.Zygote(policy=isolation.Policy(mode="none"))
+    z.start()
+    try:
+        with z.spawn(workflow_job(WHO)) as handle:
+            output = handle.recv(timeout=5)["output"]
+            assert output["pid"] == handle.pid  # no PID namespace
+        assert output["uid"] == os.getuid()
+        assert output["cwd"].startswith(tempfile.gettempdir())
+    finally:
+        z.stop()
