@@ -28,21 +28,35 @@ from workers.engine import children, context, sandbox, store
 log = logging.getLogger(__name__)
 
 _SPACE_SQL = "SELECT space FROM instances WHERE pk = %s"
+#: Entries of the per-process pk → Space memo (cleared when full; about 10 MB at most).
+SPACE_CACHE_SIZE = 100_000
+_spaces: dict[tuple[str, int], str] = {}
 
 
 def space_of(instance_pk: int, settings: config.Settings) -> str | None:
     """The Space of instance ``instance_pk`` (``None``: no such instance — the context then finds it
-    not runnable). Postgres: one indexed read on this process's context connection; other
+    not runnable). Postgres: one indexed read on this process's context connection (remembered
+    per process); other
     databases (the embedded SQLite): through SQLAlchemy. Database errors propagate (the task
     fails like a context that cannot read its instance; the sweep dispatches it again)."""
     url = settings.database_url
     if url.startswith("postgresql"):
+        # An instance never changes Space and Postgres never reuses a pk (an identity sequence):
+        # remembered for this process, so a re-dispatched deferred instance costs no read.
+        cached = _spaces.get((url, instance_pk))
+        if cached is not None:
+            return cached
         try:
             row = store.connection_for(url).execute(_SPACE_SQL, [instance_pk]).fetchone()
         except psycopg.Error:
             store.discard_connection(url)
             raise
-        return None if row is None else row[0]
+        if row is None:
+            return None
+        if len(_spaces) >= SPACE_CACHE_SIZE:
+            _spaces.clear()
+        _spaces[(url, instance_pk)] = row[0]
+        return row[0]
     table = inst_models.Instance.__table__
     with models_db.session_scope(url) as session:
         return session.scalar(sa.select(table.c.space).where(table.c.pk == instance_pk))
