@@ -11,6 +11,7 @@ from __future__ import annotations
 from celery import Celery
 
 from takohost import config
+from workers import message_guard
 
 #: Modules that define tasks; imported by worker processes only.
 TASK_MODULES = ["workers.tasks"]
@@ -35,6 +36,9 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
         # JSON only: a pickled message is refused unread, never unpickled.
         task_serializer="json",
         accept_content=["json"],
+        # Any message our producers never send is dropped before Celery reads it (a malformed
+        # one would otherwise crash the worker and be redelivered to the next one).
+        worker_consumer=message_guard.HostConsumer,
         task_ignore_result=True,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
