@@ -90,7 +90,9 @@ def db_upgrade() -> None:
 @click.option("--port", default=8080, show_default=True, type=int, help="Port to bind.")
 @click.option("--workers", "num_workers", default=2, show_default=True, type=int,
               help="gunicorn worker processes.")
-def api(host: str, port: int, num_workers: int) -> None:
+@click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a client has to send a complete request head; then 408 and close.")
+def api(host: str, port: int, num_workers: int, header_timeout: float) -> None:
     """Serve the HTTP API with gunicorn."""
     _host_process()
     from gunicorn.app.base import BaseApplication
@@ -98,13 +100,16 @@ def api(host: str, port: int, num_workers: int) -> None:
     from host_api.app import create_app
     from host_api.server import JsonErrorThreadWorker
 
+    worker_class = JsonErrorThreadWorker.with_header_timeout(header_timeout)
+
     class _Server(BaseApplication):
         def load_config(self) -> None:
             self.cfg.set("bind", f"{host}:{port}")
             self.cfg.set("workers", num_workers)
             self.cfg.set("threads", 4)
-            # gthread, with gunicorn's own error pages (414, 431, bad header…) as JSON (§2.4).
-            self.cfg.set("worker_class", JsonErrorThreadWorker)
+            # gthread, with gunicorn's own error pages (414, 431, bad header…) as JSON (§2.4), and
+            # request heads read in its main loop with a deadline (no thread per slow client).
+            self.cfg.set("worker_class", worker_class)
             # gunicorn's maximum: a 256-character instance id percent-encodes to up to 3 KiB.
             self.cfg.set("limit_request_line", 8190)
             self.cfg.set("accesslog", None)
