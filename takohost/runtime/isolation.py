@@ -296,6 +296,7 @@ class Layout:
     dev_nodes: tuple[str, ...]
     sys_path: tuple[str, ...]
     last_cap: int
+    seccomp: tuple[tuple[int, int, int, int], ...]
 
     @classmethod
     def compute(cls, policy: Policy) -> Layout:
@@ -340,6 +341,7 @@ class Layout:
             dev_nodes=nodes,
             sys_path=tuple(sys_path),
             last_cap=_last_cap(),
+            seccomp=tuple(seccomp_program()),
         )
 
 
@@ -384,6 +386,7 @@ def enter_sandbox(layout: Layout, *, root: str, uid: int) -> None:
     os.chdir("/tmp")
     set_limits(policy)
     drop_identity(uid if as_root else None, last_cap=layout.last_cap)
+    install_seccomp(list(layout.seccomp))
     sys.path[:] = layout.sys_path
     sys.path_importer_cache.clear()
     sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__module__", "") in _STANDARD_FINDERS]
@@ -442,6 +445,180 @@ def drop_identity(uid: int | None, *, last_cap: int) -> None:
     # setresuid made us non-dumpable; nothing else with this identity exists, and the context's
     # own /proc must stay readable to itself.
     set_dumpable(True)
+
+
+# -- system-call filter ---------------------------------------------------------------------------
+# Calls a context never needs and that reach state the namespaces do not separate (the kernel
+# keyrings are per uid, not per namespace) or that are the usual ways to attack the kernel
+# (nested namespaces, mounts, BPF, perf, io_uring, module loading). They fail with EPERM;
+# ``clone3`` fails with ENOSYS so that the C library falls back to ``clone``, whose flags the
+# filter can see (any ``CLONE_NEW*`` flag is refused there).
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_DENIED_CALLS = {
+    "x86_64": {
+        "add_key": 248,
+        "request_key": 249,
+        "keyctl": 250,
+        "unshare": 272,
+        "setns": 308,
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "chroot": 161,
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "userfaultfd": 323,
+        "kexec_load": 246,
+        "kexec_file_load": 320,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "open_by_handle_at": 304,
+        "name_to_handle_at": 303,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "acct": 163,
+        "swapon": 167,
+        "swapoff": 168,
+        "reboot": 169,
+        "settimeofday": 164,
+        "clock_settime": 227,
+    },
+    "aarch64": {
+        "add_key": 217,
+        "request_key": 218,
+        "keyctl": 219,
+        "unshare": 97,
+        "setns": 268,
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "chroot": 51,
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "userfaultfd": 282,
+        "kexec_load": 104,
+        "kexec_file_load": 294,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
+        "open_by_handle_at": 265,
+        "name_to_handle_at": 264,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "acct": 89,
+        "swapon": 224,
+        "swapoff": 225,
+        "reboot": 142,
+        "settimeofday": 170,
+        "clock_settime": 112,
+    },
+}
+_CLONE = {"x86_64": 56, "aarch64": 220}
+_CLONE3 = 435
+_CLONE_NEW_FLAGS = (
+    CLONE_NEWNS
+    | CLONE_NEWUTS
+    | CLONE_NEWIPC
+    | CLONE_NEWUSER
+    | CLONE_NEWPID
+    | CLONE_NEWNET
+    | 0x02000000
+    | 0x00000080
+)  # + NEWCGROUP, NEWTIME
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_SECCOMP_RET_ERRNO = 0x00050000
+_SECCOMP_RET_KILL_PROCESS = 0x80000000
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+def seccomp_program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF program of the context's system-call filter, as ``(code, jt, jf, k)``
+    instructions (pure; ``IsolationUnavailable`` for an architecture without a table)."""
+    machine = machine or platform.machine()
+    if machine not in _DENIED_CALLS:
+        raise IsolationUnavailable(f"no system-call filter for {machine}")
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    denied = sorted(_DENIED_CALLS[machine].values())
+    body: list[tuple[str, int, int]] = []  # (kind, k, target) with symbolic targets
+    body.append(("ld", 4, 0))
+    body.append(("jne_kill", _AUDIT_ARCH[machine], 0))
+    body.append(("ld", 0, 0))
+    body.append(("jge", 0x40000000, 0))  # the x32 ABI's numbers on x86_64: refused
+    body.extend(("jeq", nr, 0) for nr in denied)
+    body.append(("jeq3", _CLONE3, 0))
+    body.append(("jne_allow", _CLONE[machine], 0))
+    body.append(("ld", 16, 0))  # clone's flags (the low 32 bits of args[0])
+    body.append(("jset", _CLONE_NEW_FLAGS, 0))
+    body.append(("ret", _SECCOMP_RET_ALLOW, 0))
+    tail = {
+        "allow": len(body),
+        "eperm": len(body) + 1,
+        "enosys": len(body) + 2,
+        "kill": len(body) + 3,
+    }
+    program: list[tuple[int, int, int, int]] = []
+    for index, (kind, k, _) in enumerate(body):
+
+        def to(target: str, index: int = index) -> int:
+            return tail[target] - index - 1
+
+        if kind == "ld":
+            program.append((ld, 0, 0, k))
+        elif kind == "jne_kill":
+            program.append((jeq, 0, to("kill"), k))
+        elif kind == "jge" or kind == "jeq" or kind == "jset":
+            code = {"jge": jge, "jeq": jeq, "jset": jset}[kind]
+            program.append((code, to("eperm"), 0, k))
+        elif kind == "jeq3":
+            program.append((jeq, to("enosys"), 0, k))
+        elif kind == "jne_allow":
+            program.append((jeq, 0, to("allow"), k))
+        else:
+            program.append((ret, 0, 0, k))
+    program.append((ret, 0, 0, _SECCOMP_RET_ALLOW))
+    program.append((ret, 0, 0, _SECCOMP_RET_ERRNO | errno_module.EPERM))
+    program.append((ret, 0, 0, _SECCOMP_RET_ERRNO | errno_module.ENOSYS))
+    program.append((ret, 0, 0, _SECCOMP_RET_KILL_PROCESS))
+    if any(jt > 255 or jf > 255 for _, jt, jf, _ in program):
+        raise IsolationUnavailable("the system-call filter is too long for classic BPF jumps")
+    return program
+
+
+def install_seccomp(program: list[tuple[int, int, int, int]]) -> None:
+    """Install ``program`` as this process's seccomp filter (needs ``no_new_privs``); inherited
+    by every process it starts and irrevocable."""
+    raw = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+    filters = ctypes.create_string_buffer(raw, len(raw))
+    fprog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters))
+    buffer = ctypes.create_string_buffer(fprog, len(fprog))
+    _check(
+        _lib().prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), buffer, 0, 0),
+        "prctl(PR_SET_SECCOMP)",
+    )
 
 
 def _clear_capabilities() -> None:

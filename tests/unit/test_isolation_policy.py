@@ -70,3 +70,39 @@ def test_layout_hides_site_packages_and_keeps_only_stdlib_and_sdk_on_sys_path():
     assert sysconfig.get_path("stdlib") in layout.sys_path
     assert layout.sys_path[-1] == layout.policy.sdk_dir.rsplit("/", 1)[0]
     assert any(path.endswith("site-packages") for path in layout.hidden) or sys.base_prefix.startswith("/usr")
+
+
+# -- the system-call filter, run on a small classic-BPF interpreter --------------------------------
+
+def _run_bpf(program, *, arch: int, nr: int, arg0: int = 0) -> int:
+    """Evaluate ``program`` (``(code, jt, jf, k)``) on one ``seccomp_data`` like the kernel."""
+    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF}
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:
+            acc = data[k]
+            pc += 1
+        elif code == 0x06:
+            return k
+        else:
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if taken else jf)
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_seccomp_filter_denies_what_namespaces_do_not_separate(machine):
+    program = isolation.seccomp_program(machine)
+    arch = isolation._AUDIT_ARCH[machine]
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    for name, nr in isolation._DENIED_CALLS[machine].items():
+        assert _run_bpf(program, arch=arch, nr=nr) == eperm, name
+    clone = isolation._CLONE[machine]
+    assert _run_bpf(program, arch=arch, nr=clone, arg0=17) == allow  # fork: SIGCHLD
+    assert _run_bpf(program, arch=arch, nr=clone, arg0=0x003D0F00) == allow  # a thread
+    for flag in (isolation.CLONE_NEWUSER, isolation.CLONE_NEWPID, isolation.CLONE_NEWNET):
+        assert _run_bpf(program, arch=arch, nr=clone, arg0=flag | 17) == eperm
+    assert _run_bpf(program, arch=arch, nr=435) == enosys  # clone3: the C library falls back
+    assert _run_bpf(program, arch=arch, nr=0) == allow  # read / io_setup
+    assert _run_bpf(program, arch=arch, nr=0x40000000 + 248) == eperm  # the x32 ABI
+    assert _run_bpf(program, arch=0x40000003, nr=0) == 0x80000000  # another ABI (i386): killed
