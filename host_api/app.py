@@ -26,12 +26,15 @@ MAX_CONTENT_LENGTH = 16 * 1024 * 1024
 def create_app(settings: config.Settings | None = None) -> flask.Flask:
     """Build the API app for ``settings`` (default: from the environment)."""
     settings = settings or config.load_settings()
-    app = flask.Flask("takohost")
+    app = flask.Flask("takohost", static_folder=None)  # no /static route (it would answer OPTIONS itself)
     app.config.update(
         TAKOHOST_DATABASE_URL=settings.database_url,
         TAKOHOST_SETTINGS=settings,
         MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH,
         JSON_SORT_KEYS=False,
+        # No automatic OPTIONS (an empty 200 with an HTML content type): OPTIONS is a method the
+        # API does not serve, so it is a JSON 405 with Allow like any other (§2.4).
+        PROVIDE_AUTOMATIC_OPTIONS=False,
     )
     app.json.ensure_ascii = False
     app.json.sort_keys = False
@@ -46,6 +49,8 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     app.before_request(check_path_ids)
     for name in BLUEPRINT_MODULES:
         app.register_blueprint(importlib.import_module(name).bp)
+    if any(getattr(rule, "provide_automatic_options", False) for rule in app.url_map.iter_rules()):
+        raise RuntimeError("this Flask still answers OPTIONS by itself: host_api needs Flask 3.1+")
     return app
 
 
