@@ -7,10 +7,11 @@ Life of a child (forked by ``takohost.runtime.zygote``; ``run_forked`` never ret
    ``PR_SET_PDEATHSIG(SIGKILL)`` (dies with the zygote), default signal dispositions, every
    descriptor closed except 0/1/2 (``/dev/null``) and the link to the zygote, empty environment
    but ``PATH``/``LANG``;
-2. isolation (``isolation``): this process unshares its namespaces and stays behind as the
-   *keeper*; its child, PID 1 of a new PID namespace, builds a minimal read-only root with a
-   private ``/proc`` and scratch ``/tmp`` (the working directory), drops to its own uid with no
-   capabilities and ``no_new_privs``, sets the limits and narrows ``sys.path``;
+2. isolation (``isolation.Forker.enter``): the child, PID 1 of its own PID namespace, joins a
+   copy of the minimal read-only root with a private ``/proc`` and scratch ``/tmp`` (the working
+   directory) and its own network, IPC and UTS namespaces, drops to its own uid with no
+   capabilities and ``no_new_privs`` under a seccomp filter, sets the limits and narrows
+   ``sys.path``;
 3. the zygote hands over the channel descriptor (it becomes fd 3, replacing the link); the child
    sends ``hello {pid}`` and starts its reader thread, which reads one ``job`` frame (so a child
    spawned ahead of its job is completely ready when the job arrives);
@@ -114,22 +115,21 @@ def run_forked(
     link_fd: int,
     root: str,
     zygote_pid: int,
-    layout: isolation.Layout,
+    forker: isolation.Forker,
     keep_stderr: bool = False,
 ) -> NoReturn:
     """Entry point in a freshly forked child; never returns (every path ends in ``die``).
 
     The child is forked ahead of demand (the zygote keeps a small pool): it cleans itself up,
-    enters its namespaces (``layout.policy.mode == "namespaces"``: this process stays behind as
-    the keeper and its child, PID 1 of a new PID namespace, goes on; see ``isolation``), then
-    waits on ``link_fd`` (its socket to the zygote) for the channel descriptor of its parent.
-    ``root`` is the zygote's empty directory: the mount point of the context's root file system
-    (namespaces) or the parent of its working directory (``mode == "none"``).
+    enters its sandbox (``forker.isolated``: it is PID 1 of its own PID namespace, see
+    ``isolation.Forker.enter``), then waits on ``link_fd`` (its socket to the zygote) for the
+    channel descriptor of its parent. ``root`` is the zygote's directory for the working
+    directories of children without isolation (``mode == "none"``).
     """
     try:
-        _harden(link_fd=link_fd, zygote_pid=zygote_pid, keep_stderr=keep_stderr)
-        if layout.policy.mode == "namespaces":
-            _become_init(layout, root)
+        _harden(link_fd=link_fd, zygote_pid=zygote_pid, keep_stderr=keep_stderr, forker=forker)
+        if forker.isolated:
+            forker.enter()
         else:
             _enter_workdir(root)
         sock = _receive_channel()
@@ -145,10 +145,12 @@ def run_forked(
     die()
 
 
-def _harden(*, link_fd: int, zygote_pid: int, keep_stderr: bool) -> None:
+def _harden(*, link_fd: int, zygote_pid: int, keep_stderr: bool, forker: isolation.Forker) -> None:
     os.setsid()
     set_pdeathsig(signal.SIGKILL)
-    if os.getppid() != zygote_pid:  # the zygote died before PDEATHSIG was armed
+    # The zygote died before PDEATHSIG was armed (in its own PID namespace the child sees its
+    # parent as pid 0; there a dead zygote shows as EOF on the link instead).
+    if not forker.isolated and os.getppid() != zygote_pid:
         os._exit(1)
     signal.set_wakeup_fd(-1)
     for sig in (
@@ -165,7 +167,12 @@ def _harden(*, link_fd: int, zygote_pid: int, keep_stderr: bool) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     if link_fd != CHANNEL_FD:
         os.dup2(link_fd, CHANNEL_FD, inheritable=False)
-    os.closerange(CHANNEL_FD + 1, _max_fd())
+    keep = sorted(fd for fd in (forker.template_fd, forker.pidns_fd) if fd > CHANNEL_FD)
+    low = CHANNEL_FD + 1
+    for fd in keep:  # the forker's descriptors: enter() closes them
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, _max_fd())
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1) if keep_stderr else (0, 1, 2):
         os.dup2(null, fd)
@@ -184,47 +191,6 @@ def _enter_workdir(children_dir: str) -> None:
         shutil.rmtree(workdir)
         os.mkdir(workdir, 0o700)
     os.chdir(workdir)
-
-
-def _become_init(layout: isolation.Layout, root: str) -> None:
-    """Unshare the namespaces and fork: this process becomes the keeper (it hands the zygote a
-    pidfd of its child over the link, waits for the child and exits, never returning); the child,
-    PID 1 of the new PID namespace, enters the sandbox and returns."""
-    keeper_pid = os.getpid()
-    keeper_pidfd = os.pidfd_open(keeper_pid)
-    isolation.unshare(isolation.namespace_flags(as_root=os.geteuid() == 0))
-    pid = os.fork()
-    if pid != 0:
-        os.close(keeper_pidfd)
-        _keep(pid)
-    set_pdeathsig(signal.SIGKILL)
-    if select.select([keeper_pidfd], [], [], 0)[0]:  # the keeper died before PDEATHSIG was armed
-        os._exit(1)
-    os.close(keeper_pidfd)
-    isolation.enter_sandbox(layout, root=root, uid=layout.policy.uid_base + keeper_pid)
-
-
-def _keep(pid: int) -> NoReturn:
-    """The keeper: send ``{"op": "init", "pid"}`` with a pidfd of the init to the zygote (opened
-    before the init can be reaped, so it names exactly that process), then wait for it."""
-    try:
-        pidfd = os.pidfd_open(pid)
-        link = socket.socket(fileno=CHANNEL_FD)
-        try:
-            socket.send_fds(link, [protocol.encode_frame({"op": "init", "pid": pid})], [pidfd])
-        finally:
-            link.detach()
-            os.close(CHANNEL_FD)
-            os.close(pidfd)
-        while True:
-            try:
-                os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-    except BaseException:  # noqa: BLE001 - the init dies with us (PDEATHSIG)
-        pass
-    os._exit(0)
 
 
 def _receive_channel() -> socket.socket:

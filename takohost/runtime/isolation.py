@@ -1,30 +1,26 @@
 """Tenant isolation for sandbox children: namespaces, a minimal read-only root, one identity per
 context, no capabilities, resource limits (issue "Tenant isolation"; DESIGN "Tenant isolation").
 
-Every context runs as two processes forked by the zygote:
+Every context is one process forked by the zygote (``Forker.fork``) as PID 1 of a new PID
+namespace: the zygote switches the PID namespace of its *next* child with ``unshare
+(CLONE_NEWPID)`` and switches back with ``setns`` right after the fork, so it never leaves its
+own. When PID 1 of a PID namespace dies the kernel kills every other process in it and reports
+the exit only after them: a readable pidfd of the child is therefore the proof that nothing the
+tenant started (``setsid``, double forks, daemons, threads) is still alive.
 
-* the **keeper** (the zygote's direct child, in the host's PID namespace) calls ``unshare`` with
-  ``CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS`` (plus
-  ``CLONE_NEWUSER`` when the host does not run as root), forks once more, hands the zygote a pidfd
-  of that second process, and waits for it;
-* the **init** (PID 1 of the new PID namespace) builds the context's file system view
-  (:func:`enter_sandbox`), drops to the context's identity and runs the tenant's code.
-
-When PID 1 of a PID namespace dies the kernel kills every other process in it and waits for them
-before the init's own exit is reported: a readable pidfd of the init is therefore the proof that
-nothing the tenant started (``setsid``, double forks, daemons, threads) is still alive.
-
-The file system view is a fresh tmpfs root holding read-only bind mounts of what an interpreter
-needs (``/usr``, the interpreter's prefix without its ``site-packages``, the ``takohost`` SDK
-package alone, a few ``/etc`` files and ``/dev`` nodes), a private ``/proc`` of the new PID
-namespace, and a size-limited scratch ``/tmp`` owned by the context; the host's checkout,
-virtualenv, data directory and ``/tmp`` are not in it. The network namespace has no interface but
-a loopback that stays down: nothing, the host's Postgres, Redis and API included, is reachable.
+The child then enters its sandbox (``Forker.enter``): it joins a private copy of a *template*
+mount namespace built once per zygote (a fresh tmpfs root holding read-only bind mounts of what
+an interpreter needs: ``/usr``, the interpreter's prefix with its ``site-packages`` hidden, the
+``takohost`` SDK package alone, a few ``/etc`` files, ``/dev`` nodes), takes new mount, network,
+IPC and UTS namespaces, mounts its own ``/proc`` and a size-limited scratch ``/tmp``; the host's
+checkout, virtualenv, data directory and ``/tmp`` are not in it. The network namespace has no
+interface up: nothing, the host's Postgres, Redis and API included, is reachable.
 
 Identity: when the host runs as root each context gets a uid/gid of its own
-(``uid_base + keeper pid``: unique among the live contexts of the machine, shared with no host
-process, so ``RLIMIT_NPROC`` counts one context); otherwise a user namespace maps the context to
-the host's uid, and every capability is dropped. Either way ``no_new_privs`` is set.
+(``uid_base + its pid on the host``: unique among the live contexts of the machine, shared with
+no host process, so ``RLIMIT_NPROC`` counts one context); otherwise the zygote enters a user
+namespace once and contexts map to the host's uid. Either way every capability is dropped,
+``no_new_privs`` is set and a seccomp filter refuses what namespaces do not separate.
 
 Standard library only: this runs in the zygote and its children.
 """
@@ -49,7 +45,9 @@ __all__ = [
     "Layout",
     "Policy",
     "drop_identity",
-    "enter_sandbox",
+    "Forker",
+    "host_is_root",
+    "setns",
     "namespace_flags",
     "probe",
     "set_dumpable",
@@ -118,7 +116,7 @@ class Policy:
         max_file_mb: largest file a context may write, in MiB (``RLIMIT_FSIZE``; default 64).
         scratch_mb: size of the context's private ``/tmp`` in MiB (default 64).
         uid_base: first uid/gid of the per-context identities when the host runs as root
-            (default 1600000000; a context gets ``uid_base + pid`` of its keeper).
+            (default 1600000000; a context gets ``uid_base`` + its pid on the host).
         sdk_dir: the ``takohost`` package directory mounted read-only (default: this package's).
         test_shared_dir: test-only (``TAKOHOST_TEST_SANDBOX_SHARED_DIR``): one host directory that
             appears read-write at the same path in every context. Never set in production.
@@ -345,51 +343,163 @@ class Layout:
         )
 
 
-def enter_sandbox(layout: Layout, *, root: str, uid: int) -> None:
-    """In the init of a fresh namespace set: build the minimal read-only root on ``root`` (an
-    existing empty directory, covered by a tmpfs only in this mount namespace), pivot into it,
-    mount ``/proc`` and the scratch ``/tmp``, set the limits, drop to ``uid`` (root case) and
-    every capability, set ``no_new_privs`` and limit ``sys.path``. Raises ``IsolationUnavailable``.
+def setns(fd: int, nstype: int) -> None:
+    """``setns(fd, nstype)``: join the namespace ``fd`` names. Raises ``IsolationUnavailable``."""
+    _check(_lib().setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+_SHARED_STAGE = "/.takohost-test-shared"
+
+
+def _build_template(layout: Layout, root: str) -> int:
+    """Build the read-only root every context starts from, once, in a mount namespace of its own
+    (a helper process makes it and exits); returns an ``nsfs`` descriptor that keeps it alive.
+
+    The root is a tmpfs on ``root`` (an existing empty directory; only the helper's namespace
+    sees the mount) holding read-only binds of what an interpreter needs, a ``proc`` of the
+    zygote's PID namespace at ``/proc`` (each context mounts its own over it: a kernel rule wants
+    a visible ``proc`` before another may be mounted in a user namespace; it is never reachable
+    under that mount) and an empty ``/tmp`` for each context's scratch tmpfs. The helper pivots
+    into it, so the host's tree is not in the namespace at all.
     """
     policy = layout.policy
-    as_root = os.geteuid() == 0 and not _in_user_namespace()
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for top, target in layout.mirrors:
-        if target is None:
-            _bind(top, root + top)
-        else:
-            os.symlink(target, root + top)
-    for source, target in layout.binds:
-        _bind(source, root + target)
-    for path in layout.hidden:
-        _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
-    os.mkdir(root + "/dev")
-    for node in layout.dev_nodes:
-        _bind(f"/dev/{node}", f"{root}/dev/{node}", writable=True)
-    os.mkdir(root + "/proc")
-    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.mkdir(root + "/tmp")
-    _mount(
-        "tmpfs",
-        root + "/tmp",
-        "tmpfs",
-        MS_NOSUID | MS_NODEV,
-        f"size={policy.scratch_mb}m,mode=0700" + (f",uid={uid},gid={uid}" if as_root else ""),
-    )
-    if policy.test_shared_dir:
-        _bind(policy.test_shared_dir, root + policy.test_shared_dir, writable=True)
-        # Every context has its own uid: what one creates there, the next may append to.
-        os.umask(0)
-    _pivot_root(root)
-    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir("/tmp")
-    set_limits(policy)
-    drop_identity(uid if as_root else None, last_cap=layout.last_cap)
-    install_seccomp(list(layout.seccomp))
-    sys.path[:] = layout.sys_path
-    sys.path_importer_cache.clear()
-    sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__module__", "") in _STANDARD_FINDERS]
+    reader, writer = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        reader.close()
+        try:
+            unshare(CLONE_NEWNS)
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+            for top, target in layout.mirrors:
+                if target is None:
+                    _bind(top, root + top)
+                else:
+                    os.symlink(target, root + top)
+            for source, target in layout.binds:
+                _bind(source, root + target)
+            for path in layout.hidden:
+                _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+            os.mkdir(root + "/dev")
+            for node in layout.dev_nodes:
+                _bind(f"/dev/{node}", f"{root}/dev/{node}", writable=True)
+            os.mkdir(root + "/proc")
+            _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            os.mkdir(root + "/tmp", 0o755)
+            if policy.test_shared_dir:
+                _bind(policy.test_shared_dir, root + _SHARED_STAGE, writable=True)
+                if not policy.test_shared_dir.startswith("/tmp/"):
+                    os.makedirs(root + policy.test_shared_dir, exist_ok=True)
+            _pivot_root(root)
+            _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+            socket.send_fds(writer, [b"ok"], [fd])
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the zygote
+            writer.sendall(f"error {exc}".encode()[:2000])
+            code = 1
+        os._exit(code)
+    writer.close()
+    try:
+        data, fds, _, _ = socket.recv_fds(reader, 2000, 1)
+    finally:
+        reader.close()
+        os.waitpid(pid, 0)
+    if data != b"ok" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise IsolationUnavailable(data[6:].decode(errors="replace") or "the template helper died")
+    return fds[0]
+
+
+class Forker:
+    """The zygote's side of isolation: forks children that are PID 1 of a new PID namespace, and
+    lets each enter its sandbox (:meth:`enter`). Built once per zygote; single-threaded use.
+
+    Construction (namespaces mode) enters a user namespace first when the zygote is not root
+    (then every namespace it makes is owned by it), keeps a descriptor of its own PID namespace
+    and builds the template mount namespace (:func:`_build_template`). Raises
+    ``IsolationUnavailable`` with the kernel's reason when any of that is refused. With
+    ``mode == "none"`` it only forks.
+    """
+
+    def __init__(self, layout: Layout, *, root: str) -> None:
+        self.layout = layout
+        self.isolated = layout.policy.mode == "namespaces"
+        self.template_fd = -1
+        self.pidns_fd = -1
+        if not self.isolated:
+            return
+        if not host_is_root():
+            unshare(CLONE_NEWUSER)
+        # Kept above the descriptors a child sets up (0-3), so that they survive its clean-up.
+        self.pidns_fd = _high(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
+        self.template_fd = _high(_build_template(layout, root))
+
+    def fork(self) -> int:
+        """``os.fork()``; with namespaces the child is PID 1 of a PID namespace of its own (the
+        zygote's own namespace is unchanged: only the one for its next child is switched)."""
+        if not self.isolated:
+            return os.fork()
+        unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except BaseException:
+            setns(self.pidns_fd, CLONE_NEWPID)
+            raise
+        if pid != 0:
+            setns(self.pidns_fd, CLONE_NEWPID)
+        return pid
+
+    def enter(self) -> int:
+        """In a child from :meth:`fork` (namespaces mode), before it runs anything of a tenant:
+        join a private copy of the template root, take new mount/network/IPC/UTS namespaces,
+        mount its own ``/proc`` and scratch ``/tmp`` (its working directory), set the limits,
+        drop to its own identity (root hosts: ``uid_base`` + its pid on the host) and every
+        capability, set ``no_new_privs``, install the system-call filter and narrow
+        ``sys.path``. Returns the uid it runs as. Raises ``IsolationUnavailable``."""
+        layout, policy = self.layout, self.layout.policy
+        as_root = host_is_root()
+        if self.pidns_fd >= 0:
+            os.close(self.pidns_fd)
+        setns(self.template_fd, CLONE_NEWNS)
+        os.close(self.template_fd)
+        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+        host_pid = int(os.readlink("/proc/self"))  # still the template's proc: the host's pid
+        uid = policy.uid_base + host_pid if as_root else os.getuid()
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        owner = f",uid={uid},gid={uid}" if as_root else ""
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={policy.scratch_mb}m,mode=0700{owner}")
+        if policy.test_shared_dir:
+            target = policy.test_shared_dir
+            if target.startswith("/tmp/"):  # else the template has the mount point
+                os.makedirs(target, exist_ok=True)
+            _mount(_SHARED_STAGE, target, None, MS_BIND)
+            # Every context has its own uid: what one creates there, the next may append to.
+            os.umask(0)
+        os.chdir("/tmp")
+        set_limits(policy)
+        drop_identity(uid if as_root else None, last_cap=layout.last_cap)
+        install_seccomp(list(layout.seccomp))
+        sys.path[:] = layout.sys_path
+        sys.path_importer_cache.clear()
+        sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__module__", "") in _STANDARD_FINDERS]
+        return uid
+
+
+def _high(fd: int, minimum: int = 16) -> int:
+    """Move ``fd`` to a close-on-exec descriptor number of at least ``minimum``."""
+    import fcntl
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, minimum)
+    os.close(fd)
+    return moved
+
+
+def host_is_root() -> bool:
+    """True when this process is root of the machine (not in a user namespace): contexts then
+    get identities of their own; otherwise a user namespace maps them to this uid."""
+    return os.geteuid() == 0 and not _in_user_namespace()
 
 
 _STANDARD_FINDERS = frozenset(
@@ -638,33 +748,31 @@ def _last_cap() -> int:
 
 
 def probe(layout: Layout, *, root: str) -> None:
-    """Check in a throw-away child that this machine can isolate contexts with ``policy``
-    (``root``: the empty mount point directory the contexts use);
-    raises ``IsolationUnavailable`` with the kernel's reason otherwise (the zygote refuses to
-    start). ``mode == "none"`` always passes."""
-    policy = layout.policy
-    if policy.mode == "none":
+    """Check, in a throw-away process, that this machine can isolate contexts with ``layout``
+    (``root``: the empty mount point directory the template uses): the same :class:`Forker`
+    the zygote uses builds its template, forks a child and lets it enter its sandbox. Raises
+    ``IsolationUnavailable`` with the kernel's reason otherwise. ``mode == "none"`` passes."""
+    if layout.policy.mode == "none":
         return
     reader, writer = socket.socketpair()
     pid = os.fork()
     if pid == 0:
         reader.close()
-        code = 0
+        code = 1
         try:
-            unshare(namespace_flags(as_root=os.geteuid() == 0))
-            inner = os.fork()
-            if inner == 0:
+            forker = Forker(layout, root=root)
+            child = forker.fork()
+            if child == 0:
                 try:
-                    enter_sandbox(layout, root=root, uid=policy.uid_base + os.getppid())
+                    forker.enter()
                     os._exit(0)
                 except BaseException as exc:  # noqa: BLE001 - reported to the probing parent
                     writer.sendall(str(exc).encode()[:1000])
                     os._exit(1)
-            _, status = os.waitpid(inner, 0)
+            _, status = os.waitpid(child, 0)
             code = os.waitstatus_to_exitcode(status)
         except BaseException as exc:  # noqa: BLE001
             writer.sendall(str(exc).encode()[:1000])
-            code = 1
         os._exit(code)
     writer.close()
     _, status = os.waitpid(pid, 0)

@@ -12,27 +12,26 @@ that descriptor to a child forked ahead of demand (``child.run_forked``) and ans
 ``{"op": "spawned", "pid": N}`` with a pidfd of the process that runs the tenant's code attached;
 or ``{"op": "error", "message"}``.
 
-Isolation (``isolation``; ``TAKOHOST_SANDBOX_ISOLATION``, default ``namespaces``): each child is
-a *keeper* that unshares PID/mount/network/IPC/UTS namespaces and forks the *init*, PID 1 of the
-new PID namespace, which runs the tenant's code in a minimal read-only root as its own identity.
-The keeper sends the zygote a pidfd of the init (opened before the init can be reaped) and waits
-for it. The init's pidfd becoming readable proves the whole namespace is empty: the kernel kills
-every process of a PID namespace when its init dies and reports the init's exit only after
-them. At start the zygote probes that this works and refuses to serve otherwise (it writes
-``error <reason>`` on the ready pipe). With ``mode == "none"`` (the documented unsafe opt-out)
-the child runs the tenant code itself, in its own process group.
+Isolation (``isolation``; ``TAKOHOST_SANDBOX_ISOLATION``, default ``namespaces``): each child
+is forked by ``isolation.Forker`` as PID 1 of a PID namespace of its own and enters a minimal
+read-only root (a private copy of a template mount namespace the zygote builds once) with its
+own network, IPC and UTS namespaces and identity. The child's pidfd becoming readable proves the
+whole namespace is empty: the kernel kills every process of a PID namespace when its init dies
+and reports the init's exit only after them. At start the zygote probes that this works and
+refuses to serve otherwise (it writes ``error <reason>`` on the ready pipe). With
+``mode == "none"`` (the documented unsafe opt-out) the child runs in the host's namespaces, in a
+process group of its own.
 
 Reaping: SIGCHLD only wakes the loop (``signal.set_wakeup_fd``); the loop peeks at exited
-children with ``waitid(WNOWAIT)``. Before it reaps a keeper it SIGKILLs the init through its
-pidfd and the keeper's process group. The zygote is a child subreaper, so an init whose keeper
-died is reparented to it and reaped too.
+children with ``waitid(WNOWAIT)``. Before it reaps a child it SIGKILLs it through its pidfd and
+its process group. The zygote is a child subreaper (orphans of ``mode == "none"`` children are
+reparented to it and reaped too).
 
 Lifetime: the zygote exits (killing every child) on EOF of the control pipe, i.e. when every
 process holding its write end — the starter and processes forked from it — has died; or on
 SIGTERM. ``PR_SET_PDEATHSIG`` is deliberately not used here: it fires when the *thread* that
 started the zygote exits, which in a threaded worker is not the worker's death. Children do use
-it (the keeper's parent is the zygote's only thread; the init's parent is the keeper). The
-zygote is non-dumpable.
+it (their parent is the zygote's only thread). The zygote is non-dumpable.
 
 Connections from the zygote's own descendants (sandbox code) are refused (and with namespaces
 the socket is not in a context's file system at all).
@@ -121,23 +120,22 @@ class ZygoteServer:
         socket_path: str,
         control_fd: int,
         keep_child_stderr: bool,
-        layout: isolation.Layout,
+        forker: isolation.Forker,
         children_dir: str,
         pool_size: int = 2,
     ) -> None:
         self.pid = os.getpid()
         self.pool_size = pool_size
-        self.layout = layout
-        self.isolated = layout.policy.mode == "namespaces"
-        # forked, waiting: (init pid, link, init pidfd, keeper pid)
-        self.idle: list[tuple[int, socket.socket, int, int]] = []
+        self.forker = forker
+        self.isolated = forker.isolated
+        # forked, waiting: (pid, link, pidfd)
+        self.idle: list[tuple[int, socket.socket, int]] = []
         self.socket_path = socket_path
         self.keep_child_stderr = keep_child_stderr
-        # Namespaces: the (always empty) mount point of every context's root. None: the parent
-        # of each child's working directory.
+        # Namespaces: the (empty) mount point of the template root. None: the parent of each
+        # child's working directory.
         self.children_dir = children_dir
-        # keeper pid (our child) → pidfd of the process running tenant code (the same process
-        # without namespaces); kept until the keeper is reaped, to kill it on shutdown.
+        # child pid → its pidfd, kept until the child is reaped (to kill it on shutdown).
         self.leaders: dict[int, int] = {}
         self.stopping = False
         self.selector = selectors.DefaultSelector()
@@ -276,7 +274,7 @@ class ZygoteServer:
     def _fork_idle(self) -> None:
         """Fork one child that cleans itself up and waits for a channel (the pool)."""
         parent_link, child_link = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
+        pid = self.forker.fork()
         if pid == 0:
             try:
                 self._forget_in_child()
@@ -285,31 +283,23 @@ class ZygoteServer:
                     link_fd=child_link.detach(),
                     root=self.children_dir,
                     zygote_pid=self.pid,
-                    layout=self.layout,
+                    forker=self.forker,
                     keep_stderr=self.keep_child_stderr,
                 )
             finally:
                 os._exit(70)
         child_link.close()
-        try:
-            if self.isolated:
-                init_pid, pidfd = _receive_init(parent_link)
-            else:
-                # Opened before this (single) thread can reap the child: the pidfd names exactly it.
-                init_pid, pidfd = pid, os.pidfd_open(pid)
-        except OSError:
-            parent_link.close()
-            _kill_group(pid)
-            raise
+        # Opened before this (single) thread can reap the child: the pidfd names exactly it.
+        pidfd = os.pidfd_open(pid)
         self.leaders[pid] = pidfd
-        self.idle.append((init_pid, parent_link, pidfd, pid))
+        self.idle.append((pid, parent_link, pidfd))
 
     def _spawn(self, connection: _Connection, channel_fd: int) -> None:
         try:
             while True:
                 if not self.idle:
                     self._fork_idle()
-                pid, link, pidfd, keeper = self.idle.pop(0)
+                pid, link, pidfd = self.idle.pop(0)
                 try:
                     socket.send_fds(link, [b"C"], [channel_fd])
                 except OSError:  # that idle child died; it is reaped in the loop
@@ -320,7 +310,7 @@ class ZygoteServer:
         finally:
             os.close(channel_fd)
         if not self._reply(connection, {"op": "spawned", "pid": pid}, pidfd):
-            _kill(pidfd, keeper)
+            _kill(pidfd, pid)
 
     def _forget_in_child(self) -> None:
         """In a new child: detach the zygote's sockets so no object's finaliser ever closes a
@@ -328,11 +318,11 @@ class ZygoteServer:
         self.listener.detach()
         for connection in self.connections.values():
             connection.sock.detach()
-        for _, link, _, _ in self.idle:
+        for _, link, _ in self.idle:
             link.detach()
 
     def reap(self) -> None:
-        """Reap every exited child; kill what a child ran (its init, its group) before reaping."""
+        """Reap every exited child; kill its group (and namespace) before reaping it."""
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -343,7 +333,7 @@ class ZygoteServer:
             pid = info.si_pid
             pidfd = self.leaders.pop(pid, None)
             if pidfd is not None:
-                _kill(pidfd, pid)  # the unreaped keeper still reserves the group id
+                _kill(pidfd, pid)  # the unreaped child still reserves the group id
                 os.close(pidfd)
                 self._forget_idle(pid)
             with contextlib.suppress(ChildProcessError):
@@ -351,9 +341,9 @@ class ZygoteServer:
             if pidfd is not None and not self.isolated:
                 _remove_workdir(os.path.join(self.children_dir, str(pid)))
 
-    def _forget_idle(self, keeper: int) -> None:
+    def _forget_idle(self, pid: int) -> None:
         for entry in self.idle:
-            if entry[3] == keeper:
+            if entry[0] == pid:
                 self.idle.remove(entry)
                 entry[1].close()
                 return
@@ -378,41 +368,12 @@ class ZygoteServer:
         shutil.rmtree(self.children_dir, ignore_errors=True)
 
 
-def _receive_init(link: socket.socket, timeout: float = 10.0) -> tuple[int, int]:
-    """Read the keeper's ``{"op": "init", "pid"}`` frame and the init's pidfd from ``link``;
-    ``OSError`` if the keeper died or sent anything else within ``timeout`` seconds."""
-    link.settimeout(timeout)
-    buffer = protocol.FrameBuffer()
-    fds: list[int] = []
-    try:
-        while True:
-            data, received, _, _ = socket.recv_fds(link, 4096, 2)
-            fds.extend(received)
-            if not data:
-                raise OSError("the sandbox keeper exited before its init started")
-            messages = buffer.feed(data)
-            if messages:
-                break
-    except (OSError, protocol.ProtocolError) as exc:
-        for fd in fds:
-            os.close(fd)
-        raise OSError(f"no init from the sandbox keeper: {exc}") from None
-    finally:
-        link.settimeout(None)
-    message = messages[0]
-    if message.get("op") != "init" or type(message.get("pid")) is not int or len(fds) != 1:
-        for fd in fds:
-            os.close(fd)
-        raise OSError(f"unexpected keeper message {message.get('op')!r}")
-    return message["pid"], fds[0]
-
-
-def _kill(pidfd: int, keeper: int) -> None:
-    """SIGKILL the process running tenant code (through its pidfd: with namespaces, the init of
-    the context's PID namespace, whose death takes everything in it) and the keeper's group."""
+def _kill(pidfd: int, pid: int) -> None:
+    """SIGKILL a child through its pidfd (with namespaces it is PID 1 of its own PID namespace,
+    whose death takes everything in it) and its process group (without namespaces)."""
     with contextlib.suppress(ProcessLookupError, OSError):
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    _kill_group(keeper)
+    _kill_group(pid)
 
 
 def _remove_workdir(path: str) -> None:
@@ -481,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     children_dir = tempfile.mkdtemp(prefix="takohost-children-")
     try:
         isolation.probe(layout, root=children_dir)
+        forker = isolation.Forker(layout, root=children_dir)
     except isolation.IsolationUnavailable as exc:
         shutil.rmtree(children_dir, ignore_errors=True)
         message = (
@@ -495,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         socket_path=args.socket,
         control_fd=args.control_fd,
         keep_child_stderr=args.keep_child_stderr,
-        layout=layout,
+        forker=forker,
         children_dir=children_dir,
         pool_size=max(0, args.pool_size),
     )
