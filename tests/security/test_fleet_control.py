@@ -57,7 +57,7 @@ def test_remote_control_commands_from_the_broker_are_ignored(pool):
             assert code == 201, body
             final = workflows.wait_until(
                 lambda: (s := http.status("after-attack"))["status"] in ("complete", "errored") and s,
-                timeout=60,
+                timeout=180,
                 message="the instance finished after the attack",
             )
             assert final == {"id": "after-attack", "status": "complete", "output": {"echo": 7}}

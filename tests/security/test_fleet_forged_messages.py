@@ -112,7 +112,7 @@ def test_forged_and_malformed_task_messages_change_nothing(tmp_path):
             code, body = victims.call("POST", body={"id": mode, "params": {"mode": mode}})
             assert code == 201, body
             workflows.wait_until(lambda m=mode, s=status: victims.status(m)["status"] == s,
-                                 timeout=60, message=f"victim {mode} {status}")
+                                 timeout=180, message=f"victim {mode} {status}")
         pks = {
             mode: workflows.instance_row(stack.db_url, workflow=victim.workflow, instance_id=mode).pk
             for mode in ("sleep", "wait", "done")
@@ -226,7 +226,7 @@ def test_forged_and_malformed_task_messages_change_nothing(tmp_path):
             assert canary.call("POST", body={"id": "canary", "params": {"mode": "done"}})[0] == 201
             final = workflows.wait_until(
                 lambda: (s := canary.status("canary"))["status"] in ("complete", "errored") and s,
-                timeout=60, message="the canary finished",
+                timeout=180, message="the canary finished",
             )
             assert final == {"id": "canary", "status": "complete", "output": {"mode": "done"}}
             assert worker.alive()
