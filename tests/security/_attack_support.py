@@ -49,7 +49,7 @@ def descendants(root: int, table: dict[int, dict] | None = None) -> list[int]:
 
 def sandbox_processes(uid_base: int, table: dict[int, dict] | None = None) -> dict[int, dict]:
     """Live (non-zombie) processes whose uid is a sandbox identity of ``uid_base``
-    (``uid_base + keeper pid``; pids stay below ``pid_max``)."""
+    (``uid_base + the context's host pid``; pids stay below ``pid_max``)."""
     with open("/proc/sys/kernel/pid_max") as f:
         pid_max = int(f.read())
     table = table or proc_table()

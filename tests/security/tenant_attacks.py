@@ -614,6 +614,27 @@ def _mount(source, target, fstype, flags=0):
     return "MOUNTED" if result == 0 else _errno_name()
 
 
+def _unshare_probe(name, flag):
+    result = _libc.unshare(ctypes.c_int(flag))
+    report = {"unshare": "UNSHARED" if result == 0 else _errno_name()}
+    if result == 0 and name == "user":
+        try:  # full capabilities in the new user namespace: what do they buy?
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            after = report["after"] = {}
+            r = _libc.unshare(ctypes.c_int(0x00020000 | 0x40000000))
+            after["unshare mount+net"] = "UNSHARED" if r == 0 else _errno_name()
+            after["mount proc"] = _mount(b"proc", b"/tmp/m", b"proc")
+            after["mount tmpfs"] = _mount(b"tmpfs", b"/tmp/m", b"tmpfs")
+            after["remount / rw"] = _mount(None, b"/", None, 32 | 4096)
+            after["remount /usr rw"] = _mount(None, b"/usr", None, 32 | 4096)
+            after["umount /proc"] = "UNMOUNTED" if _libc.umount2(b"/proc", 2) == 0 else _errno_name()
+            after["proc pids"] = _proc_pids()
+        except BaseException as exc:  # noqa: BLE001
+            report["after_error"] = _err(exc)
+    return report
+
+
 def attack_escape(p):
     """Mounts, namespaces, ptrace, /sys, /dev/shm, chroot, setns into /proc/1/ns."""
     out = {}
@@ -633,28 +654,15 @@ def attack_escape(p):
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # in a throw-away child: unshare changes the caller
-            os.close(read_end)
-            result = _libc.unshare(ctypes.c_int(flag))
-            report = {"unshare": "UNSHARED" if result == 0 else _errno_name()}
-            if result == 0 and name == "user":
-                try:  # full capabilities in the new user namespace: what do they buy?
-                    with open("/proc/self/setgroups", "w") as f:
-                        f.write("deny")
-                    report["after"] = {}
-                    r = _libc.unshare(ctypes.c_int(0x00020000 | 0x40000000))
-                    report["after"]["unshare mount+net"] = "UNSHARED" if r == 0 else _errno_name()
-                    report["after"]["mount proc"] = _mount(b"proc", b"/tmp/m", b"proc")
-                    report["after"]["mount tmpfs"] = _mount(b"tmpfs", b"/tmp/m", b"tmpfs")
-                    report["after"]["remount / rw"] = _mount(None, b"/", None, 32 | 4096)
-                    report["after"]["remount /usr rw"] = _mount(None, b"/usr", None, 32 | 4096)
-                    report["after"]["umount /proc"] = (
-                        "UNMOUNTED" if _libc.umount2(b"/proc", 2) == 0 else _errno_name()
-                    )
-                    report["after"]["proc pids"] = _proc_pids()
-                except BaseException as exc:  # noqa: BLE001
-                    report["after_error"] = _err(exc)
-            os.write(write_end, json.dumps(report).encode())
-            os._exit(0)
+            try:
+                os.close(read_end)
+                report = _unshare_probe(name, flag)
+            except BaseException as exc:  # noqa: BLE001 - never let the child run on as the context
+                report = {"unshare": "CHILD " + _err(exc)}
+            try:
+                os.write(write_end, json.dumps(report).encode())
+            finally:
+                os._exit(0)
         os.close(write_end)
         data = b""
         while chunk := os.read(read_end, 65536):
