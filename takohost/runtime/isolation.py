@@ -43,6 +43,7 @@ from typing import Any
 __all__ = [
     "IsolationUnavailable",
     "Layout",
+    "MemoryCgroup",
     "Policy",
     "drop_identity",
     "Forker",
@@ -247,15 +248,16 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(result, f"mount {source} on {target}")
 
 
-def _bind(source: str, target: str, *, writable: bool = False) -> None:
-    """Bind ``source`` on ``target`` (created as a file or directory), read-only by default."""
+def _bind(source: str, target: str, *, writable: bool = False, device: bool = False) -> None:
+    """Bind ``source`` on ``target`` (created as a file or directory), read-only by default,
+    never set-uid, and without device access unless ``device`` (the ``/dev`` nodes)."""
     if os.path.isdir(source):
         os.makedirs(target, exist_ok=True)
     else:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
     _mount(source, target, None, MS_BIND | MS_REC)
-    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if writable else MS_RDONLY)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if device else MS_NODEV) | (0 if writable else MS_RDONLY)
     try:
         _mount(None, target, None, flags)
     except IsolationUnavailable:
@@ -316,20 +318,18 @@ class Layout:
                 hidden.add(path)
         binds.append((policy.sdk_dir, policy.sdk_dir))
         binds.extend((os.path.realpath(p), p) for p in ETC_FILES if os.path.exists(p))
-        stdlib = sysconfig.get_path("stdlib")
-        platstdlib = sysconfig.get_path("platstdlib")
-        zipped = os.path.join(prefix, "lib", f"python{sys.version_info[0]}{sys.version_info[1]}.zip")
+        # The interpreter's own entries of sys.path (the zipped and plain standard library and
+        # lib-dynload, all under the base prefix: a virtualenv's sysconfig points elsewhere),
+        # then the SDK's parent directory.
         sys_path: list[str] = []
-        for path in (
-            zipped,
-            stdlib,
-            platstdlib,
-            os.path.join(platstdlib, "lib-dynload"),
-            os.path.dirname(policy.sdk_dir),
-        ):
-            real = os.path.realpath(path)
-            if real not in sys_path:
-                sys_path.append(real)
+        for path in sys.path:
+            real = os.path.realpath(path) if path else ""
+            if real.startswith(prefix + os.sep) and not any(real.startswith(h) for h in hidden):
+                if real not in sys_path:
+                    sys_path.append(real)
+        sdk_parent = os.path.dirname(policy.sdk_dir)
+        if sdk_parent not in sys_path:
+            sys_path.append(sdk_parent)
         nodes = tuple(node for node in DEV_NODES if os.path.exists(f"/dev/{node}"))
         return cls(
             policy=policy,
@@ -382,7 +382,7 @@ def _build_template(layout: Layout, root: str) -> int:
                 _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
             os.mkdir(root + "/dev")
             for node in layout.dev_nodes:
-                _bind(f"/dev/{node}", f"{root}/dev/{node}", writable=True)
+                _bind(f"/dev/{node}", f"{root}/dev/{node}", writable=True, device=True)
             os.mkdir(root + "/proc")
             _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             os.mkdir(root + "/tmp", 0o755)
@@ -412,6 +412,106 @@ def _build_template(layout: Layout, root: str) -> int:
     return fds[0]
 
 
+class MemoryCgroup:
+    """Per-context memory cgroups under one directory of this zygote (the memory limit then
+    holds for a context's processes together, not for each: ``RLIMIT_AS`` alone would let a
+    context of ``max_processes`` processes hold that many times ``memory_mb``).
+
+    ``find(policy)`` returns one where the host can create them (cgroup v1's memory hierarchy,
+    or a cgroup v2 directory that has ``memory`` in its ``cgroup.subtree_control``), else
+    ``None``. ``join(pid)`` (in the child, before it leaves the host's mount namespace) makes
+    ``ctx-<pid>``, sets the limit and moves the caller into it; ``release(pid)`` (in the zygote,
+    after reaping the child) removes it; ``close()`` removes the zygote's directory.
+    """
+
+    def __init__(self, directory: str, *, version: int, limit_bytes: int) -> None:
+        self.directory = directory
+        self.version = version
+        self.limit_bytes = limit_bytes
+
+    @classmethod
+    def find(cls, policy: Policy) -> MemoryCgroup | None:
+        """A usable parent for per-context cgroups, or ``None`` (no error: the caller falls back
+        to per-process limits)."""
+        try:
+            with open("/proc/self/cgroup") as f:
+                memberships = [line.rstrip("\n").split(":", 2) for line in f]
+            with open("/proc/self/mountinfo") as f:
+                mounts = [line.split() for line in f]
+        except OSError:
+            return None
+        for mount in mounts:
+            sep = mount.index("-")
+            fstype, options = mount[sep + 1], mount[sep + 3].split(",")
+            if fstype == "cgroup" and "memory" in options:
+                own = next(
+                    (path for _, controllers, path in memberships if "memory" in controllers.split(",")), None
+                )
+                version = 1
+            elif fstype == "cgroup2":
+                own = next((path for hid, _, path in memberships if hid == "0"), None)
+                version = 2
+            else:
+                continue
+            if own is None:
+                continue
+            base = os.path.join(mount[4], own.lstrip("/"))
+            if version == 2:
+                try:
+                    with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                        if "memory" not in f.read().split():
+                            continue
+                except OSError:
+                    continue
+            directory = os.path.join(base, f"takohost-zygote-{os.getpid()}")
+            try:
+                os.mkdir(directory, 0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                continue
+            return cls(directory, version=version, limit_bytes=policy.memory_mb << 20)
+        return None
+
+    def join(self, pid: int) -> None:
+        """Create ``ctx-<pid>`` with the limit (no swap beyond it) and move this process in."""
+        path = os.path.join(self.directory, f"ctx-{pid}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise IsolationUnavailable(f"creating the context's memory cgroup: {exc.strerror}") from None
+        if self.version == 1:
+            _write(os.path.join(path, "memory.limit_in_bytes"), str(self.limit_bytes))
+            swap = os.path.join(path, "memory.memsw.limit_in_bytes")
+            if os.path.exists(swap):
+                _write(swap, str(self.limit_bytes))
+        else:
+            _write(os.path.join(path, "memory.max"), str(self.limit_bytes))
+            swap = os.path.join(path, "memory.swap.max")
+            if os.path.exists(swap):
+                _write(swap, "0")
+        _write(os.path.join(path, "cgroup.procs"), "0")
+
+    def release(self, pid: int) -> None:
+        """Remove ``ctx-<pid>`` (its processes are gone); ignores one already removed."""
+        try:
+            os.rmdir(os.path.join(self.directory, f"ctx-{pid}"))
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Remove every context cgroup left and the zygote's directory."""
+        try:
+            for name in os.listdir(self.directory):
+                if name.startswith("ctx-"):
+                    self.release(int(name[4:]))
+            os.rmdir(self.directory)
+        except (OSError, ValueError):
+            pass
+
+
 class Forker:
     """The zygote's side of isolation: forks children that are PID 1 of a new PID namespace, and
     lets each enter its sandbox (:meth:`enter`). Built once per zygote; single-threaded use.
@@ -428,6 +528,7 @@ class Forker:
         self.isolated = layout.policy.mode == "namespaces"
         self.template_fd = -1
         self.pidns_fd = -1
+        self.memory: MemoryCgroup | None = None
         if not self.isolated:
             return
         if not host_is_root():
@@ -435,6 +536,7 @@ class Forker:
         # Kept above the descriptors a child sets up (0-3), so that they survive its clean-up.
         self.pidns_fd = _high(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
         self.template_fd = _high(_build_template(layout, root))
+        self.memory = MemoryCgroup.find(layout.policy)
 
     def fork(self) -> int:
         """``os.fork()``; with namespaces the child is PID 1 of a PID namespace of its own (the
@@ -462,10 +564,12 @@ class Forker:
         as_root = host_is_root()
         if self.pidns_fd >= 0:
             os.close(self.pidns_fd)
+        host_pid = int(os.readlink("/proc/self"))  # the host's proc: the host's pid
+        if self.memory is not None:
+            self.memory.join(host_pid)
         setns(self.template_fd, CLONE_NEWNS)
         os.close(self.template_fd)
         unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
-        host_pid = int(os.readlink("/proc/self"))  # still the template's proc: the host's pid
         uid = policy.uid_base + host_pid if as_root else os.getuid()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         owner = f",uid={uid},gid={uid}" if as_root else ""
@@ -771,6 +875,8 @@ def probe(layout: Layout, *, root: str) -> None:
                     os._exit(1)
             _, status = os.waitpid(child, 0)
             code = os.waitstatus_to_exitcode(status)
+            if forker.memory is not None:
+                forker.memory.close()
         except BaseException as exc:  # noqa: BLE001
             writer.sendall(str(exc).encode()[:1000])
         os._exit(code)

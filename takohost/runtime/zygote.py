@@ -338,6 +338,8 @@ class ZygoteServer:
                 self._forget_idle(pid)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+            if self.forker.memory is not None:
+                self.forker.memory.release(pid)
             if pidfd is not None and not self.isolated:
                 _remove_workdir(os.path.join(self.children_dir, str(pid)))
 
@@ -361,6 +363,8 @@ class ZygoteServer:
             pidfd = self.leaders.pop(pid, None)
             if pidfd is not None:
                 os.close(pidfd)
+        if self.forker.memory is not None:
+            self.forker.memory.close()
         with contextlib.suppress(OSError):
             os.unlink(self.socket_path)
         with contextlib.suppress(OSError):  # the starter's private directory, if now empty

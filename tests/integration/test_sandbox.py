@@ -624,3 +624,26 @@ def test_opt_out_mode_none_runs_in_the_host_namespaces():
         assert output["cwd"].startswith(tempfile.gettempdir())
     finally:
         z.stop()
+
+
+DEVICES_AND_EXTENSIONS = """
+import os, subprocess
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        with open("/dev/null", "w") as f:
+            f.write("x")
+        with open("/dev/urandom", "rb") as f:
+            random_bytes = len(f.read(16))
+        import mmap  # a C extension the zygote did not preload: from lib-dynload
+        done = subprocess.run(["/bin/true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return {"random": random_bytes, "mmap": mmap.PAGESIZE > 0, "subprocess": done.returncode}
+"""
+
+
+def test_device_nodes_and_standard_extension_modules_work_in_the_sandbox(zygote):
+    """Regressions found by the attacker tests: ``/dev`` nodes were mounted ``nodev`` (EACCES)
+    and ``sys.path`` pointed at a virtualenv's ``lib-dynload`` that is not in the sandbox."""
+    with zygote.spawn(workflow_job(DEVICES_AND_EXTENSIONS)) as handle:
+        message = handle.recv(timeout=10)
+    assert message == {"op": "run_returned", "output": {"random": 16, "mmap": True, "subprocess": 0}}, message
