@@ -647,3 +647,21 @@ def test_device_nodes_and_standard_extension_modules_work_in_the_sandbox(zygote)
     with zygote.spawn(workflow_job(DEVICES_AND_EXTENSIONS)) as handle:
         message = handle.recv(timeout=10)
     assert message == {"op": "run_returned", "output": {"random": 16, "mmap": True, "subprocess": 0}}, message
+
+
+def test_a_ping_in_the_same_read_as_the_job_does_not_kill_the_child(zygote):
+    """Issue 12: the heartbeat may ping right after the job was sent, so both frames can arrive
+    in one ``recv()``; the child used to kill itself then (``run_threw`` "exited without a
+    result"). A non-ping frame before the child asked for one still ends it."""
+    handle = zygote.spawn(None)
+    with handle:
+        frames = protocol.encode_frame({**workflow_job(WHO), "op": "job"}) + protocol.encode_frame({"op": "ping"})
+        handle._sock.sendall(frames)  # one write: one read on the child's side
+        assert handle.recv(timeout=10)["op"] == "run_returned"
+    handle = zygote.spawn(None)
+    with handle:
+        frames = protocol.encode_frame({**workflow_job(WHO), "op": "job"})
+        frames += protocol.encode_frame({"op": "resolve", "result": None})
+        handle._sock.sendall(frames)
+        with pytest.raises(sandbox.ChildGone):
+            handle.recv(timeout=10)
