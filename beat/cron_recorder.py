@@ -20,7 +20,7 @@ from collections.abc import Collection
 
 import sqlalchemy as sa
 from sqlalchemy import orm
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 
 from beat import cron_plan
 from models import cron as cron_models
@@ -169,7 +169,7 @@ def record_batch_txn(
     recorded: list[tuple[int, str]] = []
     if matches:
         statement = (
-            _insert(session, cron_models.CronMatch)
+            postgresql.insert(cron_models.CronMatch)
             .on_conflict_do_nothing(index_elements=["trigger_uid", "scheduled_time"])
             .returning(cron_models.CronMatch.pk, cron_models.CronMatch.trigger_uid)
         )
@@ -177,7 +177,7 @@ def record_batch_txn(
         if len(recorded) < len(matches):
             log.info("some matches were already recorded", extra={"duplicates": len(matches) - len(recorded)})
     if skips:
-        statement = _insert(session, cron_models.CronSkip).on_conflict_do_nothing(
+        statement = postgresql.insert(cron_models.CronSkip).on_conflict_do_nothing(
             index_elements=["trigger_uid", "scheduled_time"]
         )
         session.execute(statement, skips)
@@ -206,7 +206,7 @@ def note_tick(*, now: dt.datetime, beat_id: str | None, url: str | None = None) 
         row = session.get(cron_models.BeatTick, TICK_NAME, with_for_update=True)
         if row is None:
             session.execute(
-                _insert(session, cron_models.BeatTick)
+                postgresql.insert(cron_models.BeatTick)
                 .values(name=TICK_NAME, last_tick_at=now, beat_id=beat_id)
                 .on_conflict_do_nothing(index_elements=["name"])
             )
@@ -222,8 +222,3 @@ def next_due_at(*, url: str | None = None) -> dt.datetime | None:
     right at a match instead of up to a tick later."""
     with models_db.session_scope(url) as session:
         return session.scalar(sa.select(sa.func.min(cron_models.CronSchedule.next_due_at)))
-
-
-def _insert(session: orm.Session, table: type) -> sa.Insert:
-    dialect = session.get_bind().dialect.name
-    return (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)

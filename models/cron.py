@@ -65,9 +65,7 @@ class CronMatch(Base):
         sa.Index("ix_cron_matches_state", "state", "recorded_at"),
     )
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     trigger_uid: Mapped[str] = mapped_column(sa.String(36))
     space: Mapped[str] = mapped_column(sa.String(63))
     worker_uid: Mapped[str] = mapped_column(sa.String(36))
@@ -87,9 +85,7 @@ class CronDelivery(Base):
 
     __tablename__ = "cron_deliveries"
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     match_pk: Mapped[int] = mapped_column(sa.ForeignKey("cron_matches.pk", ondelete="CASCADE"), index=True)
     worker_id: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
     version_uid: Mapped[str | None] = mapped_column(sa.String(36), nullable=True)
@@ -109,9 +105,7 @@ class CronSkip(Base):
     __tablename__ = "cron_skips"
     __table_args__ = (sa.UniqueConstraint("trigger_uid", "scheduled_time"),)
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     trigger_uid: Mapped[str] = mapped_column(sa.String(36))
     cron: Mapped[str] = mapped_column(sa.String(64))
     scheduled_time: Mapped[dt.datetime] = mapped_column(UTCDateTime)

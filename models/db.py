@@ -43,15 +43,6 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor.close()
 
 
-def insert(session: orm.Session, table: object) -> sa.Insert:
-    """A dialect-specific ``INSERT`` that supports ``on_conflict_do_nothing`` on both
-    Postgres and SQLite (the embedded default)."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    dialect = session.get_bind().dialect.name
-    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-
-
 def database_url() -> str:
     """The configured database URL (``TAKOHOST_DATABASE_URL``)."""
     from takohost import config

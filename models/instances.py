@@ -42,9 +42,7 @@ class Instance(Base):
         sa.Index("ix_instances_workflow_created", "workflow_uid", "created_at", "pk"),
     )
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     workflow_uid: Mapped[str] = mapped_column(sa.String(36))
     space: Mapped[str] = mapped_column(sa.String(63))
     instance_id: Mapped[str] = mapped_column(ScalarText)
@@ -80,9 +78,7 @@ class Step(Base):
     __tablename__ = "steps"
     __table_args__ = (sa.UniqueConstraint("instance_pk", "name"),)
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(ScalarText)
     kind: Mapped[str] = mapped_column(sa.String(8))
@@ -103,9 +99,7 @@ class HistoryEvent(Base):
     __tablename__ = "history_events"
     __table_args__ = (sa.UniqueConstraint("instance_pk", "event_id"),)
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
     event_id: Mapped[int] = mapped_column(sa.Integer)
     event_type: Mapped[str] = mapped_column(sa.String(32))
@@ -126,9 +120,7 @@ class InboxEvent(Base):
         sa.Index("ix_inbox_events_instance_type", "instance_pk", "type", "sequence"),
     )
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
     sequence: Mapped[int] = mapped_column(sa.BigInteger)
     type: Mapped[str] = mapped_column(ScalarText)
@@ -145,9 +137,7 @@ class Timer(Base):
     __tablename__ = "timers"
     __table_args__ = (sa.UniqueConstraint("instance_pk", "kind"),)
 
-    pk: Mapped[int] = mapped_column(
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
     instance_pk: Mapped[int] = mapped_column(sa.ForeignKey("instances.pk", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(sa.String(16))
     due_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)

@@ -46,15 +46,12 @@ class Resource(Base):
 
     __tablename__ = "resources"
     __table_args__ = (
-        sa.Index(
-            "uq_resources_live_name", "space", "name", unique=True, postgresql_where=LIVE, sqlite_where=LIVE
-        ),
+        sa.Index("uq_resources_live_name", "space", "name", unique=True, postgresql_where=LIVE),
         sa.Index(
             "uq_resources_live_deployment",
             "worker_uid",
             unique=True,
             postgresql_where=LIVE_DEPLOYMENT,
-            sqlite_where=LIVE_DEPLOYMENT,
         ),
         sa.Index("ix_resources_space_form", "space", "form", "created_at"),
     )
@@ -97,7 +94,6 @@ class Operation(Base):
             "resource_uid",
             unique=True,
             postgresql_where=ACTIVE_OPERATION,
-            sqlite_where=ACTIVE_OPERATION,
         ),
         sa.Index("ix_operations_state", "state", "updated_at"),
     )

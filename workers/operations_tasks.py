@@ -80,13 +80,7 @@ def reconcile(operation_id: str) -> str:
 
 @contextlib.contextmanager
 def operation_lock(engine: sa.Engine, operation_id: str) -> Iterator[bool]:
-    """Hold the advisory lock of ``operation_id`` on a dedicated connection; yields whether we got it.
-
-    On SQLite (``takohost dev``, one process) there is nothing to lock against: yields True.
-    """
-    if engine.dialect.name != "postgresql":
-        yield True
-        return
+    """Hold the advisory lock of ``operation_id`` on a dedicated connection; yields whether we got it."""
     key = int.from_bytes(
         hashlib.sha256(f"operation:{operation_id}".encode()).digest()[:8], "big", signed=True
     )

@@ -12,13 +12,12 @@ target_metadata = models.Base.metadata
 
 
 def run_migrations_online() -> None:
-    """Run the migrations in one transaction (SQLite: batch mode)."""
+    """Run the migrations in one transaction."""
     connectable = sa.create_engine(config.get_main_option("sqlalchemy.url"), poolclass=sa.pool.NullPool)
     with connectable.connect() as connection:
         context.configure(
             connection=connection,
             target_metadata=target_metadata,
-            render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
         )
         with context.begin_transaction():

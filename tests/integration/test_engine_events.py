@@ -25,11 +25,10 @@ class Waiter:
 """
 
 
-@pytest.fixture(scope="module", params=["postgres", "sqlite"])
-def db_url(request):
-    """This module's own database: Postgres, and the embedded default's SQLite (the same engine
-    through its portable store) — see ``workflows.engine_database``."""
-    with workflows.engine_database(request.param) as url:
+@pytest.fixture(scope="module")
+def db_url():
+    """This module's own database (``workflows.isolated_database``)."""
+    with workflows.isolated_database() as url:
         yield url
 
 

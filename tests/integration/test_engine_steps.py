@@ -1,6 +1,5 @@
 """Step semantics through the real engine (database, Redis leases, sandbox children), contexts run
-in-process by ``tests.support.workflows.Driver`` with a controllable clock — on Postgres and on the
-embedded default's SQLite (the same engine through its portable store).
+in-process by ``tests.support.workflows.Driver`` with a controllable clock.
 
 Field cases of area ``workflow`` (cases.json WF-xx) are copied literally into the sources below.
 """
@@ -19,11 +18,10 @@ from tests.support import workflows
 from workers.services import instance_common, instance_events, instance_history, instances
 
 
-@pytest.fixture(scope="module", params=["postgres", "sqlite"])
-def db_url(request):
-    """This module's own database: Postgres, and the embedded default's SQLite (the same engine
-    through its portable store) — see ``workflows.engine_database``."""
-    with workflows.engine_database(request.param) as url:
+@pytest.fixture(scope="module")
+def db_url():
+    """This module's own database (``workflows.isolated_database``)."""
+    with workflows.isolated_database() as url:
         yield url
 
 
@@ -858,14 +856,6 @@ class Big:
     assert (
         status["status"] == "errored" and status["error"]["reason"] == "run_threw" and "output" not in status
     )
-
-
-def test_the_engine_runs_on_this_modules_database(db_url):
-    from workers.engine import store, store_sqla
-
-    backend = store.backend_for(db_url)
-    expected = store.PgBackend if db_url.startswith("postgresql") else store_sqla.SqlaBackend
-    assert isinstance(backend, expected)
 
 
 NESTED_SYNC = """

@@ -1,8 +1,7 @@
 """Host-controlled limits (seed 000: "最多1024 step、instance寿命は作成から31536000秒。上限・期限はHost
 制御で、アプリがcatchして延命できるsentinelではない"), retention ("terminal履歴とIDはterminal遷移から
 少なくとも2592000秒保持する") and the periodic ``observed`` of a DurableWorkflow — through the real
-engine with contexts run in-process at a controllable clock, on Postgres and on the embedded
-default's SQLite. Production durations are used throughout; the clock moves instead. The test-only
+engine with contexts run in-process at a controllable clock. Production durations are used throughout; the clock moves instead. The test-only
 settings (``TAKOHOST_TEST_LIFETIME_SECONDS``, ``TAKOHOST_TEST_RETENTION_SECONDS``) are checked to
 take effect where they are read.
 """
@@ -26,9 +25,10 @@ YEAR = 31_536_000
 THIRTY_DAYS = 2_592_000
 
 
-@pytest.fixture(scope="module", params=["postgres", "sqlite"])
-def db_url(request):
-    with workflows.engine_database(request.param) as url:
+@pytest.fixture(scope="module")
+def db_url():
+    """This module's own database (``workflows.isolated_database``)."""
+    with workflows.isolated_database() as url:
         yield url
 
 

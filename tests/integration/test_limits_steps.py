@@ -1,7 +1,6 @@
 """The step limit (seed 000: "最多1024 step"; CONTRACT §8: the 1025th distinct step name ends the
 instance ``errored``/``step_limit_exceeded``): the 1025th effect never runs and no ``except
-BaseException`` rescues the instance. Postgres only (1025 commits; the limit is decided by the
-shared ``decide`` module, which the SQLite store uses unchanged)."""
+BaseException`` rescues the instance (1025 commits; the limit is decided by ``decide``)."""
 
 from __future__ import annotations
 

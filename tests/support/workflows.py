@@ -387,42 +387,6 @@ def isolated_database():
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-@contextlib.contextmanager
-def isolated_sqlite_database():
-    """Like :func:`isolated_database` on a fresh SQLite file: the embedded default's database,
-    which the engine drives through its portable store (``workers.engine.store_sqla``)."""
-    import os
-    import tempfile
-
-    from models import migrate
-
-    directory = tempfile.mkdtemp(prefix="takohost-sqlite-")
-    url = f"sqlite:///{directory}/takohost.db"
-    previous = os.environ.get("TAKOHOST_DATABASE_URL")
-    try:
-        migrate.upgrade(url)
-        os.environ["TAKOHOST_DATABASE_URL"] = url
-        yield url
-    finally:
-        if previous is None:
-            os.environ.pop("TAKOHOST_DATABASE_URL", None)
-        else:
-            os.environ["TAKOHOST_DATABASE_URL"] = previous
-        engine = models_db._engines.pop((os.getpid(), url), None)
-        if engine is not None:
-            engine.dispose()
-        import shutil
-
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def engine_database(kind: str):
-    """``isolated_database()`` (``"postgres"``) or ``isolated_sqlite_database()`` (``"sqlite"``)."""
-    with isolated_database() if kind == "postgres" else isolated_sqlite_database() as url:
-        yield url
-
-
 def clear_timers(db_url: str) -> None:
     """Delete every timer (test isolation: leftovers of one test never fire in the next)."""
     with models_db.session_scope(db_url) as session:
@@ -547,16 +511,15 @@ def private_stack(
     api: bool = True,
     lease_ttl_ms: int = 3000,
     extra_env: dict | None = None,
-    database: str = "postgres",
 ):
-    """Yield a :class:`Stack`: a fresh database (``"postgres"`` or ``"sqlite"``) and Redis
+    """Yield a :class:`Stack`: a fresh database and Redis
     namespace, an API server, ``workers`` workers (concurrency 1 each) and a beat, all real
     processes; everything is torn down after."""
     from tests.support import processes
     from workers.services import tokens
 
     namespace = f"tke{uuid.uuid4().hex[:10]}"
-    with engine_database(database) as url:
+    with isolated_database() as url:
         env = {
             "TAKOHOST_DATABASE_URL": url,
             "TAKOHOST_NAMESPACE": namespace,

@@ -2,9 +2,8 @@
 
 A :class:`Commit` says: the instance's new status (if any), whether ``updated_at`` moves, how many
 new step names it adds, the step row to upsert, the timer row to upsert, and the history events
-(CONTRACT §6) — in the order they are numbered. The Postgres store (``store``) and the portable
-store of the embedded default (``store_sqla``) both apply these plans, so step semantics exist
-once (``decide``) and their records once (here), whatever the database.
+(CONTRACT §6) — in the order they are numbered. The store (``store``) applies these plans, so step
+semantics exist once (``decide``), their records once (here) and their SQL once (``store``).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class ReplayContext:
         self.watched: heartbeat.Watched | None = None
         self.lease: lease_mod.Lease | None = None
         self.child: sandbox.ChildHandle | None = None
-        self.store: Any = None  # store.ContextStore or store_sqla.SqlaContextStore
+        self.store: store.ContextStore | None = None
         self.snapshot: store.InstanceSnapshot | None = None
         self.version: sandbox_host.VersionChoice | None = None
         self.steps: dict[str, decide.StepRecord] = {}

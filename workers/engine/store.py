@@ -17,14 +17,16 @@ purges it too. The epoch bump at context start uses a second connection without 
 (see :func:`connection_for`). Raw psycopg on one connection per process and URL; the schema is
 ``models.instances`` (names and types are bytea UTF-8, documents ``json``).
 
-Other databases (the embedded default's SQLite) get ``store_sqla.SqlaBackend`` from
-:func:`backend_for`: the same interface and the same commit plans (``commits``), as plain
-transactions. The context only talks to a backend.
+Raw psycopg rather than SQLAlchemy Core because it is faster on the per-step path
+(``bench/store_bench.py``: the same statement through a SQLAlchemy connection costs about twice
+the round trips and time per step; the earlier Core store, a transaction of separate statements,
+about five times). This is the engine's only store: there is one database, Postgres (also under
+``takohost dev``). The context talks to a :class:`Backend` (reads) and its :class:`ContextStore`
+(fenced writes).
 """
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import datetime as dt
 import json
@@ -214,9 +216,9 @@ def load_version(conn: psycopg.Connection, version_uid: str) -> dict | None:
     return None if row is None else row[0]
 
 
-class PgBackend:
-    """Reads of a context and its :class:`ContextStore` on Postgres (raw psycopg, this process's
-    connections to ``url``); ``store_sqla.SqlaBackend`` is the portable twin."""
+class Backend:
+    """Reads of a context and its :class:`ContextStore` (raw psycopg, this process's connections
+    to ``url``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -253,76 +255,19 @@ class PgBackend:
         discard_connection(self.url)
 
 
-_backends: dict[tuple[int, str], Any] = {}
+_backends: dict[tuple[int, str], Backend] = {}
 
 
-def backend_for(url: str) -> Any:
-    """This process's store backend for ``url``: :class:`PgBackend` for Postgres, else the
-    portable ``store_sqla.SqlaBackend`` (the embedded default's SQLite)."""
+def backend_for(url: str) -> Backend:
+    """This process's store backend for ``url`` (a SQLAlchemy ``postgresql+psycopg://`` URL)."""
     key = (os.getpid(), url)
     backend = _backends.get(key)
     if backend is None:
-        if url.startswith("postgresql"):
-            backend = PgBackend(url)
-        else:
-            from workers.engine import store_sqla
-
-            backend = store_sqla.SqlaBackend(url)
-        _backends[key] = backend
+        backend = _backends[key] = Backend(url)
     return backend
 
 
-class PlannedCommits(abc.ABC):
-    """The step commits both stores share: each builds a ``commits`` plan and hands it to the
-    store's ``apply`` (one fenced transaction; raises :class:`Fenced`). Needs ``apply`` and
-    ``lifetime_ends_at`` on the store."""
-
-    lifetime_ends_at: dt.datetime
-
-    @abc.abstractmethod
-    def apply(self, commit: commits.Commit, *, now: dt.datetime) -> None:
-        """Apply ``commit`` in one fenced transaction (each store has its own)."""
-
-    def commit_attempt(
-        self,
-        *,
-        name: str,
-        attempt: int,
-        new: bool,
-        policy: dict,
-        started_at: dt.datetime,
-        outcome: decide.Outcome,
-        now: dt.datetime,
-    ) -> None:
-        """Record one finished attempt of ``step.do`` (``commits.attempt``). Raises :class:`Fenced`."""
-        self.apply(
-            commits.attempt(
-                name=name,
-                attempt=attempt,
-                new=new,
-                policy=policy,
-                started_at=started_at,
-                outcome=outcome,
-                lifetime_ends_at=self.lifetime_ends_at,
-            ),
-            now=now,
-        )
-
-    def commit_sleep_completed(
-        self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
-    ) -> None:
-        """Record a completed sleep (``commits.sleep_completed``). Raises :class:`Fenced`."""
-        self.apply(commits.sleep_completed(name=name, seconds=seconds, wake_at=wake_at, new=new), now=now)
-
-    def commit_suspend(
-        self, *, suspend: decide.Suspend, name: str, seconds: int | None, now: dt.datetime
-    ) -> None:
-        """After the child is dead: ``sleeping``, or ``running`` with a retry timer
-        (``commits.suspend``). Raises :class:`Fenced`."""
-        self.apply(commits.suspend(suspend=suspend, name=name, seconds=seconds), now=now)
-
-
-class ContextStore(PlannedCommits):
+class ContextStore:
     """The fenced writes of one replay context of instance ``pk`` holding token ``epoch``."""
 
     def __init__(
@@ -374,6 +319,45 @@ class ContextStore(PlannedCommits):
                 timeout_at=timeout_at,
             )
         return steps
+
+    # -- the step commits (plans built by ``commits``) ----------------------------------------------
+    def commit_attempt(
+        self,
+        *,
+        name: str,
+        attempt: int,
+        new: bool,
+        policy: dict,
+        started_at: dt.datetime,
+        outcome: decide.Outcome,
+        now: dt.datetime,
+    ) -> None:
+        """Record one finished attempt of ``step.do`` (``commits.attempt``). Raises :class:`Fenced`."""
+        self.apply(
+            commits.attempt(
+                name=name,
+                attempt=attempt,
+                new=new,
+                policy=policy,
+                started_at=started_at,
+                outcome=outcome,
+                lifetime_ends_at=self.lifetime_ends_at,
+            ),
+            now=now,
+        )
+
+    def commit_sleep_completed(
+        self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
+    ) -> None:
+        """Record a completed sleep (``commits.sleep_completed``). Raises :class:`Fenced`."""
+        self.apply(commits.sleep_completed(name=name, seconds=seconds, wake_at=wake_at, new=new), now=now)
+
+    def commit_suspend(
+        self, *, suspend: decide.Suspend, name: str, seconds: int | None, now: dt.datetime
+    ) -> None:
+        """After the child is dead: ``sleeping``, or ``running`` with a retry timer
+        (``commits.suspend``). Raises :class:`Fenced`."""
+        self.apply(commits.suspend(suspend=suspend, name=name, seconds=seconds), now=now)
 
     # -- applying commit plans ---------------------------------------------------------------------
     def _params(self, now: dt.datetime, **extra: Any) -> dict[str, Any]:

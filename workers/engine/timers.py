@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from workers import dispatch
-from workers.services import instance_common
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +34,6 @@ def fire_due(*, now: dt.datetime) -> int:
     dispatched = 0
     while True:
         with models_db.session_scope() as session:
-            instance_common.write_lock_txn(session)  # SQLite: read-then-write needs the lock first
             taken = session.execute(
                 sa.select(TIMERS.c.pk, TIMERS.c.instance_pk)
                 .where(TIMERS.c.due_at <= now)

@@ -210,13 +210,11 @@ def _lock_worker_txn(session: orm.Session, worker_uid: str) -> None:
     """Serialise the compatibility checks of one Worker (see the module docstring).
 
     ``FOR NO KEY UPDATE`` conflicts with itself but not with the ``FOR KEY SHARE`` of plain
-    references, so creating Versions of the Worker is never blocked by it. SQLite (``takohost
-    dev``) serialises every write transaction anyway.
+    references, so creating Versions of the Worker is never blocked by it.
     """
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(
-            sa.text("SELECT uid FROM resources WHERE uid = :uid FOR NO KEY UPDATE"), {"uid": worker_uid}
-        )
+    session.execute(
+        sa.text("SELECT uid FROM resources WHERE uid = :uid FOR NO KEY UPDATE"), {"uid": worker_uid}
+    )
 
 
 def _check_allocation_txn(

@@ -14,7 +14,7 @@ import datetime as dt
 
 import sqlalchemy as sa
 from sqlalchemy import orm
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 
 from models import resources as res_models
 from models.errors import DomainError
@@ -49,9 +49,8 @@ def claim_txn(
         DomainError: ``idempotency_key_reused`` (422) when the key was used for another request.
     """
     table = res_models.IdempotencyRecord.__table__
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     inserted = session.execute(
-        insert(table)
+        postgresql.insert(table)
         .values(space=space, key=key, request_hash=request_hash, operation_id=operation_id, created_at=now)
         .on_conflict_do_nothing(index_elements=["space", "key"])
         .returning(table.c.key)

@@ -8,9 +8,6 @@ Shared by ``instances`` (create/get/status/list), ``instance_events`` (sendEvent
   CONTRACT §8) and :func:`document_or_error` (a params/payload document; ``ABSENT`` when omitted);
 * row lookups in the caller's transaction: :func:`workflow_txn` (``not_found``) and
   :func:`instance_txn` (``unknown_instance``);
-* the write lock: on the embedded default's SQLite every writing transaction takes the database
-  write lock first (:func:`write_lock_txn`), where Postgres uses row and advisory locks
-  (:func:`is_postgres` tells them apart);
 * :func:`rfc3339`, the time format of every instance answer.
 
 Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Helpers suffixed
@@ -41,19 +38,6 @@ class _Absent:
 
 #: An omitted ``params``/``payload`` (an explicit ``None`` over HTTP is ``invalid_params``).
 ABSENT: Any = _Absent()
-
-
-def is_postgres(session: orm.Session) -> bool:
-    """Whether ``session`` is bound to Postgres (else the embedded default's SQLite)."""
-    return session.get_bind().dialect.name == "postgresql"
-
-
-def write_lock_txn(session: orm.Session) -> None:
-    """On the embedded default's SQLite, take the database write lock as the transaction's first
-    statement (a no-op ``UPDATE``), so what the transaction reads afterwards stays current until it
-    commits — the portable stand-in for Postgres row locks and advisory locks. No-op on Postgres."""
-    if not is_postgres(session):
-        session.execute(sa.text("UPDATE workflow_closures SET closed_at = closed_at WHERE 0 = 1"))
 
 
 def rfc3339(value: dt.datetime) -> str:

@@ -7,15 +7,13 @@ wait (which bypasses those limits and wakes the instance); an ``Idempotency-Key`
 answer. :func:`inbox` lists the accepted, unconsumed events.
 
 Every function opens its own session and commits before it dispatches (STYLE §5). The instance row
-is locked ``FOR UPDATE`` on Postgres and accepted in one statement; on the embedded default's
-SQLite the write lock comes first and the same rows are written statement by statement. Domain
+is locked ``FOR UPDATE`` and the event accepted in one statement. Domain
 failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Times are aware UTC
 datetimes. This module must not import ``workers.engine`` (the API imports it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from typing import Any
@@ -71,7 +69,6 @@ def send_event(
     except documents.DocumentTooLargeError as exc:  # a 1 MiB payload plus its type: never queueable
         size = exc.size
     with models_db.session_scope() as session:
-        instance_common.write_lock_txn(session)
         if idempotency is not None:
             instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
             claim = idempotency_service.claim_txn(
@@ -88,9 +85,7 @@ def send_event(
             idempotency_service.store_response_txn(
                 session, space=space, key=idempotency[0], status=202, body={}
             )
-        row = (_lock_instance_pg_txn if instance_common.is_postgres(session) else _lock_instance_txn)(
-            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id, now=now
-        )
+        row = _lock_instance_txn(session, space=space, workflow_uid=workflow_uid, instance_id=instance_id)
         if row is None:
             instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)  # not_found first
             raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
@@ -123,8 +118,9 @@ def send_event(
                     f" limits are {MAX_QUEUED_EVENTS} events and {MAX_QUEUED_BYTES} bytes"
                 ),
             )
-        accept = _accept_event_pg_txn if instance_common.is_postgres(session) else _accept_event_txn
-        accept(session, row=row, event_type=event_type, payload=payload, size=size, now=now, direct=direct)
+        _accept_event_txn(
+            session, row=row, event_type=event_type, payload=payload, size=size, now=now, direct=direct
+        )
     if direct:
         dispatch.run_context(row.pk)
     return {}
@@ -140,80 +136,12 @@ FOR UPDATE OF i
 """)
 
 
-def _lock_instance_pg_txn(
-    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, now: dt.datetime
-) -> Any:
-    """Postgres: the instance row locked ``FOR UPDATE``, with its closure flag (``None``: unknown
+def _lock_instance_txn(session: orm.Session, *, space: str, workflow_uid: str, instance_id: str) -> Any:
+    """The instance row locked ``FOR UPDATE``, with its closure flag (``None``: unknown
     instance, or a workflow that is not a live DurableWorkflow of ``space``)."""
     return session.execute(
         _LOCK_INSTANCE, {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
     ).first()
-
-
-def _lock_instance_txn(
-    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, now: dt.datetime
-) -> Any:
-    """Any other database: an ``UPDATE`` comes first (on SQLite it takes the write lock), then the
-    workflow and closure checks; the same row shape as :func:`_lock_instance_pg_txn`."""
-    table = inst_models.Instance.__table__
-    row = session.execute(
-        sa.update(table)
-        .where(table.c.workflow_uid == workflow_uid, table.c.instance_id == instance_id)
-        .values(updated_at=now)
-        .returning(
-            table.c.pk,
-            table.c.status,
-            table.c.stopping,
-            table.c.inbox_count,
-            table.c.inbox_bytes,
-            table.c.next_sequence,
-            table.c.next_event_id,
-            table.c.last_event_at,
-        )
-    ).first()
-    if row is None:
-        return None
-    instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-    closed = session.get(inst_models.WorkflowClosure, workflow_uid) is not None
-    return _LockedInstance(*row, closed=closed)
-
-
-@dataclasses.dataclass(frozen=True)
-class _LockedInstance:
-    pk: int
-    status: str
-    stopping: str | None
-    inbox_count: int
-    inbox_bytes: int
-    next_sequence: int
-    next_event_id: int
-    last_event_at: dt.datetime | None
-    closed: bool
-
-
-def _accept_event_pg_txn(
-    session: orm.Session,
-    *,
-    row: Any,
-    event_type: str,
-    payload: Any,
-    size: int,
-    now: dt.datetime,
-    direct: bool,
-) -> None:
-    """Postgres: the event, the counters, ``EventAccepted`` and a direct wake in one statement."""
-    session.execute(
-        _ACCEPT_EVENT,
-        {
-            "pk": row.pk,
-            "type": event_type.encode("utf-8"),
-            "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
-            "payload": None if payload is instance_common.ABSENT else json.dumps(payload, allow_nan=False),
-            "size": size,
-            "now": now,
-            "direct": direct,
-        },
-    )
 
 
 def _accept_event_txn(
@@ -226,42 +154,19 @@ def _accept_event_txn(
     now: dt.datetime,
     direct: bool,
 ) -> None:
-    """Any other database: the same rows as :func:`_accept_event_pg_txn`, statement by statement
-    (the row is locked, so the stored sequence and event id are the ones to use)."""
-    instances = inst_models.Instance.__table__
+    """The event, the counters, ``EventAccepted`` and a direct wake in one statement."""
     session.execute(
-        sa.insert(inst_models.InboxEvent.__table__).values(
-            instance_pk=row.pk,
-            sequence=row.next_sequence,
-            type=event_type,
-            payload=None if payload is instance_common.ABSENT else payload,
-            canonical_bytes=size,
-            accepted_at=now,
-        )
+        _ACCEPT_EVENT,
+        {
+            "pk": row.pk,
+            "type": event_type.encode("utf-8"),
+            "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
+            "payload": None if payload is instance_common.ABSENT else json.dumps(payload, allow_nan=False),
+            "size": size,
+            "now": now,
+            "direct": direct,
+        },
     )
-    stamp = now if row.last_event_at is None else max(now, row.last_event_at)
-    values = {
-        "next_sequence": row.next_sequence + 1,
-        "inbox_count": instances.c.inbox_count + 1,
-        "inbox_bytes": instances.c.inbox_bytes + size,
-        "next_event_id": row.next_event_id + 1,
-        "updated_at": now,
-        "last_event_at": stamp,
-    }
-    if direct:
-        values["status"] = "running"
-    session.execute(sa.update(instances).where(instances.c.pk == row.pk).values(**values))
-    session.execute(
-        sa.insert(inst_models.HistoryEvent.__table__).values(
-            instance_pk=row.pk,
-            event_id=row.next_event_id,
-            event_type="EventAccepted",
-            attributes={"sequence": row.next_sequence, "type": event_type},
-            event_timestamp=stamp,
-        )
-    )
-    if direct:
-        session.execute(sa.delete(inst_models.Timer.__table__).where(inst_models.Timer.instance_pk == row.pk))
 
 
 _ACCEPT_EVENT = sa.text("""

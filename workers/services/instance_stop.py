@@ -20,6 +20,7 @@ import time
 
 import sqlalchemy as sa
 from sqlalchemy import orm
+from sqlalchemy.dialects import postgresql
 
 from models import db as models_db
 from models import instances as inst_models
@@ -61,7 +62,6 @@ def terminate(
     """
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
-        instance_common.write_lock_txn(session)
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(
             session, workflow_uid=workflow_uid, instance_id=instance_id, lock=True
@@ -96,7 +96,6 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
     returns the final status (an instance already terminal keeps its status)."""
     now = now or utcnow()
     with models_db.session_scope() as session:
-        instance_common.write_lock_txn(session)
         instance = session.scalar(
             sa.select(inst_models.Instance).where(inst_models.Instance.pk == instance_pk).with_for_update()
         )
@@ -137,11 +136,10 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
     when nothing of the UID is left. Idempotent; touches nothing outside the UID.
     """
     with models_db.session_scope() as session:
-        # Pairs with the shared lock of create (see instances._insert_instance_pg_txn).
-        if instance_common.is_postgres(session):
-            session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(workflow_uid))))
+        # Pairs with the shared lock of create (see instances._insert_instance_txn).
+        session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(workflow_uid))))
         session.execute(
-            models_db.insert(session, inst_models.WorkflowClosure.__table__)
+            postgresql.insert(inst_models.WorkflowClosure.__table__)
             .values(workflow_uid=workflow_uid, closed_at=now)
             .on_conflict_do_nothing(index_elements=["workflow_uid"])
         )
@@ -183,7 +181,6 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
         return False
     while True:
         with models_db.session_scope() as session:
-            instance_common.write_lock_txn(session)
             batch = session.scalars(
                 sa.select(inst_models.Instance.pk)
                 .where(inst_models.Instance.workflow_uid == workflow_uid)

@@ -78,8 +78,8 @@ SELECT (SELECT closed FROM closed), (SELECT pk FROM ins)
 """)
 
 
-def _insert_instance_pg_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
-    """Postgres: ``(closed, pk)`` in two statements. A shared advisory lock pairs with the
+def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
+    """``(closed, pk)`` in two statements. A shared advisory lock pairs with the
     exclusive one ``instance_stop.purge_workflow`` closes the UID under, so a create either commits before the
     close (and is purged with it) or sees the closure: the closure is read by the next statement,
     whose snapshot is taken after the lock was granted. ``pk`` ``None``: the id exists."""
@@ -99,55 +99,6 @@ def _insert_instance_pg_txn(session: orm.Session, **values: Any) -> tuple[bool, 
         },
     ).one()
     return bool(closed), pk
-
-
-def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
-    """Any other database (the embedded default's SQLite, one writer at a time): the same checks
-    and rows as :func:`_insert_instance_pg_txn`, statement by statement, after the write lock (so
-    a ``instance_stop.purge_workflow`` closing the UID commits either before the checks or after the insert)."""
-    instance_common.write_lock_txn(session)
-    instance_common.workflow_txn(session, space=values["space"], workflow_uid=values["workflow_uid"])
-    if session.get(inst_models.WorkflowClosure, values["workflow_uid"]) is not None:
-        return True, None
-    now = values["now"]
-    pk = session.scalar(
-        models_db.insert(session, inst_models.Instance.__table__)
-        .values(
-            workflow_uid=values["workflow_uid"],
-            space=values["space"],
-            instance_id=values["instance_id"],
-            status="queued",
-            epoch=0,
-            params=values["params"],
-            step_count=0,
-            next_event_id=2,
-            next_sequence=1,
-            inbox_count=0,
-            inbox_bytes=0,
-            created_at=now,
-            updated_at=now,
-            lifetime_ends_at=values["lifetime"],
-            last_event_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=["workflow_uid", "instance_id"])
-        .returning(inst_models.Instance.__table__.c.pk)
-    )
-    if pk is not None:
-        session.execute(
-            sa.insert(inst_models.HistoryEvent.__table__).values(
-                instance_pk=pk,
-                event_id=1,
-                event_type="InstanceCreated",
-                attributes={"instanceId": values["instance_id"]},
-                event_timestamp=now,
-            )
-        )
-        session.execute(
-            sa.insert(inst_models.Timer.__table__).values(
-                instance_pk=pk, kind="lifetime", due_at=values["lifetime"], created_at=now
-            )
-        )
-    return False, pk
 
 
 def create(
@@ -185,10 +136,7 @@ def create(
         "lifetime": now + dt.timedelta(seconds=lifetime_seconds()),
     }
     with models_db.session_scope() as session:
-        if instance_common.is_postgres(session):
-            closed, pk = _insert_instance_pg_txn(session, **values)
-        else:
-            closed, pk = _insert_instance_txn(session, **values)
+        closed, pk = _insert_instance_txn(session, **values)
         if closed:
             raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if pk is None:

@@ -235,9 +235,8 @@ def _replay_txn(session: orm.Session, claim: idempotency.Claim) -> Accepted:
 
 def _live_txn(session: orm.Session, *, space: str, uid: str, lock: str) -> res_models.Resource:
     """Lock (``FOR UPDATE`` for a delete, ``FOR NO KEY UPDATE`` for an update), then read the row."""
-    if session.get_bind().dialect.name == "postgresql":
-        mode = "UPDATE" if lock == "update" else "NO KEY UPDATE"
-        session.execute(sa.text(f"SELECT 1 FROM resources WHERE uid = :uid FOR {mode}"), {"uid": uid})
+    mode = "UPDATE" if lock == "update" else "NO KEY UPDATE"
+    session.execute(sa.text(f"SELECT 1 FROM resources WHERE uid = :uid FOR {mode}"), {"uid": uid})
     resource = session.scalar(
         sa.select(res_models.Resource)
         .where(

@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from takohost import config
-from workers.services import instance_common
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +57,8 @@ def purge_retired(*, now: dt.datetime, settings: config.Settings | None = None) 
     purged = 0
     while True:
         with models_db.session_scope() as session:
-            instance_common.write_lock_txn(session)
             query = _retired(cutoff)
-            if session.get_bind().dialect.name == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            batch = session.scalars(query).all()
+            batch = session.scalars(query.with_for_update(skip_locked=True)).all()
             if batch:
                 for model in (
                     inst_models.HistoryEvent,

@@ -7,7 +7,7 @@ import re
 import secrets
 
 from sqlalchemy import orm
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 
 from models import resources as res_models
 from models.errors import DomainError
@@ -30,9 +30,7 @@ def create_token_txn(session: orm.Session, *, space: str) -> str:
     """
     if not SPACE_RE.fullmatch(space):
         raise DomainError("invalid_request", f"invalid Space name {space!r}: use ^[a-z0-9]([a-z0-9-]{{0,61}}[a-z0-9])?$")
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    session.execute(insert(res_models.Space).values(name=space).on_conflict_do_nothing())
+    session.execute(postgresql.insert(res_models.Space).values(name=space).on_conflict_do_nothing())
     token = "tko_" + secrets.token_urlsafe(32)
     session.add(res_models.Token(space=space, token_hash=hash_token(token)))
     return token

@@ -23,7 +23,7 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instances as inst_models
 from models import resources as res_models
-from workers.services import forms, instance_common
+from workers.services import forms
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +61,16 @@ def refresh(*, now: dt.datetime, force: bool = False) -> int:
     _last_run = time.monotonic()
     written = 0
     with models_db.session_scope() as session:
-        instance_common.write_lock_txn(session)
-        query = sa.select(res_models.Resource).where(
-            res_models.Resource.form == "DurableWorkflow",
-            res_models.Resource.deleted_at.is_(None),
-            res_models.Resource.phase != "deleting",
-            res_models.Resource.observed_at.is_not(None),
+        query = (
+            sa.select(res_models.Resource)
+            .where(
+                res_models.Resource.form == "DurableWorkflow",
+                res_models.Resource.deleted_at.is_(None),
+                res_models.Resource.phase != "deleting",
+                res_models.Resource.observed_at.is_not(None),
+            )
+            .with_for_update(key_share=True, skip_locked=True)
         )
-        if session.get_bind().dialect.name == "postgresql":
-            query = query.with_for_update(key_share=True, skip_locked=True)
         for workflow in session.scalars(query).all():
             observed = observe_workflow_txn(
                 session, workflow=workflow, ready=forms.workflow_ready_txn(session, workflow=workflow)

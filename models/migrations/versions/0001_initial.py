@@ -29,9 +29,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "cron_matches",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
         sa.Column("trigger_uid", sa.String(length=36), nullable=False),
         sa.Column("space", sa.String(length=63), nullable=False),
         sa.Column("worker_uid", sa.String(length=36), nullable=False),
@@ -63,9 +61,7 @@ def upgrade() -> None:
     op.create_index("ix_cron_schedules_next_due_at", "cron_schedules", ["next_due_at"], unique=False)
     op.create_table(
         "cron_skips",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
         sa.Column("trigger_uid", sa.String(length=36), nullable=False),
         sa.Column("cron", sa.String(length=64), nullable=False),
         sa.Column("scheduled_time", models.base.UTCDateTime(timezone=True), nullable=False),
@@ -78,9 +74,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "instances",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
         sa.Column("workflow_uid", sa.String(length=36), nullable=False),
         sa.Column("space", sa.String(length=63), nullable=False),
         sa.Column("instance_id", models.base.ScalarText(), nullable=False),
@@ -124,10 +118,8 @@ def upgrade() -> None:
     )
     op.create_table(
         "cron_deliveries",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
-        sa.Column("match_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
+        sa.Column("match_pk", sa.BigInteger(), nullable=False),
         sa.Column("worker_id", sa.String(length=128), nullable=True),
         sa.Column("version_uid", sa.String(length=36), nullable=True),
         sa.Column("started_at", models.base.UTCDateTime(timezone=True), nullable=False),
@@ -145,10 +137,8 @@ def upgrade() -> None:
     op.create_index(op.f("ix_cron_deliveries_match_pk"), "cron_deliveries", ["match_pk"], unique=False)
     op.create_table(
         "history_events",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
-        sa.Column("instance_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
+        sa.Column("instance_pk", sa.BigInteger(), nullable=False),
         sa.Column("event_id", sa.Integer(), nullable=False),
         sa.Column("event_type", sa.String(length=32), nullable=False),
         sa.Column("attributes", sa.JSON(none_as_null=True), nullable=False),
@@ -179,10 +169,8 @@ def upgrade() -> None:
     op.create_index(op.f("ix_idempotency_keys_created_at"), "idempotency_keys", ["created_at"], unique=False)
     op.create_table(
         "inbox_events",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
-        sa.Column("instance_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
+        sa.Column("instance_pk", sa.BigInteger(), nullable=False),
         sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column("type", models.base.ScalarText(), nullable=False),
         sa.Column("payload", sa.JSON(none_as_null=True), nullable=True),
@@ -231,7 +219,6 @@ def upgrade() -> None:
         ["worker_uid"],
         unique=True,
         postgresql_where=sa.text("deleted_at IS NULL AND form = 'WorkerDeployment'"),
-        sqlite_where=sa.text("deleted_at IS NULL AND form = 'WorkerDeployment'"),
     )
     op.create_index(
         "uq_resources_live_name",
@@ -239,14 +226,11 @@ def upgrade() -> None:
         ["space", "name"],
         unique=True,
         postgresql_where=sa.text("deleted_at IS NULL"),
-        sqlite_where=sa.text("deleted_at IS NULL"),
     )
     op.create_table(
         "steps",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
-        sa.Column("instance_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
+        sa.Column("instance_pk", sa.BigInteger(), nullable=False),
         sa.Column("name", models.base.ScalarText(), nullable=False),
         sa.Column("kind", sa.String(length=8), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
@@ -266,10 +250,8 @@ def upgrade() -> None:
     )
     op.create_table(
         "timers",
-        sa.Column(
-            "pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
-        sa.Column("instance_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("pk", sa.BigInteger(), autoincrement=True, nullable=False),
+        sa.Column("instance_pk", sa.BigInteger(), nullable=False),
         sa.Column("kind", sa.String(length=16), nullable=False),
         sa.Column("due_at", models.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
@@ -325,7 +307,6 @@ def upgrade() -> None:
         ["resource_uid"],
         unique=True,
         postgresql_where=sa.text("state IN ('pending', 'running')"),
-        sqlite_where=sa.text("state IN ('pending', 'running')"),
     )
     op.create_table(
         "resource_refs",
@@ -358,7 +339,6 @@ def downgrade() -> None:
         "uq_operations_active_resource",
         table_name="operations",
         postgresql_where=sa.text("state IN ('pending', 'running')"),
-        sqlite_where=sa.text("state IN ('pending', 'running')"),
     )
     op.drop_index("ix_operations_state", table_name="operations")
     op.drop_table("operations")
@@ -370,13 +350,11 @@ def downgrade() -> None:
         "uq_resources_live_name",
         table_name="resources",
         postgresql_where=sa.text("deleted_at IS NULL"),
-        sqlite_where=sa.text("deleted_at IS NULL"),
     )
     op.drop_index(
         "uq_resources_live_deployment",
         table_name="resources",
         postgresql_where=sa.text("deleted_at IS NULL AND form = 'WorkerDeployment'"),
-        sqlite_where=sa.text("deleted_at IS NULL AND form = 'WorkerDeployment'"),
     )
     op.drop_index(op.f("ix_resources_worker_uid"), table_name="resources")
     op.drop_index("ix_resources_space_form", table_name="resources")
