@@ -1,8 +1,11 @@
-"""Test session set-up: a fresh Postgres database with the migrations applied, a private
-Redis namespace, and fixtures for tokens, the Flask client and real host processes.
+"""Test session set-up: the run's servers, a database cloned from the run's migrated template
+per test process, a private Redis namespace, and fixtures for tokens, the Flask client and real
+host processes.
 
-Environment (all optional): ``TAKOHOST_TEST_PG`` (admin URL of the local Postgres, default
-``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), ``TAKOHOST_REDIS_URL``.
+Servers (``tests/support/servers.py``): ``TAKOHOST_TEST_DATABASE_URL`` (admin URL, database
+``postgres``) and ``TAKOHOST_TEST_REDIS_URL`` when set (CI; the former ``TAKOHOST_TEST_PG`` is
+still read), else one embedded PostgreSQL and one embedded Redis for the whole run, started by
+the pytest controller and shared by the xdist workers.
 """
 
 from __future__ import annotations
@@ -13,16 +16,28 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from tests.support import servers
+
 _RUN = uuid.uuid4().hex[:10]
-ADMIN_URL = os.environ.get("TAKOHOST_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+_CONTROLLER = not os.environ.get("PYTEST_XDIST_WORKER")
+if _CONTROLLER:
+    servers.start_for_run()  # before xdist starts the workers: they inherit the URLs
+ADMIN_URL = servers.admin_url()
 DB_NAME = f"takohost_test_{_RUN}"
-DB_URL = ADMIN_URL.rsplit("/", 1)[0] + "/" + DB_NAME
+DB_URL = servers.database_url(DB_NAME)
 
 # Settings are read from the environment at import time by the Celery app: set them first.
 os.environ["TAKOHOST_DATABASE_URL"] = DB_URL
 os.environ["TAKOHOST_NAMESPACE"] = f"tkt{_RUN}"
-os.environ.setdefault("TAKOHOST_REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ["TAKOHOST_REDIS_URL"] = os.environ[servers.REDIS_VAR]
+os.environ.pop("TAKOHOST_BROKER_URL", None)
 os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller stops what it started (the workers are gone by then)."""
+    if _CONTROLLER:
+        servers.stop_for_run()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -50,18 +65,13 @@ def _admin() -> sa.Engine:
 
 @pytest.fixture(scope="session")
 def db_url() -> str:
-    """URL of this session's fresh database, migrated to head (never ``create_all``)."""
-    from models import migrate
-
-    with _admin().connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{DB_NAME}"'))
-    migrate.upgrade(DB_URL)
+    """URL of this test process's fresh database: a copy of the run's migrated template."""
+    servers.create_database(DB_NAME)
     yield DB_URL
     from models import db as models_db
 
     models_db.dispose_all()
-    with _admin().connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)'))
+    servers.drop_database(DB_NAME)
 
 
 @pytest.fixture()

@@ -23,7 +23,7 @@ from tests.integration.test_resources_support import (  # noqa: F401 - no_dispat
     settle,
 )
 
-CASES_PATH = pathlib.Path(__file__).resolve().parents[3] / "shared" / "cases" / "cases.json"
+CASES_PATH = pathlib.Path(__file__).resolve().parents[1] / "data" / "cases.json"
 REJECTED = [
     (case["id"], expression)
     for case in json.loads(CASES_PATH.read_text(encoding="utf-8"))

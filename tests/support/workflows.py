@@ -355,24 +355,20 @@ def start_zygote():
 
 @contextlib.contextmanager
 def isolated_database():
-    """A fresh migrated database that ``TAKOHOST_DATABASE_URL`` points at while the block runs.
+    """A fresh database (a copy of the run's migrated template) that ``TAKOHOST_DATABASE_URL``
+    points at while the block runs; yields its URL and drops it after.
 
     In-process engine tests use it so that real worker/beat processes started by other tests of
     the session (which poll the session database) never race the in-process driver.
     """
     import os
 
-    from models import migrate
-    from tests import conftest
+    from tests.support import servers
 
     name = f"takohost_eng_{uuid.uuid4().hex[:10]}"
-    url = conftest.ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    admin = sa.create_engine(conftest.ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = servers.create_database(name)
     previous = os.environ.get("TAKOHOST_DATABASE_URL")
     try:
-        migrate.upgrade(url)
         os.environ["TAKOHOST_DATABASE_URL"] = url
         yield url
     finally:
@@ -383,8 +379,7 @@ def isolated_database():
         engine = models_db._engines.pop((os.getpid(), url), None)
         if engine is not None:
             engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        servers.drop_database(name)
 
 
 def clear_timers(db_url: str) -> None:

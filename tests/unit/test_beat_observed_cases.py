@@ -17,7 +17,7 @@ from beat import cron_plan
 from takohost.domain import cron
 from workers.services import cron_schedules
 
-CASES_PATH = pathlib.Path(__file__).resolve().parents[3] / "shared" / "cases" / "cases.json"
+CASES_PATH = pathlib.Path(__file__).resolve().parents[1] / "data" / "cases.json"
 CASES = [
     c
     for c in json.loads(CASES_PATH.read_text(encoding="utf-8"))
