@@ -21,26 +21,8 @@ def get_engine(url: str) -> sa.Engine:
     key = (os.getpid(), url)
     engine = _engines.get(key)
     if engine is None:
-        kwargs: dict[str, object] = {"future": True}
-        if url.startswith("postgresql"):
-            kwargs.update(pool_size=5, max_overflow=10, pool_pre_ping=True)
-        if url.startswith("sqlite"):
-            kwargs.update(connect_args={"timeout": 30, "check_same_thread": False})
-        engine = sa.create_engine(url, **kwargs)
-        if url.startswith("sqlite"):
-            sa.event.listen(engine, "connect", _sqlite_pragmas)
-        _engines[key] = engine
+        engine = _engines[key] = sa.create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=True)
     return engine
-
-
-def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
-    """Embedded default (``takohost dev``): WAL so API, worker and beat processes can share
-    the file, a generous busy timeout, and enforced foreign keys (cascading purges)."""
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
 
 
 def database_url() -> str:

@@ -14,8 +14,9 @@ fenced ``UPDATE`` takes the instance row lock first, and the next statement's fr
 snapshot sees everything committed before the lock was granted. The terminal commit is one
 statement that detects (by ``next_sequence``) an event committed while it waited for the lock and
 purges it too. The epoch bump at context start uses a second connection without synchronous commit
-(see :func:`connection_for`). Raw psycopg on one connection per process and URL; the schema is
-``models.instances`` (names and types are bytea UTF-8, documents ``json``).
+(see :func:`connection_for`). Raw psycopg on one connection per process and URL; the statements
+are ``models.instance_sql`` (shared with the instance services), the schema ``models.instances``
+(names and types are bytea UTF-8, documents ``json``).
 
 Raw psycopg rather than SQLAlchemy Core because it is faster on the per-step path
 (``bench/store_bench.py``: the same statement through a SQLAlchemy connection costs about twice
@@ -36,78 +37,8 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from models import instance_sql
 from workers.engine import commits, decide, history
-
-_SELECT_START = """
-SELECT i.status, i.stopping, i.workflow_uid, i.space, i.instance_id, i.params, i.lifetime_ends_at,
-       w.spec, (w.deleted_at IS NULL) AS live, d.spec AS deployment,
-       EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
-FROM instances i
-JOIN resources w ON w.uid = i.workflow_uid
-LEFT JOIN resources d ON d.form = 'WorkerDeployment' AND d.deleted_at IS NULL
-     AND d.worker_uid = COALESCE(w.worker_uid, w.spec::json -> 'worker' ->> 'resourceUid')
-WHERE i.pk = %(pk)s
-"""
-
-_START = """
-WITH f AS (
-  UPDATE instances SET epoch = epoch + 1, status = 'running', version_uid = %(version)s,
-         updated_at = %(now)s, next_event_id = next_event_id + 1,
-         last_event_at = GREATEST(last_event_at, %(now)s)
-  WHERE pk = %(pk)s AND status IN ('queued', 'running') AND stopping IS NULL
-    AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.instance_pk = %(pk)s AND t.kind = 'retry')
-    AND NOT EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = instances.workflow_uid)
-  RETURNING epoch, next_event_id - 1 AS e0, step_count, last_event_at
-), h AS (
-  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT %(pk)s, f.e0, 'ContextStarted',
-         json_build_object('versionUid', %(version)s::text, 'epoch', f.epoch), f.last_event_at FROM f
-)
-SELECT epoch, step_count FROM f
-"""
-
-_TERMINAL = """
-WITH seen AS (
-  SELECT next_sequence AS seq FROM instances WHERE pk = %(pk)s
-), f AS (
-  UPDATE instances SET next_event_id = next_event_id + 1, updated_at = %(now)s, status = %(status)s,
-         output = %(output)s::json, error = %(error)s::json, terminal_at = %(now)s, inbox_count = 0,
-         inbox_bytes = 0, last_event_at = GREATEST(last_event_at, %(now)s)
-  WHERE pk = %(pk)s AND epoch = %(epoch)s
-  RETURNING next_event_id - 1 AS e0, next_sequence AS latest, last_event_at
-), i AS (
-  DELETE FROM inbox_events WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
-), t AS (
-  DELETE FROM timers WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
-), h AS (
-  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT %(pk)s, f.e0, %(event_type)s, %(attributes)s::json, f.last_event_at FROM f
-)
-SELECT f.latest <> seen.seq FROM f, seen
-"""
-
-_STEPS = """
-SELECT name, kind, state, attempts, result, error, config, wake_at, timeout_at
-FROM steps WHERE instance_pk = %(pk)s
-"""
-
-_STEP_UPSERT = """
-s AS (
-  INSERT INTO steps (instance_pk, name, kind, state, attempts, result, error, config, wake_at, timeout_at,
-                     created_at, updated_at)
-  SELECT %(pk)s, %(name)s, %(kind)s, %(state)s, %(attempts)s, %(result)s::json, %(error)s::json,
-         %(config)s::json, %(wake_at)s, %(timeout_at)s, %(now)s, %(now)s FROM f
-  ON CONFLICT (instance_pk, name) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-         result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,
-         updated_at = excluded.updated_at
-)"""
-
-_TIMER_UPSERT = """
-t AS (
-  INSERT INTO timers (instance_pk, kind, due_at, created_at)
-  SELECT %(pk)s, %(timer_kind)s, %(timer_due)s, %(now)s FROM f
-  ON CONFLICT (instance_pk, kind) DO UPDATE SET due_at = excluded.due_at
-)"""
 
 
 class Fenced(Exception):
@@ -188,7 +119,7 @@ class InstanceSnapshot:
 
 def load_instance(conn: psycopg.Connection, pk: int) -> InstanceSnapshot | None:
     """The instance, its DurableWorkflow's spec and its Worker's live Deployment (``None``: gone)."""
-    row = conn.execute(_SELECT_START, {"pk": pk}).fetchone()
+    row = conn.execute(instance_sql.SELECT_CONTEXT_START, {"pk": pk}).fetchone()
     if row is None:
         return None
     status, stopping, workflow_uid, space, instance_id, params, lifetime, spec, live, deployment, closed = row
@@ -210,9 +141,7 @@ def load_instance(conn: psycopg.Connection, pk: int) -> InstanceSnapshot | None:
 
 def load_version(conn: psycopg.Connection, version_uid: str) -> dict | None:
     """A WorkerVersion's spec (``None`` if there is no such Version)."""
-    row = conn.execute(
-        "SELECT spec FROM resources WHERE uid = %s AND form = 'WorkerVersion'", [version_uid]
-    ).fetchone()
+    row = conn.execute(instance_sql.SELECT_VERSION_SPEC, {"uid": version_uid}).fetchone()
     return None if row is None else row[0]
 
 
@@ -248,7 +177,7 @@ class Backend:
         if conn is None or conn.closed or conn.broken or self._epoch_pid != os.getpid():
             conn = self._epoch_conn = psycopg.connect(**connect_kwargs(self.url), autocommit=True)
             self._epoch_pid = os.getpid()
-        return dict(conn.execute("SELECT pk, epoch FROM instances WHERE pk = ANY(%s)", [pks]).fetchall())
+        return dict(conn.execute(instance_sql.SELECT_EPOCHS, {"pks": pks}).fetchall())
 
     def discard(self) -> None:
         """Drop this process's connections after an unexpected error."""
@@ -289,7 +218,9 @@ class ContextStore:
         """Take the fencing token: ``epoch + 1`` and status ``running`` if the instance is runnable
         (queued/running, not stopping, no retry delay pending, UID not closed); appends
         ``ContextStarted``. False when the instance is not runnable now."""
-        row = self.start_conn.execute(_START, {"pk": self.pk, "version": version_uid, "now": now}).fetchone()
+        row = self.start_conn.execute(
+            instance_sql.START_CONTEXT, {"pk": self.pk, "version": version_uid, "now": now}
+        ).fetchone()
         if row is None:
             return False
         self.epoch = row[0]
@@ -297,14 +228,14 @@ class ContextStore:
 
     def is_fenced(self) -> bool:
         """True when the stored epoch is no longer this context's token (or the row is gone)."""
-        row = self.conn.execute("SELECT epoch FROM instances WHERE pk = %s", [self.pk]).fetchone()
+        row = self.conn.execute(instance_sql.SELECT_EPOCH, {"pk": self.pk}).fetchone()
         return row is None or row[0] != self.epoch
 
     def load_steps(self) -> dict[str, decide.StepRecord]:
         """Every stored step of the instance by name (read once per context)."""
         steps = {}
         for name, kind, state, attempts, result, error, config, wake_at, timeout_at in self.conn.execute(
-            _STEPS, {"pk": self.pk}
+            instance_sql.SELECT_STEPS, {"pk": self.pk}
         ):
             name = _name(name)
             steps[name] = decide.StepRecord(
@@ -367,9 +298,9 @@ class ContextStore:
     def _sets(commit: commits.Commit) -> str:
         sets = ""
         if commit.status is not None:
-            sets += ", status = %(status)s"
+            sets += instance_sql.SET_STATUS
         if commit.touch:
-            sets += ", updated_at = %(now)s"
+            sets += instance_sql.SET_TOUCH
         return sets
 
     @staticmethod
@@ -400,21 +331,12 @@ class ContextStore:
             status=commit.status,
             newest=stamps[-1] if stamps else None,
         )
-        # ``l`` locks the row first and, READ COMMITTED, returns its newest version even when this
-        # statement waited for a concurrent ``send_event``: ``l.last`` is the newest event's time.
-        parts = [
-            "l AS (SELECT last_event_at AS last FROM instances WHERE pk = %(pk)s FOR UPDATE)",
-            f"""f AS (
-  UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,
-         last_event_at = GREATEST(l.last, %(newest)s::timestamptz){self._sets(commit)}
-  FROM l WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s AS e0, l.last AS last
-)""",
-        ]
+        parts = [instance_sql.LOCK_ROW_CTE, instance_sql.FENCED_UPDATE_CTE.format(sets=self._sets(commit))]
         if commit.step is not None:
-            parts.append(_STEP_UPSERT)
+            parts.append(instance_sql.STEP_UPSERT_CTE)
             params.update(self._step_params(commit.step))
         if commit.timer is not None:
-            parts.append(_TIMER_UPSERT)
+            parts.append(instance_sql.TIMER_UPSERT_CTE)
             params.update(timer_kind=commit.timer[0], timer_due=commit.timer[1])
         if events:
             values = []
@@ -423,13 +345,7 @@ class ContextStore:
                 params.update(
                     {f"t{index}": event.event_type, f"a{index}": _json(event.attributes), f"ts{index}": stamp}
                 )
-            parts.append(
-                f"""h AS (
-  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT %(pk)s, f.e0 + v.i, v.t, v.a::json, GREATEST(v.ts, f.last)
-  FROM f CROSS JOIN (VALUES {", ".join(values)}) AS v(i, t, a, ts)
-)"""
-            )
+            parts.append(instance_sql.HISTORY_CTE.format(values=", ".join(values)))
         sql = "WITH " + ",\n".join(parts) + "\nSELECT e0 FROM f"
         if self.conn.execute(sql, params).fetchone() is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
@@ -449,8 +365,7 @@ class ContextStore:
         first_id, last = locked
         stamps = history.stamps(commit.events, now=now, after=last)
         self.conn.execute(
-            "UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,"
-            f" last_event_at = COALESCE(%(newest)s, last_event_at){self._sets(commit)}{sets} WHERE pk = %(pk)s",
+            instance_sql.UPDATE_LOCKED.format(sets=self._sets(commit) + sets),
             {
                 "pk": self.pk,
                 "n": len(commit.events),
@@ -463,20 +378,25 @@ class ContextStore:
         )
         if commit.step is not None:
             self.conn.execute(
-                "WITH f AS (SELECT 1)," + _STEP_UPSERT + " SELECT 1",
+                instance_sql.UPSERT_STEP,
                 {"pk": self.pk, "now": now, **self._step_params(commit.step)},
             )
         if commit.timer is not None:
             self.conn.execute(
-                "WITH f AS (SELECT 1)," + _TIMER_UPSERT + " SELECT 1",
+                instance_sql.UPSERT_TIMER,
                 {"pk": self.pk, "now": now, "timer_kind": commit.timer[0], "timer_due": commit.timer[1]},
             )
         with self.conn.cursor() as cur:
             cur.executemany(
-                "INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)"
-                " VALUES (%s, %s, %s, %s::json, %s)",
+                instance_sql.INSERT_HISTORY,
                 [
-                    (self.pk, first_id + i, e.event_type, _json(e.attributes), stamp)
+                    {
+                        "pk": self.pk,
+                        "event_id": first_id + i,
+                        "event_type": e.event_type,
+                        "attributes": _json(e.attributes),
+                        "stamp": stamp,
+                    }
                     for i, (e, stamp) in enumerate(zip(commit.events, stamps, strict=True))
                 ],
             )
@@ -497,14 +417,14 @@ class ContextStore:
             )
             if row is not None:
                 inbox_pk, sequence, payload, size = row
-                self.conn.execute("DELETE FROM inbox_events WHERE pk = %s", [inbox_pk])
+                self.conn.execute(instance_sql.DELETE_EVENT, {"inbox_pk": inbox_pk})
                 commit = commits.wait_consumed(name=name, wait=wait, sequence=sequence, payload=payload)
                 self._apply_locked(
                     commit,
                     locked=locked,
                     now=now,
                     extra={"size": size},
-                    sets=", inbox_count = inbox_count - 1, inbox_bytes = inbox_bytes - %(size)s",
+                    sets=instance_sql.SET_EVENT_CONSUMED,
                 )
                 return "consumed", payload
             if now < wait.timeout_at:
@@ -531,15 +451,10 @@ class ContextStore:
         """In a pipelined transaction: the fenced row lock (returns the next event id and the newest
         event's time) and the oldest matching inbox row (a separate statement: its snapshot follows
         the lock). Raises Fenced."""
-        lock = self.conn.execute(
-            "UPDATE instances SET updated_at = %(now)s WHERE pk = %(pk)s AND epoch = %(epoch)s"
-            " RETURNING next_event_id, last_event_at",
-            self._params(now),
-        )
+        lock = self.conn.execute(instance_sql.LOCK_FENCED, self._params(now))
         found = self.conn.execute(
-            f"SELECT {columns} FROM inbox_events WHERE instance_pk = %s AND type = %s AND accepted_at <= %s"
-            " ORDER BY sequence LIMIT 1",
-            [self.pk, wait.event_type.encode("utf-8"), wait.timeout_at],
+            instance_sql.FIND_EVENT.format(columns=columns),
+            {"pk": self.pk, "type": wait.event_type.encode("utf-8"), "timeout_at": wait.timeout_at},
         )
         pipeline.sync()
         locked = lock.fetchone()
@@ -563,7 +478,7 @@ class ContextStore:
         assert status in ("complete", "errored")
         event = history.completed() if status == "complete" else history.errored(error or {})
         row = self.conn.execute(
-            _TERMINAL,
+            instance_sql.COMMIT_TERMINAL,
             self._params(
                 now,
                 status=status,
@@ -576,4 +491,4 @@ class ContextStore:
         if row is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
         if row[0]:
-            self.conn.execute("DELETE FROM inbox_events WHERE instance_pk = %s", [self.pk])
+            self.conn.execute(instance_sql.DELETE_INBOX, {"pk": self.pk})

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from celery import signals
 
 from models import db as models_db
+from models import instance_sql
 from models import instances as inst_models
 from takohost import config
 from workers.celery_app import app
@@ -27,7 +28,6 @@ from workers.engine import children, context, sandbox, store
 
 log = logging.getLogger(__name__)
 
-_SPACE_SQL = "SELECT space FROM instances WHERE pk = %s"
 #: Entries of the per-process pk → Space memo (cleared when full; about 10 MB at most).
 SPACE_CACHE_SIZE = 100_000
 _spaces: dict[tuple[str, int], str] = {}
@@ -47,7 +47,7 @@ def space_of(instance_pk: int, settings: config.Settings) -> str | None:
         if cached is not None:
             return cached
         try:
-            row = store.connection_for(url).execute(_SPACE_SQL, [instance_pk]).fetchone()
+            row = store.connection_for(url).execute(instance_sql.SELECT_SPACE, {"pk": instance_pk}).fetchone()
         except psycopg.Error:
             store.discard_connection(url)
             raise

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from models import db as models_db
+from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
@@ -126,22 +127,17 @@ def send_event(
     return {}
 
 
-_LOCK_INSTANCE = sa.text("""
-SELECT i.pk, i.status, i.stopping, i.inbox_count, i.inbox_bytes, i.next_sequence, i.next_event_id,
-       EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
-FROM instances i JOIN resources r ON r.uid = i.workflow_uid
-WHERE i.workflow_uid = :uid AND i.instance_id = :instance_id
-  AND r.space = :space AND r.form = 'DurableWorkflow' AND r.deleted_at IS NULL
-FOR UPDATE OF i
-""")
-
-
 def _lock_instance_txn(session: orm.Session, *, space: str, workflow_uid: str, instance_id: str) -> Any:
     """The instance row locked ``FOR UPDATE``, with its closure flag (``None``: unknown
     instance, or a workflow that is not a live DurableWorkflow of ``space``)."""
-    return session.execute(
-        _LOCK_INSTANCE, {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
-    ).first()
+    return (
+        session.connection()
+        .exec_driver_sql(
+            instance_sql.LOCK_INSTANCE,
+            {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")},
+        )
+        .first()
+    )
 
 
 def _accept_event_txn(
@@ -155,8 +151,8 @@ def _accept_event_txn(
     direct: bool,
 ) -> None:
     """The event, the counters, ``EventAccepted`` and a direct wake in one statement."""
-    session.execute(
-        _ACCEPT_EVENT,
+    session.connection().exec_driver_sql(
+        instance_sql.ACCEPT_EVENT,
         {
             "pk": row.pk,
             "type": event_type.encode("utf-8"),
@@ -167,28 +163,6 @@ def _accept_event_txn(
             "direct": direct,
         },
     )
-
-
-_ACCEPT_EVENT = sa.text("""
-WITH f AS (
-  UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1,
-         inbox_bytes = inbox_bytes + :size, next_event_id = next_event_id + 1, updated_at = :now,
-         status = CASE WHEN :direct THEN 'running' ELSE status END,
-         last_event_at = GREATEST(last_event_at, :now)
-  WHERE pk = :pk
-  RETURNING next_sequence - 1 AS sequence, next_event_id - 1 AS event_id, last_event_at AS stamp
-), e AS (
-  INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)
-  SELECT :pk, f.sequence, :type, CAST(:payload AS json), :size, :now FROM f
-), h AS (
-  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT :pk, f.event_id, 'EventAccepted',
-         CAST('{"sequence":' || f.sequence || ',"type":' || :type_json || '}' AS json), f.stamp FROM f
-), t AS (
-  DELETE FROM timers WHERE instance_pk = :pk AND CAST(:direct AS boolean)
-)
-SELECT sequence FROM f
-""")
 
 
 def inbox(*, space: str, workflow_uid: str, instance_id: str) -> dict:

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from models import db as models_db
+from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
@@ -52,42 +53,19 @@ def status_document(instance: inst_models.Instance) -> dict:
     return body
 
 
-_LOCK_WORKFLOW = sa.text("""
-SELECT pg_advisory_xact_lock_shared(hashtext(:uid)) FROM resources
-WHERE uid = :uid AND space = :space AND form = 'DurableWorkflow' AND deleted_at IS NULL
-""")
-_INSERT_INSTANCE = sa.text("""
-WITH closed AS (
-  SELECT EXISTS (SELECT 1 FROM workflow_closures WHERE workflow_uid = :uid) AS closed
-), ins AS (
-  INSERT INTO instances (workflow_uid, space, instance_id, status, epoch, params, step_count, next_event_id,
-                         next_sequence, inbox_count, inbox_bytes, created_at, updated_at, lifetime_ends_at,
-                         last_event_at)
-  SELECT :uid, :space, :instance_id, 'queued', 0, CAST(:params AS json), 0, 2, 1, 0, 0, :now, :now, :lifetime,
-         :now
-  FROM closed WHERE NOT closed.closed
-  ON CONFLICT (workflow_uid, instance_id) DO NOTHING
-  RETURNING pk
-), h AS (
-  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT ins.pk, 1, 'InstanceCreated', CAST(:attributes AS json), :now FROM ins
-), t AS (
-  INSERT INTO timers (instance_pk, kind, due_at, created_at) SELECT ins.pk, 'lifetime', :lifetime, :now FROM ins
-)
-SELECT (SELECT closed FROM closed), (SELECT pk FROM ins)
-""")
-
-
 def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
-    """``(closed, pk)`` in two statements. A shared advisory lock pairs with the
-    exclusive one ``instance_stop.purge_workflow`` closes the UID under, so a create either commits before the
+    """``(closed, pk)`` in two statements. A shared advisory lock pairs with the exclusive one
+    ``instance_stop.purge_workflow`` closes the UID under, so a create either commits before the
     close (and is purged with it) or sees the closure: the closure is read by the next statement,
     whose snapshot is taken after the lock was granted. ``pk`` ``None``: the id exists."""
-    live = session.execute(_LOCK_WORKFLOW, {"uid": values["workflow_uid"], "space": values["space"]}).first()
+    conn = session.connection()
+    live = conn.exec_driver_sql(
+        instance_sql.LOCK_WORKFLOW_SHARED, {"uid": values["workflow_uid"], "space": values["space"]}
+    ).first()
     if live is None:
         raise DomainError("not_found", "no such DurableWorkflow in this Space")
-    closed, pk = session.execute(
-        _INSERT_INSTANCE,
+    closed, pk = conn.exec_driver_sql(
+        instance_sql.INSERT_INSTANCE,
         {
             "uid": values["workflow_uid"],
             "space": values["space"],

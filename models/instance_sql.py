@@ -1,0 +1,219 @@
+"""The hand-written SQL of instances, their steps, history, inbox events and timers: every
+statement once, in psycopg's ``%(name)s`` style, for the engine's store (``workers.engine.store``,
+raw psycopg) and the instance services (``workers.services.instances`` / ``instance_events``,
+through ``Connection.exec_driver_sql``). Names, ids and event types are bytea UTF-8 (pass
+``str.encode()``), documents ``json`` text. Simple reads and bulk purges stay SQLAlchemy Core
+beside the models they touch (``models.instances``).
+
+The engine's hot commits are ONE statement whose data-modifying CTEs hang off the fenced
+``UPDATE`` named ``f`` (``… FROM f``): the ``*_CTE`` fragments below are joined by
+``workers.engine.store.ContextStore.apply``.
+"""
+
+from __future__ import annotations
+
+# -- creating an instance, accepting an event (services) -------------------------------------------
+
+#: A shared advisory lock on the live DurableWorkflow ``%(uid)s`` of ``%(space)s`` (no row: not
+#: live); pairs with the exclusive one the DELETE purge closes the UID under.
+LOCK_WORKFLOW_SHARED = """
+SELECT pg_advisory_xact_lock_shared(hashtext(%(uid)s)) FROM resources
+WHERE uid = %(uid)s AND space = %(space)s AND form = 'DurableWorkflow' AND deleted_at IS NULL
+"""
+
+#: ``(closed, pk)``: the ``queued`` instance, ``InstanceCreated`` and its ``lifetime`` timer, unless
+#: the UID is closed (``pk`` NULL also when the id exists).
+INSERT_INSTANCE = """
+WITH closed AS (
+  SELECT EXISTS (SELECT 1 FROM workflow_closures WHERE workflow_uid = %(uid)s) AS closed
+), ins AS (
+  INSERT INTO instances (workflow_uid, space, instance_id, status, epoch, params, step_count, next_event_id,
+                         next_sequence, inbox_count, inbox_bytes, created_at, updated_at, lifetime_ends_at,
+                         last_event_at)
+  SELECT %(uid)s, %(space)s, %(instance_id)s, 'queued', 0, CAST(%(params)s AS json), 0, 2, 1, 0, 0,
+         %(now)s, %(now)s, %(lifetime)s, %(now)s
+  FROM closed WHERE NOT closed.closed
+  ON CONFLICT (workflow_uid, instance_id) DO NOTHING
+  RETURNING pk
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT ins.pk, 1, 'InstanceCreated', CAST(%(attributes)s AS json), %(now)s FROM ins
+), t AS (
+  INSERT INTO timers (instance_pk, kind, due_at, created_at)
+  SELECT ins.pk, 'lifetime', %(lifetime)s, %(now)s FROM ins
+)
+SELECT (SELECT closed FROM closed), (SELECT pk FROM ins)
+"""
+
+#: The instance row locked ``FOR UPDATE`` with its counters and the closure flag.
+LOCK_INSTANCE = """
+SELECT i.pk, i.status, i.stopping, i.inbox_count, i.inbox_bytes, i.next_sequence, i.next_event_id,
+       EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
+FROM instances i JOIN resources r ON r.uid = i.workflow_uid
+WHERE i.workflow_uid = %(uid)s AND i.instance_id = %(instance_id)s
+  AND r.space = %(space)s AND r.form = 'DurableWorkflow' AND r.deleted_at IS NULL
+FOR UPDATE OF i
+"""
+
+#: The event, the counters, ``EventAccepted`` and a direct wake (``%(direct)s``) in one statement.
+ACCEPT_EVENT = """
+WITH f AS (
+  UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1,
+         inbox_bytes = inbox_bytes + %(size)s, next_event_id = next_event_id + 1, updated_at = %(now)s,
+         status = CASE WHEN %(direct)s THEN 'running' ELSE status END,
+         last_event_at = GREATEST(last_event_at, %(now)s)
+  WHERE pk = %(pk)s
+  RETURNING next_sequence - 1 AS sequence, next_event_id - 1 AS event_id, last_event_at AS stamp
+), e AS (
+  INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)
+  SELECT %(pk)s, f.sequence, %(type)s, CAST(%(payload)s AS json), %(size)s, %(now)s FROM f
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT %(pk)s, f.event_id, 'EventAccepted',
+         CAST('{"sequence":' || f.sequence || ',"type":' || %(type_json)s || '}' AS json), f.stamp FROM f
+), t AS (
+  DELETE FROM timers WHERE instance_pk = %(pk)s AND CAST(%(direct)s AS boolean)
+)
+SELECT sequence FROM f
+"""
+
+# -- a replay context (engine) ----------------------------------------------------------------------
+
+#: The instance, its DurableWorkflow's spec and its Worker's live Deployment.
+SELECT_CONTEXT_START = """
+SELECT i.status, i.stopping, i.workflow_uid, i.space, i.instance_id, i.params, i.lifetime_ends_at,
+       w.spec, (w.deleted_at IS NULL) AS live, d.spec AS deployment,
+       EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = i.workflow_uid) AS closed
+FROM instances i
+JOIN resources w ON w.uid = i.workflow_uid
+LEFT JOIN resources d ON d.form = 'WorkerDeployment' AND d.deleted_at IS NULL
+     AND d.worker_uid = COALESCE(w.worker_uid, w.spec::json -> 'worker' ->> 'resourceUid')
+WHERE i.pk = %(pk)s
+"""
+
+SELECT_VERSION_SPEC = "SELECT spec FROM resources WHERE uid = %(uid)s AND form = 'WorkerVersion'"
+SELECT_SPACE = "SELECT space FROM instances WHERE pk = %(pk)s"
+SELECT_EPOCH = "SELECT epoch FROM instances WHERE pk = %(pk)s"
+SELECT_EPOCHS = "SELECT pk, epoch FROM instances WHERE pk = ANY(%(pks)s)"
+
+#: Take the fencing token (``epoch + 1``, ``running``) and append ``ContextStarted``.
+START_CONTEXT = """
+WITH f AS (
+  UPDATE instances SET epoch = epoch + 1, status = 'running', version_uid = %(version)s,
+         updated_at = %(now)s, next_event_id = next_event_id + 1,
+         last_event_at = GREATEST(last_event_at, %(now)s)
+  WHERE pk = %(pk)s AND status IN ('queued', 'running') AND stopping IS NULL
+    AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.instance_pk = %(pk)s AND t.kind = 'retry')
+    AND NOT EXISTS (SELECT 1 FROM workflow_closures c WHERE c.workflow_uid = instances.workflow_uid)
+  RETURNING epoch, next_event_id - 1 AS e0, step_count, last_event_at
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT %(pk)s, f.e0, 'ContextStarted',
+         json_build_object('versionUid', %(version)s::text, 'epoch', f.epoch), f.last_event_at FROM f
+)
+SELECT epoch, step_count FROM f
+"""
+
+SELECT_STEPS = """
+SELECT name, kind, state, attempts, result, error, config, wake_at, timeout_at
+FROM steps WHERE instance_pk = %(pk)s
+"""
+
+#: ``l`` locks the row first and, READ COMMITTED, returns its newest version even when the
+#: statement waited for a concurrent ``send_event``: ``l.last`` is the newest event's time.
+LOCK_ROW_CTE = "l AS (SELECT last_event_at AS last FROM instances WHERE pk = %(pk)s FOR UPDATE)"
+
+#: The fenced ``UPDATE`` (``{sets}``: extra ``, col = …`` assignments).
+FENCED_UPDATE_CTE = """f AS (
+  UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,
+         last_event_at = GREATEST(l.last, %(newest)s::timestamptz){sets}
+  FROM l WHERE pk = %(pk)s AND epoch = %(epoch)s RETURNING next_event_id - %(n)s AS e0, l.last AS last
+)"""
+
+STEP_UPSERT_CTE = """
+s AS (
+  INSERT INTO steps (instance_pk, name, kind, state, attempts, result, error, config, wake_at, timeout_at,
+                     created_at, updated_at)
+  SELECT %(pk)s, %(name)s, %(kind)s, %(state)s, %(attempts)s, %(result)s::json, %(error)s::json,
+         %(config)s::json, %(wake_at)s, %(timeout_at)s, %(now)s, %(now)s FROM f
+  ON CONFLICT (instance_pk, name) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+         result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,
+         updated_at = excluded.updated_at
+)"""
+
+#: Assignments appended to a fenced ``UPDATE`` (``{sets}``): a new status, a touch, a consumed event.
+SET_STATUS = ", status = %(status)s"
+SET_TOUCH = ", updated_at = %(now)s"
+SET_EVENT_CONSUMED = ", inbox_count = inbox_count - 1, inbox_bytes = inbox_bytes - %(size)s"
+
+TIMER_UPSERT_CTE = """
+t AS (
+  INSERT INTO timers (instance_pk, kind, due_at, created_at)
+  SELECT %(pk)s, %(timer_kind)s, %(timer_due)s, %(now)s FROM f
+  ON CONFLICT (instance_pk, kind) DO UPDATE SET due_at = excluded.due_at
+)"""
+
+#: History rows numbered from ``f.e0`` (``{values}``: ``(i, %(tI)s, %(aI)s, %(tsI)s::timestamptz)``).
+HISTORY_CTE = """h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT %(pk)s, f.e0 + v.i, v.t, v.a::json, GREATEST(v.ts, f.last)
+  FROM f CROSS JOIN (VALUES {values}) AS v(i, t, a, ts)
+)"""
+
+# -- inside a transaction holding the row lock (waits) ----------------------------------------------
+
+#: The fenced row lock: the next event id and the newest event's time (no row: fenced).
+LOCK_FENCED = """
+UPDATE instances SET updated_at = %(now)s WHERE pk = %(pk)s AND epoch = %(epoch)s
+RETURNING next_event_id, last_event_at
+"""
+
+#: The oldest event of ``%(type)s`` accepted at or before ``%(timeout_at)s`` (``{columns}``: what
+#: to return of it).
+FIND_EVENT = """
+SELECT {columns} FROM inbox_events
+WHERE instance_pk = %(pk)s AND type = %(type)s AND accepted_at <= %(timeout_at)s
+ORDER BY sequence LIMIT 1
+"""
+
+DELETE_EVENT = "DELETE FROM inbox_events WHERE pk = %(inbox_pk)s"
+DELETE_INBOX = "DELETE FROM inbox_events WHERE instance_pk = %(pk)s"
+
+#: The locked row's counters (``{sets}``: extra assignments).
+UPDATE_LOCKED = """
+UPDATE instances SET next_event_id = next_event_id + %(n)s, step_count = step_count + %(new)s,
+       last_event_at = COALESCE(%(newest)s, last_event_at){sets}
+WHERE pk = %(pk)s
+"""
+
+#: The step and timer upserts on their own (``f`` is a dummy row: the lock is already held).
+UPSERT_STEP = "WITH f AS (SELECT 1)," + STEP_UPSERT_CTE + " SELECT 1"
+UPSERT_TIMER = "WITH f AS (SELECT 1)," + TIMER_UPSERT_CTE + " SELECT 1"
+
+#: One history row (``executemany``).
+INSERT_HISTORY = """
+INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+VALUES (%(pk)s, %(event_id)s, %(event_type)s, %(attributes)s::json, %(stamp)s)
+"""
+
+#: ``complete``/``errored`` with the inbox and timers purged and the history appended; returns
+#: whether an event was accepted while the statement waited for the row lock (purge again).
+COMMIT_TERMINAL = """
+WITH seen AS (
+  SELECT next_sequence AS seq FROM instances WHERE pk = %(pk)s
+), f AS (
+  UPDATE instances SET next_event_id = next_event_id + 1, updated_at = %(now)s, status = %(status)s,
+         output = %(output)s::json, error = %(error)s::json, terminal_at = %(now)s, inbox_count = 0,
+         inbox_bytes = 0, last_event_at = GREATEST(last_event_at, %(now)s)
+  WHERE pk = %(pk)s AND epoch = %(epoch)s
+  RETURNING next_event_id - 1 AS e0, next_sequence AS latest, last_event_at
+), i AS (
+  DELETE FROM inbox_events WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
+), t AS (
+  DELETE FROM timers WHERE instance_pk = %(pk)s AND EXISTS (SELECT 1 FROM f)
+), h AS (
+  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
+  SELECT %(pk)s, f.e0, %(event_type)s, %(attributes)s::json, f.last_event_at FROM f
+)
+SELECT f.latest <> seen.seq FROM f, seen
+"""
