@@ -1,7 +1,10 @@
-"""A newcomer follows the README (issue 6 items 1, 2 and 5): on a copy of the repository, in a
-fresh virtualenv, with no Postgres or Redis configured, the README's first command installs and
-starts ``takohost dev``; the five-minute tour runs an order to ``complete``; the other examples
-deploy and run; and a sleeping instance started before a Ctrl-C wakes after a restart.
+"""A newcomer follows the README (issue 6 items 1, 2 and 5; issue 11 item 3): on a copy of the
+repository, in a fresh virtualenv, with no Postgres or Redis configured (no server URL in the
+environment), the README's first command installs and starts ``takohost dev`` on its embedded
+PostgreSQL and Redis; the five-minute tour runs an order to ``complete``; the other examples
+deploy and run; a sleeping instance started before a Ctrl-C wakes after a restart; and the
+README's second command, on a representative slice of the suite (``tests/unit`` and one
+integration file), passes on the embedded servers it starts itself.
 
 This test deliberately runs the README's own text: if the README drifts, it fails.
 """
@@ -41,6 +44,9 @@ def _newcomer_env(tmp: pathlib.Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TAKOHOST_", "VIRTUAL_ENV", "PYTHON"))}
     env["HOME"] = str(tmp / "home")
     env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if "/.venv/" not in p)
+    # Reuse this machine's wheel cache (the newcomer's HOME is empty): installs stay fast.
+    env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR") or str(pathlib.Path.home() / ".cache" / "pip")
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
 
@@ -193,3 +199,36 @@ def test_readme_first_command_tour_examples_and_restart(tmp_path: pathlib.Path) 
                                env=env))["status"] == "complete", "state survives a restart"
     finally:
         _stop_dev(dev)
+    assert not _embedded_servers(str(repo)), "Ctrl-C stopped the embedded servers"
+
+    # The README's second command, on a slice of the suite: ``tests/unit`` (which once stopped on
+    # a file outside the repository) and one integration file (HTTP, Postgres, Redis, cases.json).
+    second = _commands(blocks[1])[0]
+    assert second.endswith(".venv/bin/pytest"), second
+    assert not any(name.startswith("TAKOHOST_") for name in env if name not in ("TAKOHOST_URL", "TAKOHOST_TOKEN"))
+    inner_env = {k: v for k, v in env.items() if not k.startswith("TAKOHOST_")}
+    inner_env["PYTEST_DEBUG_TEMPROOT"] = str(tmp_path / "inner-tmp")  # not this run's basetemp
+    (tmp_path / "inner-tmp").mkdir()
+    before = _embedded_servers(str(repo), test_runs=True)  # e.g. this run's own embedded servers
+    out = _run(f"{second} -q -p no:cacheprovider tests/unit tests/integration/test_cron_http.py",
+               cwd=repo, env=inner_env, timeout=1500)
+    summary = out.strip().splitlines()[-1]
+    assert re.search(r"\d+ passed", summary) and "failed" not in summary and "error" not in summary, out[-3000:]
+    assert _embedded_servers(str(repo), test_runs=True) <= before, "the suite stopped its embedded servers"
+
+
+def _embedded_servers(under: str, *, test_runs: bool = False) -> set[int]:
+    """Pids of running ``postgres`` / ``redis-server`` processes whose working directory (their
+    data directory) is below ``under`` (or, with ``test_runs``, a test run's ``takohost-test-*``)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            exe = os.path.basename(os.readlink(f"/proc/{entry}/exe"))
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if exe in ("postgres", "redis-server") and (cwd.startswith(under) or (test_runs and "/takohost-test-" in cwd)):
+            found.add(int(entry))
+    return found
