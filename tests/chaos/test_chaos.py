@@ -100,10 +100,9 @@ def test_chaos_sigkilled_workers_lose_nothing_and_repeat_no_committed_effect(tmp
         http = stack.instances(deployed.workflow)
         ids = [f"chaos/{i:03d}" for i in range(INSTANCES)]
         logs = {instance_id: str(tmp_path / f"{i:03d}.log") for i, instance_id in enumerate(ids)}
-        started = time.monotonic()
         # events go out at random moments: some before the wait starts (queued), most while waiting
-        event_due = sorted((started + rng.uniform(2.0, CHAOS_SECONDS * 0.8), i) for i in range(INSTANCES))
-        next_kill = started + rng.uniform(1.0, 3.0)
+        event_offsets = sorted((rng.uniform(2.0, CHAOS_SECONDS * 0.8), i) for i in range(INSTANCES))
+        first_kill = rng.uniform(1.0, 3.0)
         for instance_id in ids:
             params = {
                 "log": logs[instance_id],
@@ -112,6 +111,11 @@ def test_chaos_sigkilled_workers_lose_nothing_and_repeat_no_committed_effect(tmp
             }
             code, body = http.call("POST", body={"id": instance_id, "params": params})
             assert code == 201, body
+        # The chaos clock starts once every instance is created: on a loaded machine the creates
+        # alone took most of CHAOS_SECONDS, which left no time for kills.
+        started = time.monotonic()
+        event_due = [(started + offset, i) for offset, i in event_offsets]
+        next_kill = started + first_kill
         kills = 0
         workers = [p for p in stack.processes if p.name == "worker"]
         while time.monotonic() - started < CHAOS_SECONDS or event_due:
