@@ -44,6 +44,8 @@ __all__ = [
     "IsolationUnavailable",
     "Layout",
     "MemoryCgroup",
+    "landlock_abi",
+    "restrict_network",
     "Policy",
     "drop_identity",
     "Forker",
@@ -89,12 +91,14 @@ ETC_FILES = (
     "/etc/ssl/certs",
     "/etc/nsswitch.conf",
     "/etc/hosts",
+    "/etc/resolv.conf",
     "/etc/services",
     "/etc/protocols",
     "/etc/mime.types",
 )
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
 MODES = ("namespaces", "none")
+NETWORKS = ("none", "outbound")
 
 _libc: Any = None
 
@@ -119,6 +123,13 @@ class Policy:
         uid_base: first uid/gid of the per-context identities when the host runs as root
             (default 1600000000; a context gets ``uid_base`` + its pid on the host).
         sdk_dir: the ``takohost`` package directory mounted read-only (default: this package's).
+        network: ``"none"`` (default: a network namespace of its own with no interface up) or
+            ``"outbound"`` (``TAKOHOST_SANDBOX_NETWORK``): the host's network, but a Landlock
+            domain lets the context open TCP connections only to ``outbound_ports``, bind no TCP
+            port and reach no abstract Unix socket outside itself.
+        outbound_ports: TCP ports an ``outbound`` context may connect to
+            (``TAKOHOST_SANDBOX_OUTBOUND_PORTS``, default ``80,443``); never a port of the host's
+            Postgres, Redis or broker (refused when the policy is read).
         test_shared_dir: test-only (``TAKOHOST_TEST_SANDBOX_SHARED_DIR``): one host directory that
             appears read-write at the same path in every context. Never set in production.
     """
@@ -131,6 +142,8 @@ class Policy:
     scratch_mb: int = 64
     uid_base: int = 1_600_000_000
     sdk_dir: str = field(default_factory=lambda: _default_sdk_dir())
+    network: str = "none"
+    outbound_ports: tuple[int, ...] = (80, 443)
     test_shared_dir: str | None = None
 
     @classmethod
@@ -154,6 +167,19 @@ class Policy:
         mode = env.get("TAKOHOST_SANDBOX_ISOLATION") or "namespaces"
         if mode not in MODES:
             raise ValueError(f"TAKOHOST_SANDBOX_ISOLATION must be one of {', '.join(MODES)}, not {mode!r}")
+        network = env.get("TAKOHOST_SANDBOX_NETWORK") or "none"
+        if network not in NETWORKS:
+            raise ValueError(
+                f"TAKOHOST_SANDBOX_NETWORK must be one of {', '.join(NETWORKS)}, not {network!r}"
+            )
+        ports = _ports(env.get("TAKOHOST_SANDBOX_OUTBOUND_PORTS") or "80,443")
+        if network == "outbound":
+            for name, port in _host_service_ports(env):
+                if port in ports:
+                    raise ValueError(
+                        f"TAKOHOST_SANDBOX_OUTBOUND_PORTS includes {port}, the port of {name}: tenant code "
+                        "could reach the host's own service"
+                    )
         shared = env.get("TAKOHOST_TEST_SANDBOX_SHARED_DIR") or None
         if shared is not None and not os.path.isabs(shared):
             raise ValueError("TAKOHOST_TEST_SANDBOX_SHARED_DIR must be an absolute path")
@@ -165,6 +191,8 @@ class Policy:
             max_file_mb=integer("TAKOHOST_SANDBOX_MAX_FILE_MB", 64),
             scratch_mb=integer("TAKOHOST_SANDBOX_SCRATCH_MB", 64),
             uid_base=integer("TAKOHOST_SANDBOX_UID_BASE", 1_600_000_000, 1000),
+            network=network,
+            outbound_ports=ports,
             test_shared_dir=os.path.realpath(shared) if shared else None,
         )
 
@@ -175,7 +203,43 @@ class Policy:
     @classmethod
     def from_json(cls, text: str) -> Policy:
         """Inverse of :meth:`to_json`."""
-        return cls(**json.loads(text))
+        values = json.loads(text)
+        values["outbound_ports"] = tuple(values.get("outbound_ports") or ())
+        return cls(**values)
+
+
+def _ports(text: str) -> tuple[int, ...]:
+    ports = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= 65535:
+            raise ValueError(
+                f"TAKOHOST_SANDBOX_OUTBOUND_PORTS must be TCP ports separated by commas, not {text!r}"
+            )
+        ports.append(int(part))
+    return tuple(sorted(set(ports)))
+
+
+def _host_service_ports(env: Any) -> list[tuple[str, int]]:
+    """``(variable, port)`` of the host's Postgres, Redis and broker URLs (their defaults too)."""
+    from urllib.parse import urlsplit
+
+    defaults = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "amqp": 5672}
+    found = []
+    redis_url = env.get("TAKOHOST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    for name, url in (
+        ("TAKOHOST_DATABASE_URL", env.get("TAKOHOST_DATABASE_URL") or "postgresql://127.0.0.1:5432/takohost"),
+        ("TAKOHOST_REDIS_URL", redis_url),
+        ("TAKOHOST_BROKER_URL", env.get("TAKOHOST_BROKER_URL") or redis_url),
+    ):
+        try:
+            parts = urlsplit(url)
+            port = parts.port or defaults.get(parts.scheme.split("+")[0])
+        except ValueError:
+            continue
+        if port:
+            found.append((name, port))
+    return found
 
 
 def _default_sdk_dir() -> str:
@@ -569,7 +633,8 @@ class Forker:
             self.memory.join(host_pid)
         setns(self.template_fd, CLONE_NEWNS)
         os.close(self.template_fd)
-        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+        outbound = policy.network == "outbound"
+        unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (0 if outbound else CLONE_NEWNET))
         uid = policy.uid_base + host_pid if as_root else os.getuid()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         owner = f",uid={uid},gid={uid}" if as_root else ""
@@ -584,6 +649,8 @@ class Forker:
         os.chdir("/tmp")
         set_limits(policy)
         drop_identity(uid if as_root else None, last_cap=layout.last_cap)
+        if outbound:
+            restrict_network(policy.outbound_ports)
         install_seccomp(list(layout.seccomp))
         sys.path[:] = layout.sys_path
         sys.path_importer_cache.clear()
@@ -833,6 +900,53 @@ def install_seccomp(program: list[tuple[int, int, int, int]]) -> None:
         _lib().prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), buffer, 0, 0),
         "prctl(PR_SET_SECCOMP)",
     )
+
+
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_ACCESS_NET_BIND_TCP = 1
+_LANDLOCK_ACCESS_NET_CONNECT_TCP = 2
+_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+_LANDLOCK_SCOPE_SIGNAL = 2
+_LANDLOCK_RULE_NET_PORT = 2
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0 when Landlock is unavailable or disabled)."""
+    version = _lib().syscall(_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
+    return max(0, int(version))
+
+
+def restrict_network(ports: tuple[int, ...]) -> None:
+    """Landlock (ABI 6+): from now on this process and its descendants may connect over TCP only
+    to ``ports``, bind no TCP port, and reach no abstract Unix socket or process outside this
+    domain (each context its own). Needs ``no_new_privs``. Raises ``IsolationUnavailable``."""
+    abi = landlock_abi()
+    if abi < 6:
+        raise IsolationUnavailable(
+            f"TAKOHOST_SANDBOX_NETWORK=outbound needs Landlock ABI 6 (Linux 6.12); this kernel has {abi}"
+        )
+    attr = struct.pack(
+        "QQQ",
+        0,
+        _LANDLOCK_ACCESS_NET_BIND_TCP | _LANDLOCK_ACCESS_NET_CONNECT_TCP,
+        _LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | _LANDLOCK_SCOPE_SIGNAL,
+    )
+    attr_buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _lib().syscall(_LANDLOCK_CREATE_RULESET, attr_buf, ctypes.c_size_t(len(attr)), 0)
+    if fd < 0:
+        _check(-1, "landlock_create_ruleset")
+    try:
+        for port in ports:
+            rule = struct.pack("QQ", _LANDLOCK_ACCESS_NET_CONNECT_TCP, port)
+            rule_buf = ctypes.create_string_buffer(rule, len(rule))
+            _check(
+                _lib().syscall(_LANDLOCK_ADD_RULE, fd, _LANDLOCK_RULE_NET_PORT, rule_buf, 0),
+                "landlock_add_rule",
+            )
+        _check(_lib().syscall(_LANDLOCK_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
+    finally:
+        os.close(fd)
 
 
 def _clear_capabilities() -> None:
