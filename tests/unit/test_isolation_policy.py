@@ -106,3 +106,21 @@ def test_seccomp_filter_denies_what_namespaces_do_not_separate(machine):
     assert _run_bpf(program, arch=arch, nr=0) == allow  # read / io_setup
     assert _run_bpf(program, arch=arch, nr=0x40000000 + 248) == eperm  # the x32 ABI
     assert _run_bpf(program, arch=0x40000003, nr=0) == 0x80000000  # another ABI (i386): killed
+
+
+def test_host_processes_mark_themselves_non_dumpable():
+    """``takohost api|worker|beat|dev`` call ``cli._host_process()`` first (README "Security
+    model": their memory and environment cannot be read through /proc or ptrace)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ctypes\n"
+        "from takohost import cli\n"
+        "libc = ctypes.CDLL(None)\n"
+        "before = libc.prctl(3, 0, 0, 0, 0)\n"  # PR_GET_DUMPABLE
+        "cli._host_process()\n"
+        "print(before, libc.prctl(3, 0, 0, 0, 0))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["1", "0"]
