@@ -35,6 +35,7 @@ import platform
 import resource
 import signal
 import socket
+import stat
 import struct
 import sys
 from dataclasses import asdict, dataclass, field
@@ -347,7 +348,8 @@ def _pivot_root(new_root: str) -> None:
 class Layout:
     """What :func:`enter_sandbox` mounts, computed once in the zygote (no look-ups per context).
 
-    Attributes: ``mirrors`` (top-level ``(path, symlink target or None)``), ``binds`` (read-only
+    Attributes: ``mirrors`` (top-level ``(path, symlink target or None)``), ``etc_files`` (copied
+    into the root), ``binds`` (read-only
     ``(source, target)`` pairs), ``hidden`` (directories covered by an empty read-only mount: the
     interpreter's ``site-packages``), ``dev_nodes``, ``sys_path`` (inside the context),
     ``last_cap`` (highest capability number of this kernel).
@@ -356,6 +358,7 @@ class Layout:
     policy: Policy
     mirrors: tuple[tuple[str, str | None], ...]
     binds: tuple[tuple[str, str], ...]
+    etc_files: tuple[str, ...]
     hidden: tuple[str, ...]
     dev_nodes: tuple[str, ...]
     sys_path: tuple[str, ...]
@@ -381,7 +384,7 @@ class Layout:
             if path.startswith(prefix + os.sep) and os.path.isdir(path):
                 hidden.add(path)
         binds.append((policy.sdk_dir, policy.sdk_dir))
-        binds.extend((os.path.realpath(p), p) for p in ETC_FILES if os.path.exists(p))
+        etc_files = tuple(p for p in ETC_FILES if os.path.exists(p))
         # The interpreter's own entries of sys.path (the zipped and plain standard library and
         # lib-dynload, all under the base prefix: a virtualenv's sysconfig points elsewhere),
         # then the SDK's parent directory.
@@ -399,6 +402,7 @@ class Layout:
             policy=policy,
             mirrors=tuple(mirrors),
             binds=tuple(binds),
+            etc_files=etc_files,
             hidden=tuple(sorted(hidden)),
             dev_nodes=nodes,
             sys_path=tuple(sys_path),
@@ -413,6 +417,18 @@ def setns(fd: int, nstype: int) -> None:
 
 
 _SHARED_STAGE = "/.takohost-test-shared"
+
+
+def _copy_into(path: str, root: str) -> None:
+    """Copy the file or directory ``path`` (symbolic links kept as links) to ``root + path``."""
+    import shutil
+
+    target = root + path
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.copytree(path, target, symlinks=True)
+    else:
+        shutil.copy2(os.path.realpath(path), target)
 
 
 def _build_template(layout: Layout, root: str) -> int:
@@ -434,7 +450,10 @@ def _build_template(layout: Layout, root: str) -> int:
         try:
             unshare(CLONE_NEWNS)
             _mount(None, "/", None, MS_REC | MS_PRIVATE)
-            _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+            # Every mount here is copied into each context's namespace and torn down with it:
+            # /etc files are copied and /dev nodes made in the root tmpfs, not bound.
+            as_root = host_is_root()
+            _mount("tmpfs", root, "tmpfs", MS_NOSUID | (0 if as_root else MS_NODEV), "size=4m,mode=0755")
             for top, target in layout.mirrors:
                 if target is None:
                     _bind(top, root + top)
@@ -444,9 +463,16 @@ def _build_template(layout: Layout, root: str) -> int:
                 _bind(source, root + target)
             for path in layout.hidden:
                 _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+            for path in layout.etc_files:
+                _copy_into(path, root)
             os.mkdir(root + "/dev")
             for node in layout.dev_nodes:
-                _bind(f"/dev/{node}", f"{root}/dev/{node}", writable=True, device=True)
+                if as_root:
+                    rdev = os.stat(f"/dev/{node}").st_rdev
+                    os.mknod(f"{root}/dev/{node}", 0o666 | stat.S_IFCHR, rdev)
+                    os.chmod(f"{root}/dev/{node}", 0o666)
+                else:  # no mknod in a user namespace
+                    _bind(f"/dev/{node}", f"{root}/dev/{node}", writable=True, device=True)
             os.mkdir(root + "/proc")
             _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             os.mkdir(root + "/tmp", 0o755)
@@ -455,7 +481,9 @@ def _build_template(layout: Layout, root: str) -> int:
                 if not policy.test_shared_dir.startswith("/tmp/"):
                     os.makedirs(root + policy.test_shared_dir, exist_ok=True)
             _pivot_root(root)
-            _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            _mount(
+                None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if as_root else MS_NODEV)
+            )
             fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)
             socket.send_fds(writer, [b"ok"], [fd])
             code = 0
