@@ -160,7 +160,8 @@ def test_dev_stops_a_leftover_and_leaves_no_orphan_after_sigkill_or_sigterm(tmp_
     data = tmp_path / "d"
     port = processes.free_port()
     # A server left behind by a crashed supervisor: the cluster's postmaster.pid names it.
-    leftover = embedded.EmbeddedPostgres(root=data / "postgres", log_path=tmp_path / "leftover.log")
+    leftover = embedded.EmbeddedPostgres(root=data / "postgres", log_path=tmp_path / "leftover.log",
+                                         port=processes.free_port())
     data.mkdir(mode=0o700)
     leftover.start()
     assert leftover.proc.poll() is None
