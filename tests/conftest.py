@@ -34,6 +34,13 @@ os.environ.pop("TAKOHOST_BROKER_URL", None)
 os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say which servers the run used (and how long embedded ones took to start)."""
+    seconds = servers.embedded_start_seconds()
+    if _CONTROLLER and seconds is not None:
+        terminalreporter.write_line(f"embedded PostgreSQL and Redis for this run: started in {seconds:.2f} s")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The controller stops what it started (the workers are gone by then)."""
     if _CONTROLLER:
