@@ -417,6 +417,27 @@ def setns(fd: int, nstype: int) -> None:
 
 
 _SHARED_STAGE = "/.takohost-test-shared"
+_STAGE = "/.takohost-stage"
+
+
+def placements(layout: Layout) -> list[tuple[str, str, str]]:
+    """``(source, place in the template, target in a context)`` of each read-only bind. A target
+    under ``/tmp`` (a checkout or interpreter there) would be covered by each context's scratch
+    tmpfs: it is placed under ``/.takohost-stage/N`` in the template and bound again over the
+    scratch in each context."""
+    result = []
+    for index, (source, target) in enumerate(layout.binds):
+        place = f"{_STAGE}/{index}" if target == "/tmp" or target.startswith("/tmp/") else target
+        result.append((source, place, target))
+    return result
+
+
+def _placed(layout: Layout, path: str) -> str:
+    """Where ``path`` (inside one of the binds) lies in the template."""
+    for _, place, target in placements(layout):
+        if path == target or path.startswith(target + "/"):
+            return place + path[len(target) :]
+    return path
 
 
 def _copy_into(path: str, root: str) -> None:
@@ -459,10 +480,16 @@ def _build_template(layout: Layout, root: str) -> int:
                     _bind(top, root + top)
                 else:
                     os.symlink(target, root + top)
-            for source, target in layout.binds:
-                _bind(source, root + target)
+            for source, place, _ in placements(layout):
+                _bind(source, root + place)
             for path in layout.hidden:
-                _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+                _mount(
+                    "tmpfs",
+                    root + _placed(layout, path),
+                    "tmpfs",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV,
+                    "size=4k,mode=0555",
+                )
             for path in layout.etc_files:
                 _copy_into(path, root)
             os.mkdir(root + "/dev")
@@ -667,6 +694,10 @@ class Forker:
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         owner = f",uid={uid},gid={uid}" if as_root else ""
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={policy.scratch_mb}m,mode=0700{owner}")
+        for _, place, target in placements(layout):
+            if place != target:  # under /tmp: bound again over this context's scratch tmpfs
+                os.makedirs(target, exist_ok=True)
+                _mount(place, target, None, MS_BIND | MS_REC)
         if policy.test_shared_dir:
             target = policy.test_shared_dir
             if target.startswith("/tmp/"):  # else the template has the mount point
