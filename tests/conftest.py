@@ -19,7 +19,9 @@ import sqlalchemy as sa
 from tests.support import servers
 
 _RUN = uuid.uuid4().hex[:10]
-_CONTROLLER = not os.environ.get("PYTEST_XDIST_WORKER")
+# An xdist worker inherits the template from its controller; a pytest started from inside a test
+# (with PYTEST_XDIST_WORKER in its environment but no template) is a controller of its own.
+_CONTROLLER = not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(servers.TEMPLATE_VAR))
 if _CONTROLLER:
     servers.start_for_run()  # before xdist starts the workers: they inherit the URLs
 ADMIN_URL = servers.admin_url()

@@ -91,21 +91,8 @@ def _run(cmd: str, *, cwd: pathlib.Path, env: dict[str, str], timeout: float = 2
     return result.stdout
 
 
-@pytest.fixture()
-def checkout_dir():
-    """Where the newcomer's copy of the repository (and so its virtualenv) lives: a fresh
-    directory under /var/tmp, removed after. Not under /tmp: the sandbox probe of this tree
-    fails for an interpreter under /tmp ("File exists: '<root>/tmp'", takohost.runtime.isolation),
-    a sandbox bug reported separately; this test is about the README's commands."""
-    import tempfile
-
-    path = pathlib.Path(tempfile.mkdtemp(prefix="takohost-newcomer-", dir="/var/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def test_readme_first_command_tour_examples_and_restart(tmp_path: pathlib.Path, checkout_dir: pathlib.Path) -> None:
-    repo = checkout_dir / "takohost"
+def test_readme_first_command_tour_examples_and_restart(tmp_path: pathlib.Path) -> None:
+    repo = tmp_path / "takohost"
     _copy_repo(repo)
     (tmp_path / "home").mkdir()
     env = _newcomer_env(tmp_path)
@@ -219,7 +206,7 @@ def test_readme_first_command_tour_examples_and_restart(tmp_path: pathlib.Path, 
     second = _commands(blocks[1])[0]
     assert second.endswith(".venv/bin/pytest"), second
     assert not any(name.startswith("TAKOHOST_") for name in env if name not in ("TAKOHOST_URL", "TAKOHOST_TOKEN"))
-    inner_env = {k: v for k, v in env.items() if not k.startswith("TAKOHOST_")}
+    inner_env = {k: v for k, v in env.items() if not k.startswith(("TAKOHOST_", "PYTEST_"))}
     inner_env["PYTEST_DEBUG_TEMPROOT"] = str(tmp_path / "inner-tmp")  # not this run's basetemp
     (tmp_path / "inner-tmp").mkdir()
     before = _embedded_servers(str(repo), test_runs=True)  # e.g. this run's own embedded servers
