@@ -161,9 +161,11 @@ def test_child_holds_only_its_channel_and_stdio(zygote, tmp_path: Path):
         assert fds["0"] == fds["1"] == fds["2"] == "/dev/null"
         assert fds["3"].startswith("socket:[")
         assert fds["3"] != f"socket:[{os.fstat(server.fileno()).st_ino}]"
-        # A fresh private /tmp; the only entry is the way to the test-only shared directory.
-        shared_top = os.environ["TAKOHOST_TEST_SANDBOX_SHARED_DIR"].split("/")[2]
-        assert set(result["output"]["cwd_entries"]) <= {shared_top}
+        # A fresh private /tmp; its only entries are the ways to what is bound under /tmp: the
+        # test-only shared directory, and the SDK when the checkout itself lies under /tmp.
+        under_tmp = [os.environ["TAKOHOST_TEST_SANDBOX_SHARED_DIR"], zygote.policy.sdk_dir]
+        expected = {path.split("/")[2] for path in under_tmp if path.startswith("/tmp/")}
+        assert set(result["output"]["cwd_entries"]) <= expected
         assert not result["output"]["cwd"].startswith(str(tmp_path))
     finally:
         held_file.close()

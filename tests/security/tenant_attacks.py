@@ -455,10 +455,13 @@ def attack_memory_incremental(p):
 
 def attack_memory_spread(p):
     """Spread ``total_mib`` of touched memory over forked processes of ``each_mib`` (each under
-    the per-process address-space limit) and hold it at once; report the total held."""
+    the per-process address-space limit) and hold it at once; report how much is held by children
+    that touched all of theirs and are still alive at the end (the kernel may kill some)."""
+    import select
+
     ready_r, ready_w = os.pipe()
     children = []
-    for _ in range(p["total_mib"] // p["each_mib"]):
+    for index in range(p["total_mib"] // p["each_mib"]):
         try:
             pid = os.fork()
         except OSError:
@@ -467,25 +470,34 @@ def attack_memory_spread(p):
             try:
                 hoard = bytearray(p["each_mib"] << 20)
                 hoard[:: 1 << 12] = b"x" * len(hoard[:: 1 << 12])
-                os.write(ready_w, b"1")
+                os.write(ready_w, bytes([index]))
                 time.sleep(30)
             finally:
                 os._exit(0)
         children.append(pid)
     os.close(ready_w)
-    held = 0
-    deadline = time.time() + 60
-    while held < len(children) and time.time() < deadline:
+    wrote = set()
+    deadline = time.time() + 40
+    while len(wrote) < len(children) and time.time() < deadline:
+        if not select.select([ready_r], [], [], 1.0)[0]:
+            continue
         data = os.read(ready_r, 64)
         if not data:
             break
-        held += len(data)
+        wrote.update(data)
+    time.sleep(1.0)  # an out-of-memory kill in progress lands
+    alive = set()
+    for index, pid in enumerate(children):
+        with contextlib.suppress(OSError):
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                alive.add(index)
     for pid in children:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             os.waitpid(pid, 0)
-    return {"held_mib": held * p["each_mib"], "processes": len(children)}
+    held = wrote & alive
+    return {"held_mib": len(held) * p["each_mib"], "processes": len(children), "touched": len(wrote)}
 
 
 def attack_fork_bomb(p):
