@@ -63,7 +63,7 @@ def main() -> None:
 @click.option("--port", default=8080, show_default=True, type=int, help="API port.")
 @click.option("--data-dir", default=".takohost", show_default=True, help="Where state is kept.")
 def dev(port: int, data_dir: str) -> None:
-    """Run API, worker and beat on the embedded default (no Postgres, no Redis)."""
+    """Run API, worker and beat on an embedded PostgreSQL and Redis in the data dir."""
     from takohost import devmode
 
     _host_process()
