@@ -528,6 +528,15 @@ def test_a_cron_handler_gets_the_same_sandbox(stack):
 # ---------------------------------------------------------------------------------------------
 # last: the worker is stopped under a running daemon (it ends the module's worker)
 
+def test_the_memory_limit_holds_for_the_context_not_per_process(tenants):
+    """``RLIMIT_AS`` (1 GiB) is per process and ``RLIMIT_NPROC`` allows 64 processes: without a
+    memory cgroup per context, one context held 4 GiB of touched memory by forking (up to ~64 GiB,
+    enough to make the kernel's OOM killer pick host processes). The context's cgroup caps the
+    processes together."""
+    held = output_of(run_attack(tenants["a"], "memory_spread", {"total_mib": 4200, "each_mib": 700},
+                                timeout=120))
+    assert held["held_mib"] <= 1024, f"one context held {held['held_mib']} MiB at once: {held}"
+
 
 def test_no_sandbox_process_survives_the_worker_being_stopped(stack, http, tmp_path):
     ticks = tmp_path / "ticks"
@@ -545,12 +554,3 @@ def test_no_sandbox_process_survives_the_worker_being_stopped(stack, http, tmp_p
     assert support.sandbox_processes(UID_BASE) == {}
     support.assert_stops_growing(ticks, "after the worker stopped")
 
-
-def test_the_memory_limit_holds_for_the_context_not_per_process(tenants):
-    """``RLIMIT_AS`` (1 GiB) is per process and ``RLIMIT_NPROC`` allows 64 processes: without a
-    memory cgroup per context, one context held 4 GiB of touched memory by forking (up to ~64 GiB,
-    enough to make the kernel's OOM killer pick host processes). The context's cgroup caps the
-    processes together."""
-    held = output_of(run_attack(tenants["a"], "memory_spread", {"total_mib": 4200, "each_mib": 700},
-                                timeout=120))
-    assert held["held_mib"] <= 1024, f"one context held {held['held_mib']} MiB at once: {held}"
