@@ -525,9 +525,6 @@ def test_a_cron_handler_gets_the_same_sandbox(stack):
     assert found["privileges"]["uid"] >= UID_BASE
 
 
-# ---------------------------------------------------------------------------------------------
-# last: the worker is stopped under a running daemon (it ends the module's worker)
-
 def test_the_memory_limit_holds_for_the_context_not_per_process(tenants):
     """``RLIMIT_AS`` (1 GiB) is per process and ``RLIMIT_NPROC`` allows 64 processes: without a
     memory cgroup per context, one context held 4 GiB of touched memory by forking (up to ~64 GiB,
@@ -537,6 +534,9 @@ def test_the_memory_limit_holds_for_the_context_not_per_process(tenants):
                                 timeout=120))
     assert held["held_mib"] <= 1024, f"one context held {held['held_mib']} MiB at once: {held}"
 
+
+# ---------------------------------------------------------------------------------------------
+# last: the worker is stopped under a running daemon (it ends the module's worker)
 
 def test_no_sandbox_process_survives_the_worker_being_stopped(stack, http, tmp_path):
     ticks = tmp_path / "ticks"
