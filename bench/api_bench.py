@@ -145,7 +145,7 @@ def self_hosted() -> Iterator[tuple[str, str, str]]:
     processes: list[subprocess.Popen] = []
     try:
         subprocess.run(
-            [sys.executable, "-m", "takohost.cli", "db", "upgrade"],
+            [sys.executable, "-m", "host_cli", "db", "upgrade"],
             env=env,
             check=True,
             stdout=subprocess.DEVNULL,
@@ -153,7 +153,7 @@ def self_hosted() -> Iterator[tuple[str, str, str]]:
         space = "bench"
         token = (
             subprocess.run(
-                [sys.executable, "-m", "takohost.cli", "token", "create", "--space", space],
+                [sys.executable, "-m", "host_cli", "token", "create", "--space", space],
                 env=env,
                 check=True,
                 capture_output=True,
@@ -170,7 +170,7 @@ def self_hosted() -> Iterator[tuple[str, str, str]]:
             out = open(os.path.join(logs, f"{args[0]}.log"), "w")  # noqa: SIM115 - kept open for the child
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "takohost.cli", *args],
+                    [sys.executable, "-m", "host_cli", *args],
                     env=env,
                     stdout=out,
                     stderr=subprocess.STDOUT,

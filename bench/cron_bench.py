@@ -128,7 +128,7 @@ def _populate(url: str, *, count: int, expression: str, now: dt.datetime) -> lis
 def _start(args: list[str], env: dict[str, str], log_dir: str, name: str) -> subprocess.Popen:
     log = open(os.path.join(log_dir, f"{name}.log"), "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        [sys.executable, "-m", "takohost.cli", *args],
+        [sys.executable, "-m", "host_cli", *args],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

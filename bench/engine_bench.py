@@ -104,7 +104,7 @@ class Scratch:
                     [
                         sys.executable,
                         "-m",
-                        "takohost.cli",
+                        "host_cli",
                         "worker",
                         f"--concurrency={concurrency}",
                         f"--pool={pool}",

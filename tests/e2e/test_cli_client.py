@@ -19,7 +19,7 @@ from tests.support import processes
 
 @dataclass
 class Cli:
-    """Runs ``python -m takohost.cli …`` against one host URL, Space and token."""
+    """Runs ``python -m host_cli …`` against one host URL, Space and token."""
 
     url: str
     space: str
@@ -33,7 +33,7 @@ class Cli:
             "TAKOHOST_TOKEN": self.token,
         }
         return subprocess.run(
-            [sys.executable, "-m", "takohost.cli", *args],
+            [sys.executable, "-m", "host_cli", *args],
             capture_output=True,
             text=True,
             env=env,

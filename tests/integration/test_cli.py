@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "takohost.cli", *args],
+        [sys.executable, "-m", "host_cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -71,7 +71,7 @@ def test_worker_solo_pool_refuses_a_concurrency_it_cannot_give():
 
 def _dev(data_dir, port: int) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAKOHOST_")}
-    return subprocess.Popen([sys.executable, "-m", "takohost.cli", "dev", "--port", str(port), "--data-dir",
+    return subprocess.Popen([sys.executable, "-m", "host_cli", "dev", "--port", str(port), "--data-dir",
                              str(data_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
 
@@ -113,7 +113,7 @@ def _descendants(pid: int) -> set[int]:
 def _gone(pids: set[int], timeout: float = 60) -> set[int]:
     import time
 
-    from takohost import embedded
+    from host_cli import embedded
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -154,7 +154,7 @@ def test_dev_refuses_a_sqlite_era_data_dir_with_a_message(tmp_path):
 def test_dev_stops_a_leftover_and_leaves_no_orphan_after_sigkill_or_sigterm(tmp_path):
     import signal
 
-    from takohost import embedded
+    from host_cli import embedded
     from tests.support import processes
 
     data = tmp_path / "d"

@@ -24,7 +24,7 @@ def _without_sys_admin(*argv: str, env: dict | None = None) -> subprocess.Comple
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="simulates a root container; needs root")
 def test_worker_refuses_to_start_without_namespaces():
-    done = _without_sys_admin(sys.executable, "-c", "from takohost.cli import main; main()", "worker")
+    done = _without_sys_admin(sys.executable, "-c", "from host_cli.main import main; main()", "worker")
     assert done.returncode != 0
     assert "cannot isolate tenant code" in done.stderr
     assert "TAKOHOST_SANDBOX_ISOLATION=none" in done.stderr

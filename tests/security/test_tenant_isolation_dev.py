@@ -37,7 +37,7 @@ def dev():
     env = {k: v for k, v in os.environ.items() if k not in ("TAKOHOST_DATABASE_URL", "TAKOHOST_REDIS_URL",
                                                               "TAKOHOST_NAMESPACE", "TAKOHOST_BROKER_URL")}
     env["TAKOHOST_SANDBOX_UID_BASE"] = str(UID_BASE)
-    proc = subprocess.Popen([sys.executable, "-m", "takohost.cli", "dev", "--data-dir", data, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "host_cli", "dev", "--data-dir", data, "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, cwd=data)
     try:

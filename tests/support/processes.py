@@ -63,7 +63,7 @@ class HostProcess:
 def _start(name: str, args: list[str], env: dict[str, str] | None) -> HostProcess:
     log = tempfile.NamedTemporaryFile(prefix=f"takohost-{name}-", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "takohost.cli", *args],
+        [sys.executable, "-m", "host_cli", *args],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})}, start_new_session=True,
     )

@@ -1,6 +1,6 @@
 """The servers of one test run: the ones named by ``TAKOHOST_TEST_DATABASE_URL`` /
 ``TAKOHOST_TEST_REDIS_URL`` (CI, which has servers), else ONE embedded PostgreSQL and ONE
-embedded Redis (:mod:`takohost.embedded`) for the whole run.
+embedded Redis (:mod:`host_cli.embedded`) for the whole run.
 
 The pytest controller process (the only process with ``-n 0``; with xdist, the process that
 spawns the workers) calls :func:`start_for_run` before the workers exist: it starts the embedded
@@ -89,7 +89,7 @@ def drop_database(name: str) -> None:
 
 
 def _start_embedded() -> None:
-    from takohost import embedded
+    from host_cli import embedded
     from tests.support import processes
 
     started = time.monotonic()

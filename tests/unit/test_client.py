@@ -1,5 +1,5 @@
-"""The HTTP client's error mapping, id encoding and retry rules (takohost.client), and how the CLI
-prints client errors (takohost.cli_common, through the takohost.cli_instances commands). No
+"""The HTTP client's error mapping, id encoding and retry rules (host_cli.client), and how the CLI
+prints client errors (host_cli.common, through the host_cli.instances commands). No
 network: requests are served in-process by a tiny Flask stub through a ``requests`` transport
 adapter (the brief allows a stub only here)."""
 
@@ -13,8 +13,8 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from takohost import cli_instances
-from takohost import client as http
+from host_cli import client as http
+from host_cli import instances as cli_instances
 
 BASE = "http://host.test"
 

@@ -116,7 +116,7 @@ def test_host_processes_mark_themselves_non_dumpable():
 
     code = (
         "import ctypes\n"
-        "from takohost import cli\n"
+        "from host_cli import main as cli\n"
         "libc = ctypes.CDLL(None)\n"
         "before = libc.prctl(3, 0, 0, 0, 0)\n"  # PR_GET_DUMPABLE
         "cli._host_process()\n"

@@ -1,4 +1,4 @@
-"""``takohost.toml`` parsing and module collection (takohost.manifest; issue 6 item 3)."""
+"""``takohost.toml`` parsing and module collection (host_cli.manifest; issue 6 item 3)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from takohost import manifest
+from host_cli import manifest
 from takohost.domain import identifiers
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"

@@ -1,4 +1,4 @@
-"""The plumbing shared by the client commands (``takohost.cli_client``, ``takohost.cli_instances``):
+"""The plumbing shared by the client commands (``host_cli.client_commands``, ``host_cli.instances``):
 the connection options, error reporting and JSON output (CONTRACT §9).
 
 Connection: ``--url``/``TAKOHOST_URL``, ``--token``/``TAKOHOST_TOKEN`` and
@@ -24,9 +24,9 @@ from typing import Any
 import click
 from rich.console import Console
 
-from takohost import client as http
-from takohost import manifest as manifests
-from takohost.cli_errors import CommandFailed
+from host_cli import client as http
+from host_cli import manifest as manifests
+from host_cli.errors import CommandFailed
 
 __all__ = [
     "DEFAULT_SPACE",
@@ -132,7 +132,7 @@ def compact(value: Any) -> str:
 def resolve(api: http.Client, ref: str, *, form: str) -> str:
     """A resource of ``form`` named ``ref`` (or with UID ``ref``) → its UID; ``not_found`` otherwise.
 
-    ``form`` is a short Form name (a key of :data:`takohost.client.FORM_URLS`). Raises
+    ``form`` is a short Form name (a key of :data:`host_cli.client.FORM_URLS`). Raises
     :class:`CommandFailed` (``not_found``, with the known names as a hint) or ``ClientError``.
     """
     resources = list(api.iter_resources(form=http.FORM_URLS[form]))

@@ -1,7 +1,7 @@
 """The one error a client command stops with: :class:`CommandFailed` (``code``, ``message``, hints).
 
-Kept apart from the click plumbing (``takohost.cli_common``, which prints it as
-``error: <code>: <message>`` and exits 1) so that the deploy engine (``takohost.deploy``) can raise
+Kept apart from the click plumbing (``host_cli.common``, which prints it as
+``error: <code>: <message>`` and exits 1) so that the deploy engine (``host_cli.deploy``) can raise
 it without importing click.
 """
 

@@ -13,7 +13,7 @@ restarts); Redis keeps nothing (as in production, the beat sweeps re-dispatch fr
 
 Every child dies with the supervisor, even on its ``SIGKILL`` (a parent-death signal), and a
 server left by a crashed supervisor is found through its pid file at the next start and stopped
-(:mod:`takohost.embedded`). A lock file keeps a second supervisor off the same data dir.
+(:mod:`host_cli.embedded`). A lock file keeps a second supervisor off the same data dir.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from takohost import embedded
+from host_cli import embedded
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def run(*, port: int, data_dir: str, concurrency: int = 2) -> int:
 
         migrate.upgrade(env["TAKOHOST_DATABASE_URL"])
         token = _dev_token(root)
-        cli = [sys.executable, "-m", "takohost.cli"]
+        cli = [sys.executable, "-m", "host_cli"]
         stack.children = [
             _Child("api", [*cli, "api", "--port", str(port), "--workers", "1"]),
             _Child("worker", [*cli, "worker", "--concurrency", str(concurrency)]),

@@ -3,7 +3,7 @@ list, inspect, follow, signal, terminate and read the history of workflow instan
 
 Commands: ``instances create|list|status|send-event|terminate|history``; ``status`` (alias of
 ``instances status``, for ``takohost status WF ID --watch``). WORKFLOW is a DurableWorkflow name or
-UID. Options, output and errors follow ``takohost.cli_common``; ``takohost.cli_client`` registers
+UID. Options, output and errors follow ``host_cli.common``; ``host_cli.client_commands`` registers
 the commands on the ``takohost`` group.
 """
 
@@ -20,9 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from takohost import cli_common as common
-from takohost import client as http
-from takohost.cli_errors import CommandFailed
+from host_cli import client as http
+from host_cli import common
+from host_cli.errors import CommandFailed
 from takohost.domain import jsonstrict
 
 __all__ = ["instances", "status_alias"]

@@ -1,11 +1,11 @@
 """The deploy engine behind ``takohost deploy DIR`` (CONTRACT §9): converge a Space on a directory
-manifest (:class:`takohost.manifest.Project`) through the HTTP client (``takohost.client``).
+manifest (:class:`host_cli.manifest.Project`) through the HTTP client (``host_cli.client``).
 
 :class:`Deployer` decides from the Space's current resources and applies each change as one
 idempotent API call whose Operation it waits for; progress is printed on a ``rich`` console
-(stderr under the CLI). Failures are :class:`takohost.client.ClientError` (the API's code) or
-:class:`takohost.cli_errors.CommandFailed` (pre-flight conflicts, failed Operations). No click here:
-the command itself (options, output, exit codes) is ``takohost.cli_client``.
+(stderr under the CLI). Failures are :class:`host_cli.client.ClientError` (the API's code) or
+:class:`host_cli.errors.CommandFailed` (pre-flight conflicts, failed Operations). No click here:
+the command itself (options, output, exit codes) is ``host_cli.client_commands``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from takohost import client as http
-from takohost import manifest as manifests
-from takohost.cli_errors import CommandFailed
+from host_cli import client as http
+from host_cli import manifest as manifests
+from host_cli.errors import CommandFailed
 
 __all__ = ["Deployer"]
 

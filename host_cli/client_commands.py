@@ -1,30 +1,26 @@
 """The client half of the ``takohost`` command (issue 6 item 3; CONTRACT §9): the ``deploy DIR`` and
 ``runs TRIGGER`` commands, and the registration of every client command on the ``takohost`` group.
 
-The ``instances …`` and ``status`` commands are ``takohost.cli_instances``; the deploy engine is
-``takohost.deploy``; connection options, output and error conventions are ``takohost.cli_common``.
+The ``instances …`` and ``status`` commands are ``host_cli.instances``; the deploy engine is
+``host_cli.deploy``; connection options, output and error conventions are ``host_cli.common``.
 
-Registration: ``takohost/cli.py`` imports this module at its end; the commands are added to the
-``main`` group of every loaded copy of ``takohost.cli`` (the package module, and ``__main__`` under
-``python -m takohost.cli``), see :func:`register`.
+Registration: ``host_cli.main`` calls :func:`register` on its ``main`` group.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import sys
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from takohost import cli as _cli  # noqa: F401 - loads the group we register on (see register())
-from takohost import cli_common as common
-from takohost import cli_instances
-from takohost import client as http
-from takohost import deploy as deploy_engine
-from takohost import manifest as manifests
+from host_cli import client as http
+from host_cli import common
+from host_cli import deploy as deploy_engine
+from host_cli import instances as cli_instances
+from host_cli import manifest as manifests
 
 __all__ = ["register"]
 
@@ -103,24 +99,3 @@ def register(group: click.Group) -> None:
     for command in _COMMANDS:
         group.add_command(command)
 
-
-def _cli_groups() -> list[click.Group]:
-    """The ``main`` group of each loaded copy of ``takohost.cli``: the package module, and the
-    ``__main__`` module when run as ``python -m takohost.cli`` (the same file, loaded twice)."""
-    groups: list[click.Group] = []
-    for module_name in ("takohost.cli", "__main__"):
-        module = sys.modules.get(module_name)
-        spec = getattr(module, "__spec__", None)
-        group = getattr(module, "main", None)
-        if (
-            spec is not None
-            and spec.name == "takohost.cli"
-            and isinstance(group, click.Group)
-            and group not in groups
-        ):
-            groups.append(group)
-    return groups
-
-
-for _group in _cli_groups():
-    register(_group)

@@ -1,4 +1,6 @@
-"""The ``takohost`` command (CONTRACT §9): operate the host from the shell.
+"""The ``takohost`` command (CONTRACT §9): operate the host from the shell; the server commands
+(``api``, ``worker``, ``beat``, ``dev``, ``db``, ``token``) live here, the client commands in
+:mod:`host_cli.client_commands`.
 
 Heavy modules (Celery, SQLAlchemy, Flask) are imported inside each command so that
 ``takohost --help`` stays fast and user code never pays for them.
@@ -10,6 +12,8 @@ import logging
 import sys
 
 import click
+
+from host_cli import client_commands
 
 
 def _setup_logging() -> None:
@@ -64,7 +68,7 @@ def main() -> None:
 @click.option("--data-dir", default=".takohost", show_default=True, help="Where state is kept.")
 def dev(port: int, data_dir: str) -> None:
     """Run API, worker and beat on an embedded PostgreSQL and Redis in the data dir."""
-    from takohost import devmode
+    from host_cli import devmode
 
     _host_process()
     raise SystemExit(devmode.run(port=port, data_dir=data_dir))
@@ -180,7 +184,4 @@ def token_create(space: str) -> None:
     click.echo(value)
 
 
-from takohost import cli_client as _cli_client  # noqa: E402,F401 - registers deploy/instances/status/runs
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+client_commands.register(main)

@@ -1,0 +1,5 @@
+"""``python -m host_cli``: the ``takohost`` command."""
+
+from host_cli.main import main
+
+main()
