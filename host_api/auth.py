@@ -32,5 +32,9 @@ def authenticate() -> None:
         raise ApiError("unauthenticated", "unknown token")
     url_space = (flask.request.view_args or {}).get("space")
     if url_space is not None and url_space != space:
-        raise ApiError("not_found", "no such resource or route")
+        # Same code as an unknown Space (never reveal that it exists), but say what to check.
+        raise ApiError(
+            "not_found",
+            f"this token does not grant Space {url_space!r}: the Space or the token is wrong",
+        )
     flask.g.space = space

@@ -203,7 +203,11 @@ def _paths() -> dict[str, dict]:
                         "name": "form",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "string", "enum": sorted(schemas.forms.FORM_URLS.values())},
+                        "description": "a Form URL or its short name (ModuleWorker, DurableWorkflow, …)",
+                        "schema": {
+                            "type": "string",
+                            "enum": sorted(schemas.forms.FORM_URLS.values()) + sorted(schemas.forms.FORM_URLS),
+                        },
                     },
                     PAGE_TOKEN,
                     RESOURCE_LIMIT,

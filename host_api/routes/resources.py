@@ -55,13 +55,19 @@ def list_resources(space: str) -> flask.Response:
 
     ``400 invalid_request`` for a ``limit`` outside 1..500 or not in ASCII digits and for a
     ``pageToken`` the API did not issue; ``400 unsupported_form`` for an unknown ``form``.
+    ``form`` is a Form URL or its short name (``ModuleWorker``, ``DurableWorkflow``, …).
     """
     args = flask.request.args
     form = None
     if "form" in args:
         form = forms.FORM_BY_URL.get(args["form"])
+        if form is None and args["form"] in forms.FORM_URLS:
+            form = args["form"]
         if form is None:
-            raise DomainError("unsupported_form", f"unsupported Form URL {args['form']!r}")
+            raise DomainError(
+                "unsupported_form",
+                f"unsupported Form {args['form']!r}: a Form URL or one of {', '.join(forms.FORM_URLS)}",
+            )
     limit = query.count_param("limit")
     if limit is None:
         limit = resources.DEFAULT_PAGE_SIZE

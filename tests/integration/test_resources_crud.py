@@ -155,8 +155,18 @@ def test_listing_filters_by_exact_form_url_and_pages(client, space_token):
     assert seen == workers
     everything = client.get(f"/v2/spaces/{space}/resources", headers=headers(token, None)).get_json()
     assert len(everything["resources"]) == 6 and "nextPageToken" not in everything
-    bad_form = client.get(
+    # issue 15 item 2: the short Form name is accepted as well as the URL, with the same answer
+    by_url = client.get(
+        f"/v2/spaces/{space}/resources",
+        query_string={"form": FORMS["ModuleWorker"]},
+        headers=headers(token, None),
+    ).get_json()
+    short = client.get(
         f"/v2/spaces/{space}/resources", query_string={"form": "ModuleWorker"}, headers=headers(token, None)
+    )
+    assert short.status_code == 200 and short.get_json() == by_url
+    bad_form = client.get(
+        f"/v2/spaces/{space}/resources", query_string={"form": "Nope"}, headers=headers(token, None)
     )
     assert bad_form.status_code == 400 and bad_form.get_json()["error"]["code"] == "unsupported_form"
     bad_token = client.get(
@@ -190,6 +200,18 @@ def test_unknown_operation_and_another_spaces_operation_are_404(client, space_to
     other = client.get(f"/v2/spaces/{space}-o/operations/{op['id']}", headers=headers(other_token, None))
     assert other.status_code == 404
     assert client.get(f"/v2/spaces/{space}/operations/nope", headers=headers(token, None)).status_code == 404
+
+
+def test_a_token_of_another_space_is_404_saying_the_space_or_token_is_wrong(client, space_token):
+    """Issue 15 item 4: a wrong ``--space`` is not "no such resource or route"; the answer still
+    does not reveal whether the Space exists (CONTRACT §2.1)."""
+    space, token = space_token
+    for other in (space + "-x", "no-such-space-at-all"):
+        answer = client.get(f"/v2/spaces/{other}/resources", headers=headers(token, None))
+        assert answer.status_code == 404
+        error = answer.get_json()["error"]
+        assert error["code"] == "not_found"
+        assert "the Space or the token is wrong" in error["message"] and other in error["message"]
 
 
 def test_worker_version_validation_records_classes_and_handlers(client, space_token):
