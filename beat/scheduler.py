@@ -4,16 +4,14 @@ Unlike Celery's own schedulers it keeps no schedule of Celery entries: Postgres 
 schedule. Each tick (about once a second, and right at the next cron match) runs the beat
 duties — record due cron matches, fire due timers — and, every ``sweep_interval_s``, the
 sweeps that re-dispatch what a lost message or a dead process left behind. Each duty is a
-function ``fn(*, now: datetime) -> int`` named by its dotted path, imported at call time and
-opening its own sessions; a duty that raises (or cannot be imported) is logged as an error on
-every tick and never stops the beat. Two beats at once are harmless by construction (row
+function ``fn(*, now: datetime) -> int`` opening its own sessions; a duty that raises is logged
+as an error on every tick and never stops the beat. Two beats at once are harmless by construction (row
 locks with ``SKIP LOCKED``, unique constraints), so no leader election is needed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import logging
 import os
 import socket
@@ -26,46 +24,36 @@ from beat import cron_recorder
 from models import db as models_db
 from models.base import utcnow
 from takohost import config
+from workers import cron_tasks
+from workers.engine import sweep, timers
+from workers.services import operations
 
 log = logging.getLogger(__name__)
 
+#: A beat duty: ``fn(*, now)`` → how many things it did.
+Duty = Callable[..., int]
+
 #: Duties run on every tick, in order.
-TICK_DUTIES = (
-    "beat.cron_recorder.record_due",
-    "workers.engine.timers.fire_due",
-)
+TICK_DUTIES: tuple[Duty, ...] = (cron_recorder.record_due, timers.fire_due)
 #: Duties run every ``Settings.sweep_interval_s`` seconds.
-SWEEP_DUTIES = (
-    "workers.engine.sweep.sweep",
-    "workers.services.operations.sweep",
-    "workers.cron_tasks.sweep",
-)
+SWEEP_DUTIES: tuple[Duty, ...] = (sweep.sweep, operations.sweep, cron_tasks.sweep)
 #: Longest sleep between ticks, in seconds.
 MAX_TICK_INTERVAL_S = 1.0
 #: Wake this long after a cron match instant, in seconds (so ``now`` is past it).
 WAKE_AFTER_MATCH_S = 0.002
 
 
-def resolve_duty(dotted: str) -> Callable[..., int]:
-    """Import ``package.module.function`` and return the function.
-
-    Raises ``ImportError`` (module missing) or ``AttributeError`` (no such function).
-    """
-    module_name, _, attribute = dotted.rpartition(".")
-    return getattr(importlib.import_module(module_name), attribute)
+def duty_name(duty: Duty) -> str:
+    """``module.function`` of ``duty``, for log lines."""
+    return f"{duty.__module__}.{duty.__qualname__}"
 
 
-def run_duty(dotted: str, *, now: dt.datetime) -> int | None:
+def run_duty(duty: Duty, *, now: dt.datetime) -> int | None:
     """Run one duty; returns its count, or None after logging an error (never raises)."""
-    try:
-        duty = resolve_duty(dotted)
-    except (ImportError, AttributeError):
-        log.error("beat duty %s cannot be imported", dotted, exc_info=True)
-        return None
     try:
         return duty(now=now)
     except Exception:
-        log.exception("beat duty %s failed", dotted)
+        log.exception("beat duty %s failed", duty_name(duty))
         return None
 
 
@@ -92,12 +80,12 @@ class HostScheduler(celery_beat.Scheduler):
     def tick(self, *args: object, **kwargs: object) -> float:
         """Run the duties once; return the seconds until the next tick."""
         now = utcnow()
-        for dotted in TICK_DUTIES:
-            run_duty(dotted, now=now)
+        for duty in TICK_DUTIES:
+            run_duty(duty, now=now)
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.settings.sweep_interval_s
-            for dotted in SWEEP_DUTIES:
-                run_duty(dotted, now=utcnow())
+            for duty in SWEEP_DUTIES:
+                run_duty(duty, now=utcnow())
         return self._sleep_seconds()
 
     def _sleep_seconds(self) -> float:

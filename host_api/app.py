@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-
 import flask
 
 from host_api import auth, errors
+from host_api.routes import instances, meta, resources, runs
 from takohost import config
 from workers.services import ids
 
-#: Blueprint modules, each exposing ``bp``.
-BLUEPRINT_MODULES = (
-    "host_api.routes.meta",
-    "host_api.routes.resources",
-    "host_api.routes.instances",
-    "host_api.routes.runs",
-)
+#: The API's blueprints, registered in this order.
+BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp)
 
 #: Largest accepted request body: 16 MiB (a WorkerVersion may carry 4 MiB of sources,
 #: which JSON escaping can grow several-fold). Larger → 413.
@@ -47,8 +41,8 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     errors.register(app)
     app.before_request(auth.authenticate)
     app.before_request(check_path_ids)
-    for name in BLUEPRINT_MODULES:
-        app.register_blueprint(importlib.import_module(name).bp)
+    for blueprint in BLUEPRINTS:
+        app.register_blueprint(blueprint)
     if any(getattr(rule, "provide_automatic_options", False) for rule in app.url_map.iter_rules()):
         raise RuntimeError("this Flask still answers OPTIONS by itself: host_api needs Flask 3.1+")
     return app

@@ -93,6 +93,27 @@ class Step(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+#: CONTRACT §6 history event types: the vocabulary of ``HistoryEvent.event_type``.
+HISTORY_EVENT_TYPES = (
+    "InstanceCreated",
+    "ContextStarted",
+    "StepAttemptStarted",
+    "StepAttemptFailed",
+    "StepCompleted",
+    "StepFailed",
+    "SleepScheduled",
+    "SleepCompleted",
+    "WaitStarted",
+    "EventAccepted",
+    "EventConsumed",
+    "WaitTimedOut",
+    "ContextSuspended",
+    "InstanceCompleted",
+    "InstanceErrored",
+    "InstanceTerminated",
+)
+
+
 class HistoryEvent(Base):
     """One SWF-style history event (CONTRACT §6); ``event_id`` counts 1, 2, 3 … per instance."""
 

@@ -28,17 +28,15 @@ import os
 import socket
 import threading
 import time
-import uuid
-
-import redis
 
 from models import db as models_db
 from models.base import utcnow
 from takohost import config
 from takohost.runtime import protocol
-from workers import dispatch, sandbox_host
+from workers import dispatch, redis_client, redis_keys, sandbox_host
 from workers.celery_app import app
 from workers.engine import heartbeat, sandbox
+from workers.engine import lease as lease_mod
 from workers.services import cron_runs
 
 log = logging.getLogger(__name__)
@@ -55,102 +53,17 @@ FENCE_POLL_S = 1.0
 #: killed by the watchdog: the host's fault, not the handler's (as in ``workers.engine.context``).
 WATCHDOG_SUSPECT = 0.8
 
-# KEYS[1] = lease key, ARGV[1] = expected value, ARGV[2] = ttl ms.
-_RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-
-_clients: dict[tuple[int, str], redis.Redis] = {}
-
-
-def redis_client(url: str) -> redis.Redis:
-    """This process's Redis client for ``url`` (a new one after ``fork``)."""
-    key = (os.getpid(), url)
-    client = _clients.get(key)
-    if client is None:
-        client = _clients[key] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-    return client
-
-
-def lease_key(namespace: str, match_pk: int) -> str:
-    """The Redis key of the delivery lease of ``match_pk``."""
-    return f"{namespace}:cronlease:{match_pk}"
-
-
 def worker_id() -> str:
     """This worker process: ``{hostname}:{pid}``."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclasses.dataclass
-class DeliveryLease:
-    """A held delivery lease, renewed every ``RENEW_FRACTION`` of ``ttl_ms`` by a daemon thread.
-
-    ``renewed_at`` is the monotonic time at which the last successful renewal (or the
-    acquisition) *started*; ``lost`` is set when another holder owns the key. While a child runs,
-    :meth:`feed` pings it only while ``renewed_at`` is recent, so a child is dead (its watchdog,
-    ``sandbox_host.watchdog_seconds``) before this lease can expire: "no live lease" proves that
-    no handler of the match runs (the same arithmetic as ``workers.engine.heartbeat``).
-    """
-
-    client: redis.Redis
-    key: str
-    value: str
-    ttl_ms: int
-    renewed_at: float = 0.0
-    lost: bool = False
-    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    @classmethod
-    def acquire(cls, client: redis.Redis, *, key: str, ttl_ms: int) -> DeliveryLease | None:
-        """``SET key value NX PX ttl``; the started lease, or None when another delivery holds it."""
-        value = f"{worker_id()}:{uuid.uuid4().hex}"
-        started = time.monotonic()
-        if not client.set(key, value, nx=True, px=ttl_ms):
-            return None
-        lease = cls(client=client, key=key, value=value, ttl_ms=ttl_ms, renewed_at=started)
-        lease._thread = threading.Thread(target=lease._heartbeat, name=f"cronlease:{key}", daemon=True)
-        lease._thread.start()
-        return lease
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.ttl_ms * heartbeat.RENEW_FRACTION / 1000):
-            started = time.monotonic()
-            try:
-                if not self.client.eval(_RENEW, 1, self.key, self.value, self.ttl_ms):
-                    log.warning("cron delivery lease lost; its handler is stopped", extra={"key": self.key})
-                    self.lost = True
-                    return
-                self.renewed_at = started
-            except redis.RedisError:
-                log.warning("cron delivery lease renewal failed", extra={"key": self.key}, exc_info=True)
-
-    def feed(self, child: sandbox.ChildHandle) -> Pinger:
-        """Ping ``child`` every ``PING_FRACTION`` of the TTL while the lease was renewed within
-        ``PING_WINDOW_FRACTION`` of it (a daemon thread, until :meth:`Pinger.stop`)."""
-        pinger = Pinger(lease=self, child=child)
-        pinger.start()
-        return pinger
-
-    def release(self) -> None:
-        """Stop the heartbeat and delete the lease if it is still ours."""
-        self._halt()
-        try:
-            self.client.eval(_RELEASE, 1, self.key, self.value)
-        except redis.RedisError:
-            log.warning(
-                "cron delivery lease release failed; it expires", extra={"key": self.key}, exc_info=True
-            )
-
-    def abandon(self) -> None:
-        """Stop renewing but keep the key: it expires within the TTL, after the child's watchdog
-        has fired (used when the child's death could not be proven)."""
-        self._halt()
-
-    def _halt(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+def feed(lease: lease_mod.DeliveryLease, child: sandbox.ChildHandle) -> Pinger:
+    """Ping ``child`` every ``PING_FRACTION`` of the lease TTL while ``lease`` was renewed within
+    ``PING_WINDOW_FRACTION`` of it (a daemon thread, until :meth:`Pinger.stop`)."""
+    pinger = Pinger(lease=lease, child=child)
+    pinger.start()
+    return pinger
 
 
 @dataclasses.dataclass(eq=False)
@@ -158,7 +71,7 @@ class Pinger:
     """Pings one delivery's child while its lease is fresh; ``max_gap``: the longest time in
     seconds the child went without a ping (a gap near the watchdog means the host starved it)."""
 
-    lease: DeliveryLease
+    lease: lease_mod.DeliveryLease
     child: sandbox.ChildHandle
     max_gap: float = 0.0
     _last: float = dataclasses.field(default_factory=time.monotonic)
@@ -247,10 +160,11 @@ def deliver(
     ``zygote`` defaults to the process's (``sandbox.get_zygote()``).
     """
     settings = settings or config.load_settings()
-    lease = DeliveryLease.acquire(
-        redis_client(settings.redis_url),
-        key=lease_key(settings.namespace, match_pk),
+    lease = lease_mod.DeliveryLease.acquire(
+        redis_client.client(settings.redis_url),
+        key=redis_keys.delivery_lease_key(settings.namespace, match_pk),
         ttl_ms=settings.lease_ttl_ms,
+        renew_every_s=settings.lease_ttl_ms * heartbeat.RENEW_FRACTION / 1000,
     )
     if lease is None:
         return "busy"
@@ -326,7 +240,7 @@ def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
 
 
 def run_scheduled(
-    job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, lease: DeliveryLease
+    job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, lease: lease_mod.DeliveryLease
 ) -> Run:
     """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (CONTRACT §4.6, §8).
 
@@ -348,7 +262,7 @@ def run_scheduled(
     )
     deadline = time.monotonic() + settings.scheduled_timeout_s
     child = zygote.spawn(message)
-    pinger = lease.feed(child)
+    pinger = feed(lease, child)
     try:
         run = _serve(child, job=job, settings=settings, deadline=deadline, lease=lease)
     finally:
@@ -373,7 +287,7 @@ def _serve(
     job: DeliveryJob,
     settings: config.Settings,
     deadline: float,
-    lease: DeliveryLease,
+    lease: lease_mod.DeliveryLease,
 ) -> Run:
     """The parent's loop for one handler child: answers, limit, fence, lease (see run_scheduled)."""
     assert isinstance(job.version, sandbox_host.VersionChoice)
@@ -442,7 +356,9 @@ def deliveries_stopped(
         running = cron_runs.running_deliveries_txn(session, trigger_uid=trigger_uid)
     if not running:
         return True
-    held = redis_client(settings.redis_url).mget([lease_key(settings.namespace, m) for m, _ in running])
+    held = redis_client.client(settings.redis_url).mget(
+        [redis_keys.delivery_lease_key(settings.namespace, m) for m, _ in running]
+    )
     vanished = [d for (_, d), holder in zip(running, held, strict=True) if holder is None]
     if vanished:
         with models_db.session_scope(settings.database_url) as session:
@@ -459,7 +375,7 @@ def sweep(*, now: dt.datetime) -> int:
     Matches with a live lease are left alone. Opens its own sessions; dispatches after commit.
     """
     settings = config.load_settings()
-    client = redis_client(settings.redis_url)
+    client = redis_client.client(settings.redis_url)
     dispatched = 0
     after_pk = 0
     while True:
@@ -468,7 +384,7 @@ def sweep(*, now: dt.datetime) -> int:
         if not pending:
             return dispatched
         after_pk = pending[-1].pk
-        leased = client.mget([lease_key(settings.namespace, m.pk) for m in pending])
+        leased = client.mget([redis_keys.delivery_lease_key(settings.namespace, m.pk) for m in pending])
         vanished: list[int] = []
         again: list[int] = []
         for match, holder in zip(pending, leased, strict=True):

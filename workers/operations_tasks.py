@@ -10,7 +10,7 @@ and applies only while it is still unfinished.
 Per Form (create/update → apply the accepted spec; delete → remove):
 
 * ModuleWorker — nothing to apply.
-* WorkerVersion — import the code in the sandbox (``workers.services.versions``), record
+* WorkerVersion — import the code in the sandbox (``workers.sandbox_host.validate_spec``), record
   ``observed``; a failed import fails the Operation (``effect: partial``: the record exists with
   ``phase: failed``).
 * WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
@@ -42,9 +42,9 @@ from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
-from workers import cron_tasks
+from workers import cron_tasks, sandbox_host
 from workers.celery_app import app
-from workers.services import cron_schedules, forms, instance_stop, operations, versions, workflow_observer
+from workers.services import cron_schedules, forms, instance_stop, operations, workflow_observer
 from workers.services import resources as resource_service
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def _reconcile_locked(operation_id: str) -> str:
     log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
     if kind == "delete":
         return _apply_delete(operation_id, form=form, uid=uid)
-    validation = versions.validate_spec(spec) if form == "WorkerVersion" else None
+    validation = sandbox_host.validate_spec(spec) if form == "WorkerVersion" else None
     with models_db.session_scope() as session:
         loaded = _running_txn(session, operation_id)
         if loaded is None:

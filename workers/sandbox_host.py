@@ -11,8 +11,9 @@ Replay contexts (``workers.engine.context``) and cron deliveries (``workers.cron
 * answer each ``binding`` request of the child with :func:`answer_binding`: the same call path as
   HTTP (``workers.services.instance_bindings``), the same error names, the same text hygiene.
 
-Version validation uses ``workers.engine.sandbox.validate_version`` (its own job: no vars, no
-bindings, no event). This module holds no state but the Version cache and never spawns a child.
+WorkerVersion validation (:func:`validate_spec`, called by the reconcile task) runs
+``workers.engine.sandbox.validate_version`` (its own job: no vars, no bindings, no event). This
+module holds no state but the Version cache; only :func:`validate_spec` spawns a child.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from models.errors import DomainError
-from takohost import errors
+from takohost import config, errors
 from takohost.runtime import bindings as runtime_bindings
 from takohost.runtime import protocol
-from workers.engine import heartbeat
+from workers.engine import heartbeat, sandbox
 from workers.services import instance_bindings
 
 log = logging.getLogger(__name__)
@@ -212,3 +213,51 @@ def answer_binding(request: dict, *, space: str, bindings: dict[str, str]) -> di
         )
         return {"op": "binding_error", "name": "backend_unavailable", "message": HOST_FAILED}
     return {"op": "binding_result", "value": value}
+
+
+# --- WorkerVersion validation (CONTRACT §3.2) ------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """The outcome: ``observed`` is the Version's new ``observed`` dict; ``error`` is the message
+    for the failed Operation (None when the code validated)."""
+
+    observed: dict
+    error: str | None
+
+
+def validate_spec(spec: dict, *, settings: config.Settings | None = None) -> Validation:
+    """Import ``spec["mainModule"]`` (with ``spec["modules"]`` beside it) in a sandbox child.
+
+    Success → ``observed = {"validated": true, "workflowClasses": [...], "handlers": [...]}``
+    (names of module attributes that are classes with a callable ``run``; ``["scheduled"]`` when
+    a callable ``scheduled`` exists). Failure → ``observed = {"validated": false, "error": msg}``
+    where ``msg`` is the traceback's last line (or the time-out / crash description).
+
+    The main module is imported in a fresh sandbox child (job kind ``validate``) with a parent-side
+    time limit of ``settings.validation_timeout_s`` seconds: an import error, ``sys.exit``,
+    ``os._exit``, a signal or an endless loop becomes a failed validation with a clear message,
+    and the child is killed and proven dead before this returns (CONTRACT §3.2).
+
+    Raises:
+        sandbox.ZygoteUnavailable: no child could be started (a host problem: retried).
+    """
+    settings = settings or config.load_settings()
+    outcome = sandbox.validate_version(
+        zygote=sandbox.get_zygote(),
+        main_module=spec["mainModule"],
+        modules=spec["modules"],
+        time_limit_seconds=settings.validation_timeout_s,
+    )
+    if outcome.ok:
+        return Validation(
+            observed={
+                "validated": True,
+                "workflowClasses": list(outcome.workflow_classes),
+                "handlers": list(outcome.handlers),
+            },
+            error=None,
+        )
+    message = outcome.message or "the main module did not import"
+    return Validation(observed={"validated": False, "error": message}, error=message)

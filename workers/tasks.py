@@ -1,15 +1,10 @@
-"""Celery task registry: imports every task module so a worker knows all task names."""
+"""Celery task registry: imports every task module so a worker knows all task names
+(``workers.celery_app.TASK_MODULES`` names this module; Celery imports it in worker processes)."""
 
 from __future__ import annotations
 
-import importlib
+from workers import cron_tasks, operations_tasks  # noqa: F401 - register their tasks on import
+from workers.engine import tasks as engine_tasks  # noqa: F401 - registers run_context
 
 #: Modules that register tasks on ``workers.celery_app.app`` when imported.
-TASK_DEFINING_MODULES = (
-    "workers.operations_tasks",
-    "workers.engine.tasks",
-    "workers.cron_tasks",
-)
-
-for _name in TASK_DEFINING_MODULES:
-    importlib.import_module(_name)
+TASK_DEFINING_MODULES = (operations_tasks, engine_tasks, cron_tasks)

@@ -21,7 +21,8 @@ import redis
 from models.errors import DomainError
 from takohost import config
 from tests.support import workflows
-from workers.services import instance_stop, leases
+from workers import redis_keys
+from workers.services import instance_stop
 
 LOOP_SYNC = """
 import os, time
@@ -137,7 +138,7 @@ def _owner_pid(stack, db_url, workflow, instance_id) -> tuple[int, str]:
     """The pid of the worker process holding the instance's lease, and the lease key."""
     pk = workflows.instance_row(db_url, workflow=workflow, instance_id=instance_id).pk
     client = redis.Redis.from_url(config.load_settings().redis_url)
-    key = leases.lease_key(stack.namespace, pk)
+    key = redis_keys.lease_key(stack.namespace, pk)
     value = workflows.wait_until(lambda: client.get(key), timeout=30, message="lease")
     return int(value.decode().split(":")[-2]), key
 

@@ -21,7 +21,7 @@ from tests.integration.test_cron_support import (
     deliveries_of,
     matches_of,
 )
-from workers import cron_tasks
+from workers import cron_tasks, redis_client, redis_keys
 
 
 def _ms(text: str) -> int:
@@ -143,8 +143,8 @@ def test_a_held_lease_means_someone_else_is_delivering(db_url: str, space_token:
     space, _ = space_token
     _, match_pk = _record(db_url, space)
     settings = config.load_settings()
-    client = cron_tasks.redis_client(settings.redis_url)
-    key = cron_tasks.lease_key(settings.namespace, match_pk)
+    client = redis_client.client(settings.redis_url)
+    key = redis_keys.delivery_lease_key(settings.namespace, match_pk)
     assert key.startswith(f"{settings.namespace}:cronlease:")
     client.set(key, "other-worker", px=10_000)
     try:
@@ -187,8 +187,8 @@ def test_sweep_leaves_running_deliveries_alone_and_resends_lost_messages_later(
     _, running = _record(db_url, space, minute="2030-03-04T11:05:00Z")
     _, lost = _record(db_url, space, minute="2030-03-04T11:10:00Z")
     settings = config.load_settings()
-    client = cron_tasks.redis_client(settings.redis_url)
-    key = cron_tasks.lease_key(settings.namespace, running)
+    client = redis_client.client(settings.redis_url)
+    key = redis_keys.delivery_lease_key(settings.namespace, running)
     client.set(key, "live-worker", px=30_000)
     with models_db.session_scope(db_url) as session:
         session.add(cron_models.CronDelivery(match_pk=running, worker_id="live-worker"))

@@ -22,8 +22,7 @@ from models import resources as res_models
 from takohost import config
 from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of, matches_of
 from tests.support import workflows
-from workers import cron_tasks
-from workers.services import versions
+from workers import cron_tasks, redis_client, redis_keys, sandbox_host
 
 LOOPING = {
     "sync-loop": """
@@ -108,8 +107,8 @@ def test_a_handler_over_its_limit_is_killed_and_one_failed_run(
     assert delivery.outcome == "failed"
     assert delivery.error == "the scheduled handler did not finish within 1.5 s; it was stopped"
     # Proven dead: the lease is gone (not left to expire), and the match is finished for good.
-    client = cron_tasks.redis_client(settings.redis_url)
-    assert client.exists(cron_tasks.lease_key(settings.namespace, match_pk)) == 0
+    client = redis_client.client(settings.redis_url)
+    assert client.exists(redis_keys.delivery_lease_key(settings.namespace, match_pk)) == 0
     assert [m.state for m in matches_of(db_url, stack.trigger_uid)] == ["done"]
     assert cron_tasks.deliver(match_pk, settings=settings, zygote=zygote) == "done"
     cron_tasks.sweep(now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
@@ -137,7 +136,7 @@ def test_a_version_import_over_its_limit_is_killed(tmp_path) -> None:
     spec = {"mainModule": "main.py", "modules": {"main.py": source}}
     settings = dataclasses.replace(config.load_settings(), validation_timeout_s=1.5)
     started = time.monotonic()
-    validation = versions.validate_spec(spec, settings=settings)  # the Operations path's call
+    validation = sandbox_host.validate_spec(spec, settings=settings)  # the Operations path's call
     assert 1.5 <= time.monotonic() - started < 10
     assert validation.error == "importing main.py did not finish within 1.5 s"
     assert validation.observed == {"validated": False, "error": validation.error}

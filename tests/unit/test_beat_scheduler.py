@@ -1,4 +1,4 @@
-"""``beat.scheduler.HostScheduler``: duties by dotted name, errors logged not raised, tick timing.
+"""``beat.scheduler.HostScheduler``: duties run in order, errors logged not raised, tick timing.
 
 No I/O: the duties and the next-match query are replaced by in-memory fakes.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import sys
 import types
 
 import pytest
@@ -17,9 +16,7 @@ from beat import scheduler as host_scheduler
 CALLS: list[tuple[str, dt.datetime]] = []
 
 
-def _install_fake_module(monkeypatch: pytest.MonkeyPatch) -> str:
-    module = types.ModuleType("fake_beat_duties")
-
+def _fake_duties() -> types.SimpleNamespace:
     def ok(*, now: dt.datetime) -> int:
         CALLS.append(("ok", now))
         return 3
@@ -32,9 +29,7 @@ def _install_fake_module(monkeypatch: pytest.MonkeyPatch) -> str:
         CALLS.append(("sweep", now))
         return 0
 
-    module.ok, module.boom, module.sweep = ok, boom, sweep
-    monkeypatch.setitem(sys.modules, "fake_beat_duties", module)
-    return "fake_beat_duties"
+    return types.SimpleNamespace(ok=ok, boom=boom, sweep=sweep)
 
 
 @pytest.fixture()
@@ -42,30 +37,38 @@ def scheduler(monkeypatch: pytest.MonkeyPatch) -> host_scheduler.HostScheduler:
     from workers.celery_app import app
 
     CALLS.clear()
-    name = _install_fake_module(monkeypatch)
-    monkeypatch.setattr(
-        host_scheduler, "TICK_DUTIES", (f"{name}.ok", f"{name}.boom", "no_such_package.mod.fn")
-    )
-    monkeypatch.setattr(host_scheduler, "SWEEP_DUTIES", (f"{name}.sweep",))
+    duties = _fake_duties()
+    monkeypatch.setattr(host_scheduler, "TICK_DUTIES", (duties.ok, duties.boom))
+    monkeypatch.setattr(host_scheduler, "SWEEP_DUTIES", (duties.sweep,))
     monkeypatch.setattr(host_scheduler.cron_recorder, "next_due_at", lambda url=None: None)
     return host_scheduler.HostScheduler(app=app)
 
 
-def test_tick_runs_every_duty_logs_failures_and_missing_modules(
+def test_tick_runs_every_duty_and_logs_failures(
     scheduler: host_scheduler.HostScheduler, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger="beat.scheduler")
     interval = scheduler.tick()
     assert [name for name, _ in CALLS] == ["ok", "boom", "sweep"]
     messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert any("fake_beat_duties.boom failed" in m for m in messages)
-    assert any("no_such_package.mod.fn cannot be imported" in m for m in messages)
+    assert any("_fake_duties.<locals>.boom failed" in m for m in messages)
     assert 0.0 <= interval <= host_scheduler.MAX_TICK_INTERVAL_S
-    # The ImportError is logged again on the next tick (never silently swallowed); sweeps wait.
+    # The failure is logged again on the next tick (never silently swallowed); sweeps wait.
     caplog.clear()
     scheduler.tick()
     assert [name for name, _ in CALLS] == ["ok", "boom", "sweep", "ok", "boom"]
-    assert any("cannot be imported" in r.getMessage() for r in caplog.records)
+    assert any("boom failed" in r.getMessage() for r in caplog.records)
+
+
+def test_the_production_duties_are_the_engine_cron_and_operations_functions() -> None:
+    names = [host_scheduler.duty_name(d) for d in host_scheduler.TICK_DUTIES + host_scheduler.SWEEP_DUTIES]
+    assert names == [
+        "beat.cron_recorder.record_due",
+        "workers.engine.timers.fire_due",
+        "workers.engine.sweep.sweep",
+        "workers.services.operations.sweep",
+        "workers.cron_tasks.sweep",
+    ]
 
 
 def test_tick_wakes_right_after_the_next_cron_match(

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from workers.services import instance_common, instance_history
+from models import instances as inst_models
+from workers.services import instance_common
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Event:
     timestamp: dt.datetime | None = None
 
     def __post_init__(self) -> None:
-        if self.event_type not in instance_history.EVENT_TYPES:
+        if self.event_type not in inst_models.HISTORY_EVENT_TYPES:
             raise ValueError(f"unknown history event type {self.event_type!r}")
 
 

@@ -1,7 +1,7 @@
 """Replay-context leases in Redis (CONTRACT §1, DESIGN "One replay context" step 2).
 
 A lease says which worker process owns an instance right now: key
-``{namespace}:lease:{instance_pk}`` (``workers.services.leases.lease_key``), value
+``{namespace}:lease:{instance_pk}`` (``workers.redis_keys.lease_key``), value
 ``{owner}:{nonce}``, set with ``SET NX PX ttl`` and renewed by the heartbeat with a
 compare-and-set script, so a process only ever extends or deletes its own lease. The lease is
 an efficiency and stop-proof device, not the safety device: commits are fenced by the instance
@@ -34,14 +34,14 @@ import dataclasses
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
-from workers import dispatch
-from workers.services import leases
+from workers import dispatch, redis_client, redis_keys
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class LeaseStore:
 
     def key(self, instance_pk: int) -> str:
         """The Redis key of ``instance_pk``'s lease."""
-        return leases.lease_key(self.namespace, instance_pk)
+        return redis_keys.lease_key(self.namespace, instance_pk)
 
     def acquire(self, instance_pk: int, *, owner: str | None = None) -> Lease | None:
         """``SET key value NX PX ttl``: the new :class:`Lease`, or ``None`` if someone holds it."""
@@ -285,15 +285,15 @@ class LeaseStore:
 
     def key_prefix(self) -> str:
         """The prefix of every lease key (``{namespace}:lease:``): the key is prefix + pk."""
-        return leases.lease_key(self.namespace, 0)[:-1]
+        return redis_keys.lease_key(self.namespace, 0)[:-1]
 
     def contexts_key(self, space: str) -> str:
-        """The Redis SET of ``space``'s running contexts (``leases.space_contexts_key``)."""
-        return leases.space_contexts_key(self.namespace, space)
+        """The Redis SET of ``space``'s running contexts (``redis_keys.space_contexts_key``)."""
+        return redis_keys.space_contexts_key(self.namespace, space)
 
     def waiting_key(self, space: str) -> str:
-        """The Redis ZSET of ``space``'s deferred instances (``leases.space_waiting_key``)."""
-        return leases.space_waiting_key(self.namespace, space)
+        """The Redis ZSET of ``space``'s deferred instances (``redis_keys.space_waiting_key``)."""
+        return redis_keys.space_waiting_key(self.namespace, space)
 
     def holder(self, instance_pk: int) -> str | None:
         """The current lease value of ``instance_pk`` (``None``: no live lease)."""
@@ -315,8 +315,80 @@ def store_for(*, redis_url: str, namespace: str, ttl_ms: int) -> LeaseStore:
     key = (os.getpid(), redis_url, namespace, ttl_ms)
     store = _stores.get(key)
     if store is None:
-        client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
         store = _stores[key] = LeaseStore(
-            client, namespace=namespace, ttl_ms=ttl_ms, handoff=_dispatch_next
+            redis_client.client(redis_url), namespace=namespace, ttl_ms=ttl_ms, handoff=_dispatch_next
         )
     return store
+
+
+@dataclasses.dataclass
+class DeliveryLease:
+    """A held cron delivery lease (``workers.redis_keys.delivery_lease_key``), renewed every
+    ``renew_every_s`` seconds by a daemon thread with the same compare-and-set scripts as the
+    replay-context leases (seed 003 at-least-once delivery; ``workers.cron_tasks``).
+
+    ``renewed_at`` is the monotonic time at which the last successful renewal (or the
+    acquisition) *started*; ``lost`` is set when another holder owns the key. The caller pings
+    its child only while ``renewed_at`` is recent, so the child is dead (its watchdog) before this
+    lease can expire: "no live lease" proves that no handler of the match runs (the same
+    arithmetic as ``workers.engine.heartbeat``).
+    """
+
+    client: redis.Redis
+    key: str
+    value: str
+    ttl_ms: int
+    renew_every_s: float
+    renewed_at: float = 0.0
+    lost: bool = False
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @classmethod
+    def acquire(
+        cls, client: redis.Redis, *, key: str, ttl_ms: int, renew_every_s: float
+    ) -> DeliveryLease | None:
+        """``SET key value NX PX ttl_ms``; the started lease, or None when another delivery holds
+        it. Raises ``redis.RedisError``."""
+        value = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        started = time.monotonic()
+        if not client.set(key, value, nx=True, px=ttl_ms):
+            return None
+        lease = cls(
+            client=client, key=key, value=value, ttl_ms=ttl_ms, renew_every_s=renew_every_s, renewed_at=started
+        )
+        lease._thread = threading.Thread(target=lease._heartbeat, name=f"cronlease:{key}", daemon=True)
+        lease._thread.start()
+        return lease
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.renew_every_s):
+            started = time.monotonic()
+            try:
+                if not self.client.eval(_RENEW, 1, self.key, self.value, self.ttl_ms):
+                    log.warning("cron delivery lease lost; its handler is stopped", extra={"key": self.key})
+                    self.lost = True
+                    return
+                self.renewed_at = started
+            except redis.RedisError:
+                log.warning("cron delivery lease renewal failed", extra={"key": self.key}, exc_info=True)
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lease if it is still ours (never raises)."""
+        self._halt()
+        try:
+            self.client.eval(_RELEASE, 1, self.key, self.value)
+        except redis.RedisError:
+            log.warning(
+                "cron delivery lease release failed; it expires", extra={"key": self.key}, exc_info=True
+            )
+
+    def abandon(self) -> None:
+        """Stop renewing but keep the key: it expires within the TTL, after the child's watchdog
+        has fired (used when the child's death could not be proven)."""
+        self._halt()
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -22,26 +22,6 @@ from models import db as models_db
 from models import instances as inst_models
 from workers.services import instance_common, instance_pages
 
-#: CONTRACT §6 event types.
-EVENT_TYPES = (
-    "InstanceCreated",
-    "ContextStarted",
-    "StepAttemptStarted",
-    "StepAttemptFailed",
-    "StepCompleted",
-    "StepFailed",
-    "SleepScheduled",
-    "SleepCompleted",
-    "WaitStarted",
-    "EventAccepted",
-    "EventConsumed",
-    "WaitTimedOut",
-    "ContextSuspended",
-    "InstanceCompleted",
-    "InstanceErrored",
-    "InstanceTerminated",
-)
-
 
 def append_history_txn(
     session: orm.Session,
@@ -54,7 +34,7 @@ def append_history_txn(
     transaction, numbering them from ``instance.next_event_id`` and stamping them
     ``max(now, instance.last_event_at)`` (the caller holds the row lock, so both are current)."""
     for event_type, attributes in events:
-        assert event_type in EVENT_TYPES, event_type
+        assert event_type in inst_models.HISTORY_EVENT_TYPES, event_type
         stamp = now if instance.last_event_at is None else max(now, instance.last_event_at)
         session.add(
             inst_models.HistoryEvent(

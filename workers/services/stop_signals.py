@@ -14,12 +14,12 @@ child is killed by its own watchdog before the lease expires.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 
 import redis
 
 from takohost import config
+from workers import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,6 @@ def decode(data: bytes | str) -> set[int]:
     return pks
 
 
-_clients: dict[tuple[int, str], redis.Redis] = {}
-
-
 def publish(instance_pks: Sequence[int], *, settings: config.Settings | None = None) -> None:
     """Ask the owners of ``instance_pks`` to check their fence now (after the fence committed).
     Never raises: a lost hint only delays the stop until the next heartbeat."""
@@ -55,12 +52,7 @@ def publish(instance_pks: Sequence[int], *, settings: config.Settings | None = N
         return
     settings = settings or config.load_settings()
     try:
-        key = (os.getpid(), settings.redis_url)
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = redis.Redis.from_url(
-                settings.redis_url, socket_timeout=5, socket_connect_timeout=5
-            )
+        client = redis_client.client(settings.redis_url)
         for start in range(0, len(instance_pks), 500):
             client.publish(channel(settings.namespace), encode(instance_pks[start : start + 500]))
     except redis.RedisError:

@@ -1,0 +1,31 @@
+"""The names of this host's Redis keys and channels (CONTRACT §1, DESIGN "Leases"); no I/O.
+
+Every key starts with the host's ``namespace`` (``Settings.namespace``), so several hosts or test
+sessions can share one Redis. Both the engine (which takes and renews the leases) and the
+services (which prove stops from them, and are imported by the API) name keys through here.
+"""
+
+from __future__ import annotations
+
+
+def lease_key(namespace: str, instance_pk: int) -> str:
+    """The Redis key of an instance's replay-context lease: ``{namespace}:lease:{pk}``."""
+    return f"{namespace}:lease:{instance_pk}"
+
+
+def delivery_lease_key(namespace: str, match_pk: int) -> str:
+    """The Redis key of a cron match's delivery lease: ``{namespace}:cronlease:{match_pk}``."""
+    return f"{namespace}:cronlease:{match_pk}"
+
+
+def space_contexts_key(namespace: str, space: str) -> str:
+    """The Redis SET of the instance pks whose leases a Space's running contexts hold (the
+    per-Space cap, ``workers.engine.lease``): ``{namespace}:space-contexts:{space}``. A member
+    counts only while its lease key exists."""
+    return f"{namespace}:space-contexts:{space}"
+
+
+def space_waiting_key(namespace: str, space: str) -> str:
+    """The Redis ZSET of a Space's deferred instance pks (score: milliseconds since the epoch
+    when first deferred): ``{namespace}:space-waiting:{space}``."""
+    return f"{namespace}:space-waiting:{space}"
