@@ -96,3 +96,23 @@ def test_a_consumed_event_completes_the_wait_with_its_payload():
     assert _types(commit) == ["EventConsumed", "StepCompleted"]
     assert commit.events[0].attributes == {"name": "w", "sequence": 7, "type": "t"}
     assert commit.step.result == {"k": 1} and commit.step.config == {"type": "t", "timeoutSeconds": 60}
+
+
+def test_connect_kwargs_keep_the_urls_query_parameters() -> None:
+    """A unix-socket URL (``?host=/dir``, as a dev data dir's) reaches the socket, not 127.0.0.1."""
+    from workers.engine import store
+
+    assert store.connect_kwargs("postgresql+psycopg://takohost@/takohost?host=/srv/run&port=5433") == {
+        "host": "/srv/run",
+        "port": "5433",
+        "user": "takohost",
+        "dbname": "takohost",
+    }
+    assert store.connect_kwargs("postgresql+psycopg://u:p@db.example:6432/x?sslmode=require") == {
+        "host": "db.example",
+        "port": 6432,
+        "user": "u",
+        "password": "p",
+        "dbname": "x",
+        "sslmode": "require",
+    }

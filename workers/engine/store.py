@@ -57,16 +57,20 @@ _connections: dict[tuple[int, str, bool], psycopg.Connection] = {}
 
 
 def connect_kwargs(url: str) -> dict:
-    """``psycopg.connect`` keyword arguments for a SQLAlchemy ``postgresql+psycopg://`` URL."""
+    """``psycopg.connect`` keyword arguments for a SQLAlchemy ``postgresql+psycopg://`` URL: the
+    same connection SQLAlchemy's psycopg dialect would open, query parameters included (a unix
+    socket directory as ``?host=/path``, ``sslmode``…); host ``127.0.0.1`` and port 5432 when the
+    URL names neither."""
     parsed = sa.engine.make_url(url)
-    kwargs = {
-        "host": parsed.host or "127.0.0.1",
-        "port": parsed.port or 5432,
-        "user": parsed.username,
-        "dbname": parsed.database,
-    }
+    kwargs: dict = {"host": parsed.host or "127.0.0.1", "port": parsed.port or 5432}
+    if parsed.username is not None:
+        kwargs["user"] = parsed.username
     if parsed.password is not None:
         kwargs["password"] = parsed.password
+    if parsed.database is not None:
+        kwargs["dbname"] = parsed.database
+    for key, value in parsed.query.items():
+        kwargs[key] = value[-1] if isinstance(value, tuple) else value
     return kwargs
 
 
