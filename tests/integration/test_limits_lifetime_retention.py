@@ -124,9 +124,9 @@ def test_every_instance_gets_a_lifetime_timer_and_ends_lifetime_exceeded_whateve
 
 def test_a_queued_instance_that_no_version_can_run_still_ends_at_its_lifetime(db_url, space, driver):
     d = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
-    with models_db.session_scope(db_url) as session:  # no Deployment: nothing can run the code
-        session.get(res_models.Resource, d.deployment).deleted_at = driver.clock()
     instances.create(space=space, workflow_uid=d.workflow, instance_id="q", now=driver.clock())
+    with models_db.session_scope(db_url) as session:  # then no Deployment: nothing can run the code
+        session.get(res_models.Resource, d.deployment).deleted_at = driver.clock()
     assert driver.run() == ["no_version"]
     assert instances.status(space=space, workflow_uid=d.workflow, instance_id="q") == {"status": "queued"}
     assert driver.advance(YEAR) == ["errored"]

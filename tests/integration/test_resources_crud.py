@@ -310,6 +310,40 @@ def test_workflow_ready_follows_the_deployment(client, space_token):
     assert get(client, space, token, workflow).get_json()["observed"]["ready"] is False
 
 
+def test_an_instance_is_accepted_exactly_when_the_workflow_is_ready(client, space_token):
+    """Issue 15 item 1 (seed 000 "ready:trueは新規instanceを受理できることだけを表し"): a workflow
+    that is not ready refuses new instances (409 dependency_conflict naming it and why; nothing
+    is written), instead of keeping them ``queued`` for code that does not exist."""
+    space, token = space_token
+    worker = create_ok(client, space, token, "ModuleWorker", {})
+    workflow = create_ok(
+        client, space, token, "DurableWorkflow",
+        {"worker": {"resourceUid": worker}, "className": "ReportWorkflow"}, res_name="reports",
+    )
+    base = f"/v2/spaces/{space}/resources/{workflow}/instances"
+
+    def create(instance_id):
+        return client.post(base, json={"id": instance_id}, headers=headers(token, None))
+
+    refused = create("early")
+    assert refused.status_code == 409, refused.get_json()
+    error = refused.get_json()["error"]
+    assert error["code"] == "dependency_conflict"
+    assert "'reports'" in error["message"] and workflow in error["message"] and "no Deployment" in error["message"]
+    assert client.get(base, headers=headers(token, None)).get_json()["instances"] == []
+    version = create_ok(client, space, token, "WorkerVersion", version_spec(worker))
+    deployment = create_ok(client, space, token, "WorkerDeployment", deployment_spec(worker, (version, 100)))
+    assert get(client, space, token, workflow).get_json()["observed"]["ready"] is True
+    accepted = create("now")
+    assert accepted.status_code == 201 and accepted.get_json() == {"id": "now"}
+    assert create("now").get_json()["error"]["code"] == "instance_exists"  # not hidden by the gate
+    op = client.delete(f"/v2/spaces/{space}/resources/{deployment}", headers=headers(token)).get_json()
+    settle(op["id"])
+    assert get(client, space, token, workflow).get_json()["observed"]["ready"] is False
+    again = create("later")
+    assert again.status_code == 409 and again.get_json()["error"]["code"] == "dependency_conflict"
+
+
 def test_workflow_put_same_worker_and_class_reconciles_again(client, space_token):
     space, token = space_token
     worker = create_ok(client, space, token, "ModuleWorker", {})

@@ -130,6 +130,7 @@ def set_deployment(db_url: str, *, deployment: str, versions: dict[str, int]) ->
         spec = dict(resource.spec)
         spec["versions"] = [{"version": {"resourceUid": uid}, "weight": w} for uid, w in versions.items()]
         resource.spec = spec
+        resource.observed = {"versions": spec["versions"]}  # applied, as its Operation would
         resource.generation += 1
 
 
@@ -181,6 +182,8 @@ def deploy(
                 "worker": {"resourceUid": worker},
                 "versions": [{"version": {"resourceUid": version}, "weight": 100}],
             },
+            # applied, as its Operation would: the workflow is ready (accepts instances)
+            observed={"versions": [{"version": {"resourceUid": version}, "weight": 100}]},
         )
     return Deployed(space=space, worker=worker, version=version, deployment=deployment, workflow=workflow)
 

@@ -41,6 +41,12 @@ FORM_URLS: dict[str, str] = {
 #: Exact Form URL → short Form name (what ``resources.form`` stores). Anything else is unsupported.
 FORM_BY_URL: dict[str, str] = {url: form for form, url in FORM_URLS.items()}
 
+
+def label(resource: res_models.Resource) -> str:
+    """How an error message names a resource: ``"WorkerVersion 'orders-1a2b' (<uid>)"`` (issue 15
+    item 4: by name as well as UID)."""
+    return f"{resource.form} {resource.name!r} ({resource.uid})"
+
 #: Reference kinds (``resource_refs.kind``).
 REF_WORKER = "worker"
 REF_VERSION = "version"
@@ -124,14 +130,14 @@ def resolve_refs_txn(session: orm.Session, *, space: str, refs: list[Ref]) -> di
             if target.phase == "deleting":
                 raise DomainError(
                     "reference_not_found",
-                    f"{ref.pointer}: resource {ref.target_uid!r} is being deleted",
+                    f"{ref.pointer}: {label(target)} is being deleted",
                     {"pointer": ref.pointer, "resourceUid": ref.target_uid},
                 )
             found[ref.target_uid] = target
         if target.form != ref.form:
             raise DomainError(
                 "dependency_conflict",
-                f"{ref.pointer}: resource {ref.target_uid!r} is a {target.form}, not a {ref.form}",
+                f"{ref.pointer}: {label(target)} is a {target.form}, not a {ref.form}",
                 {"pointer": ref.pointer, "resourceUid": ref.target_uid, "form": FORM_URLS[target.form]},
             )
     return found
@@ -226,46 +232,46 @@ def _check_allocation_txn(
     _lock_worker_txn(session, worker_uid)
     workflows = _live_dependents_txn(session, worker_uid=worker_uid, form="DurableWorkflow")
     has_trigger = bool(_live_dependents_txn(session, worker_uid=worker_uid, form="WorkerCronTrigger"))
-    unverified: list[str] = []
+    unverified: list[res_models.Resource] = []
     for index, entry in enumerate(spec["versions"]):
         pointer = f"/spec/versions/{index}/version/resourceUid"
         version = resolved[entry["version"]["resourceUid"]]
         if version.worker_uid != worker_uid:
             raise DomainError(
                 "dependency_conflict",
-                f"{pointer}: Version {version.uid!r} belongs to another Worker",
+                f"{pointer}: {label(version)} belongs to another Worker",
                 {"pointer": pointer, "resourceUid": version.uid},
             )
         state = version_state(version)
         if state == "failed":
             raise DomainError(
                 "dependency_conflict",
-                f"{pointer}: Version {version.uid!r} failed validation",
+                f"{pointer}: {label(version)} failed validation",
                 {"pointer": pointer, "resourceUid": version.uid},
             )
         if state == "unverified":
-            unverified.append(version.uid)
+            unverified.append(version)
             continue
         for workflow in workflows:
             if not exports_class(version, workflow.spec["className"]):
                 raise DomainError(
                     "dependency_conflict",
-                    f"{pointer}: Version {version.uid!r} does not export "
-                    f"class {workflow.spec['className']!r} needed by DurableWorkflow {workflow.uid!r}",
+                    f"{pointer}: {label(version)} does not export "
+                    f"class {workflow.spec['className']!r} needed by {label(workflow)}",
                     {"pointer": pointer, "resourceUid": version.uid, "workflowUid": workflow.uid},
                 )
         if has_trigger and not provides_scheduled(version):
             raise DomainError(
                 "dependency_conflict",
-                f"{pointer}: Version {version.uid!r} has no `scheduled` "
+                f"{pointer}: {label(version)} has no `scheduled` "
                 "handler, and a WorkerCronTrigger of this Worker exists",
                 {"pointer": pointer, "resourceUid": version.uid},
             )
     if unverified:
         raise DomainError(
             "resource_busy",
-            f"Version {unverified[0]!r} is still being validated; retry shortly",
-            {"resourceUids": unverified},
+            f"{label(unverified[0])} is still being validated; retry shortly",
+            {"resourceUids": [v.uid for v in unverified]},
         )
 
 
@@ -274,23 +280,23 @@ def _check_workflow_class_txn(session: orm.Session, *, worker_uid: str, class_na
     the applied allocation and of an accepted-but-unfinished create/allocation update must export
     ``class_name``. A definite lack wins over an unverified Version; no Deployment is allowed."""
     _lock_worker_txn(session, worker_uid)
-    unverified: list[str] = []
+    unverified: list[res_models.Resource] = []
     for version in weighted_versions_txn(session, worker_uid=worker_uid):
         state = version_state(version)
         if state == "unverified":
-            unverified.append(version.uid)
+            unverified.append(version)
         elif not exports_class(version, class_name):
             raise DomainError(
                 "dependency_conflict",
-                f"weighted Version {version.uid!r} of this Worker's "
+                f"weighted {label(version)} of this Worker's "
                 f"Deployment does not export a workflow class {class_name!r}",
                 {"pointer": "/spec/className", "resourceUid": version.uid},
             )
     if unverified:
         raise DomainError(
             "resource_busy",
-            f"weighted Version {unverified[0]!r} is still being validated; retry shortly",
-            {"resourceUids": unverified},
+            f"weighted {label(unverified[0])} is still being validated; retry shortly",
+            {"resourceUids": [v.uid for v in unverified]},
         )
 
 
@@ -305,22 +311,22 @@ def _check_scheduled_handler_txn(session: orm.Session, *, worker_uid: str) -> No
             "provided; deploy a Version that defines `scheduled` first",
             {"pointer": "/spec/worker/resourceUid"},
         )
-    unverified: list[str] = []
+    unverified: list[res_models.Resource] = []
     for version in weighted_versions_txn(session, worker_uid=worker_uid):
         state = version_state(version)
         if state == "unverified":
-            unverified.append(version.uid)
+            unverified.append(version)
         elif not provides_scheduled(version):
             raise DomainError(
                 "dependency_conflict",
-                f"weighted Version {version.uid!r} has no `scheduled` handler",
+                f"weighted {label(version)} has no `scheduled` handler",
                 {"pointer": "/spec/worker/resourceUid", "resourceUid": version.uid},
             )
     if unverified:
         raise DomainError(
             "resource_busy",
-            f"weighted Version {unverified[0]!r} is still being validated; retry shortly",
-            {"resourceUids": unverified},
+            f"weighted {label(unverified[0])} is still being validated; retry shortly",
+            {"resourceUids": [v.uid for v in unverified]},
         )
 
 
@@ -449,19 +455,37 @@ def _live_dependents_txn(session: orm.Session, *, worker_uid: str, form: str) ->
 
 
 def workflow_ready_txn(session: orm.Session, *, workflow: res_models.Resource) -> bool:
-    """DurableWorkflow ``observed.ready`` (seed 000 "全weighted Versionに正しいclassが揃うまでReadyでない").
+    """DurableWorkflow ``observed.ready`` (seed 000 "全weighted Versionに正しいclassが揃うまでReadyでない";
+    "ready:trueは新規instanceを受理できることだけを表し"): :func:`workflow_unready_reason_txn` is None."""
+    return workflow_unready_reason_txn(session, workflow=workflow) is None
 
-    True only when the Worker has a live Deployment whose *applied* allocation is non-empty and
-    every weighted Version of it is validated and exports the class.
+
+def workflow_unready_reason_txn(session: orm.Session, *, workflow: res_models.Resource) -> str | None:
+    """Why ``workflow`` cannot accept new instances, or ``None`` when it is ready.
+
+    Ready only when the Worker has a live Deployment whose *applied* allocation is non-empty and
+    every weighted Version of it is validated and exports the class. The same predicate is
+    ``observed.ready`` and the gate of instance create (README "ready: when new instances are
+    accepted"); the reason names the resources by name and UID.
     """
+    class_name = workflow.spec["className"]
     deployment = live_deployment_txn(session, worker_uid=workflow.worker_uid)
     if deployment is None:
-        return False
+        return (
+            f"its Worker has no Deployment, so no code runs class {class_name!r} "
+            "(deploy a Version that exports it: `takohost deploy DIR`)"
+        )
     applied = (deployment.observed or {}).get("versions") or []
     if not applied:
-        return False
+        return f"{label(deployment)} is not applied yet (its Operation has not finished)"
     uids = [entry["version"]["resourceUid"] for entry in applied]
     rows = session.scalars(sa.select(res_models.Resource).where(res_models.Resource.uid.in_(uids))).all()
     if len(rows) != len(uids):
-        return False
-    return all(version_state(v) == "validated" and exports_class(v, workflow.spec["className"]) for v in rows)
+        return f"a weighted Version of {label(deployment)} is gone"
+    for version in rows:
+        state = version_state(version)
+        if state != "validated":
+            return f"weighted {label(version)} is {'not validated' if state == 'unverified' else 'failed'}"
+        if not exports_class(version, class_name):
+            return f"weighted {label(version)} does not export class {class_name!r}"
+    return None

@@ -27,11 +27,12 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instance_sql
 from models import instances as inst_models
+from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
 from workers import dispatch
-from workers.services import instance_common, instance_pages
+from workers.services import forms, instance_common, instance_pages
 
 #: Seed 000: "instance寿命は作成から31536000秒".
 LIFETIME_SECONDS = 31_536_000
@@ -79,6 +80,21 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
     return bool(closed), pk
 
 
+def _refuse_unready_txn(session: orm.Session, *, workflow_uid: str) -> None:
+    """``409 dependency_conflict`` (rolling the insert back) when the workflow is not ``ready``:
+    seed 000 "ready:trueは新規instanceを受理できることだけを表し" — this host accepts a new instance
+    exactly when ``observed.ready`` would be true now (README "When a workflow accepts instances"),
+    so no instance waits ``queued`` for code that does not exist."""
+    workflow = session.get(res_models.Resource, workflow_uid)
+    reason = forms.workflow_unready_reason_txn(session, workflow=workflow)
+    if reason is not None:
+        raise DomainError(
+            "dependency_conflict",
+            f"{forms.label(workflow)} is not ready to accept instances: {reason}",
+            {"resourceUid": workflow_uid, "ready": False},
+        )
+
+
 def create(
     *,
     space: str,
@@ -96,7 +112,9 @@ def create(
 
     Raises DomainError: ``invalid_request`` (bad id), ``invalid_params`` / ``document_too_large``
     (params), ``not_found`` (no live DurableWorkflow of ``space``, or one being deleted: it is
-    going away), ``instance_exists`` (a retained id, terminal ones included).
+    going away), ``instance_exists`` (a retained id, terminal ones included),
+    ``dependency_conflict`` (the workflow is not ``ready``: no applied Deployment whose every
+    weighted Version exports the class; nothing is written).
     """
     now = now or utcnow()
     if instance_id is not None:
@@ -115,6 +133,8 @@ def create(
     }
     with models_db.session_scope() as session:
         closed, pk = _insert_instance_txn(session, **values)
+        if pk is not None and not closed:
+            _refuse_unready_txn(session, workflow_uid=workflow_uid)
         if closed:
             raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if pk is None:
