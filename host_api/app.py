@@ -6,11 +6,12 @@ import flask
 
 from host_api import auth, errors
 from host_api.routes import instances, meta, resources, runs
+from host_api.ui import views as ui_views
 from takohost import config
 from workers.services import ids
 
 #: The API's blueprints, registered in this order.
-BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp)
+BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp, ui_views.bp)
 
 #: Largest accepted request body: 16 MiB (a WorkerVersion may carry 4 MiB of sources,
 #: which JSON escaping can grow several-fold). Larger → 413.

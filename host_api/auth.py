@@ -11,6 +11,9 @@ from models import resources as res_models
 from workers.services import tokens
 
 PUBLIC_ENDPOINTS = {"meta.healthz", "meta.openapi", "static"}
+#: Blueprints that authenticate by themselves: the web console signs in with the same tokens but
+#: keeps the token in its own cookie (``host_api.ui.session``), never a bearer header.
+SELF_AUTHENTICATING_BLUEPRINTS = {"ui"}
 
 
 def authenticate() -> None:
@@ -19,7 +22,7 @@ def authenticate() -> None:
     Missing/unknown token → ``401 unauthenticated``; a token of another Space than the URL's
     ``{space}`` → ``404 not_found`` (never reveal that the Space exists).
     """
-    if flask.request.endpoint in PUBLIC_ENDPOINTS:
+    if flask.request.endpoint in PUBLIC_ENDPOINTS or flask.request.blueprint in SELF_AUTHENTICATING_BLUEPRINTS:
         return
     header = flask.request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")

@@ -134,8 +134,11 @@ def register(app: flask.Flask) -> None:
     def _never_html(response: flask.Response) -> flask.Response:
         """Last guard of "no HTML error pages, ever" (§2.4): a non-JSON response of status 300 or
         more (a Werkzeug routing redirect, an HTTPException used as a response) becomes the
-        envelope. The API never redirects, so a 3xx is answered as ``404 not_found``."""
+        envelope. The API never redirects, so a 3xx is answered as ``404 not_found``. The web
+        console's pages (blueprint ``ui``, under ``/ui/``) are HTML for people and keep theirs."""
         if response.status_code < 300 or response.mimetype == "application/json":
+            return response
+        if flask.request.blueprint == "ui":
             return response
         status = 404 if response.status_code < 400 else response.status_code
         replacement = error_response(

@@ -1,0 +1,111 @@
+"""Who is signed in to the console, and the CSRF check of its actions.
+
+Signing in takes a Space token (the same tokens as the API, CONTRACT §2.1) and keeps it in a
+cookie the page's scripts cannot read (``HttpOnly``), sent only to ``/ui`` and only by this site's
+own pages (``SameSite=Strict``; ``Secure`` when the request came over HTTPS). Every request
+re-resolves the token to its Space, so a revoked token signs the console out at once and the
+Space is never taken from the URL: every page reads only the token's Space.
+
+Actions (send an event, terminate, sign out) are POST forms that carry a CSRF token,
+``HMAC-SHA256(key=token, "takohost console csrf")``: another site can neither read it nor make
+the browser send the cookie, and it needs no server-side secret, so every API process agrees on
+it. A POST whose ``Origin`` header names another origin is refused as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import urllib.parse
+
+import flask
+import sqlalchemy as sa
+
+from host_api import db
+from models import resources as res_models
+from workers.services import tokens
+
+COOKIE = "takohost_console"
+COOKIE_PATH = "/ui"
+_CSRF_MESSAGE = b"takohost console csrf"
+
+
+@dataclasses.dataclass(frozen=True)
+class SignedIn:
+    """The signed-in Space and the token that proves it (never shown on a page)."""
+
+    space: str
+    token: str
+
+    @property
+    def csrf(self) -> str:
+        """The CSRF token of this sign-in (hex)."""
+        return csrf_token(self.token)
+
+
+class NotSignedIn(Exception):
+    """No valid console cookie: the view answers with the sign-in page."""
+
+
+def csrf_token(token: str) -> str:
+    """``HMAC-SHA256(key=token, "takohost console csrf")`` as hex."""
+    return hmac.new(token.encode("utf-8", "surrogatepass"), _CSRF_MESSAGE, hashlib.sha256).hexdigest()
+
+
+def space_of(token: str) -> str | None:
+    """The Space of ``token``, or None for an unknown token."""
+    with db.session() as session:
+        return session.scalar(
+            sa.select(res_models.Token.space).where(res_models.Token.token_hash == tokens.hash_token(token))
+        )
+
+
+def current() -> SignedIn:
+    """The signed-in Space of this request (cached in ``flask.g``).
+
+    Raises:
+        NotSignedIn: no cookie, or its token is unknown (revoked).
+    """
+    cached = getattr(flask.g, "console_user", None)
+    if cached is not None:
+        return cached
+    token = flask.request.cookies.get(COOKIE, "")
+    space = space_of(token) if token else None
+    if space is None:
+        raise NotSignedIn()
+    flask.g.console_user = SignedIn(space=space, token=token)
+    return flask.g.console_user
+
+
+def check_post(user: SignedIn) -> None:
+    """Refuse a POST without this sign-in's CSRF token or from another origin.
+
+    Raises:
+        PermissionError: with the reason, answered as ``403``.
+    """
+    origin = flask.request.headers.get("Origin")
+    if origin is not None and origin != "null":
+        here = urllib.parse.urlsplit(flask.request.host_url)
+        there = urllib.parse.urlsplit(origin)
+        if (there.scheme, there.netloc) != (here.scheme, here.netloc):
+            raise PermissionError("this form was posted from another site")
+    if not hmac.compare_digest(flask.request.form.get("csrf", ""), user.csrf):
+        raise PermissionError("the form's CSRF token is missing or wrong: reload the page and try again")
+
+
+def sign_in(response: flask.Response, token: str) -> None:
+    """Set the console cookie on ``response``."""
+    response.set_cookie(
+        COOKIE,
+        token,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="Strict",
+        secure=flask.request.is_secure,
+    )
+
+
+def sign_out(response: flask.Response) -> None:
+    """Clear the console cookie on ``response``."""
+    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict")

@@ -1,0 +1,54 @@
+// takohost console: the live instance page and the terminate confirmation. No framework, no build.
+"use strict";
+
+(function () {
+  // Live: while the instance is not terminal, ask every data-poll-ms whether it changed
+  // (204: no), and swap in the new live part when it did. Focus inside it is kept by id.
+  function startLive(live) {
+    var url = live.getAttribute("data-live-url");
+    var every = parseInt(live.getAttribute("data-poll-ms"), 10) || 1000;
+    var busy = false;
+    function tick() {
+      if (live.getAttribute("data-terminal") === "true") { return; }
+      if (busy || document.hidden) { schedule(); return; }
+      busy = true;
+      var sep = url.indexOf("?") < 0 ? "?" : "&";
+      fetch(url + sep + "v=" + encodeURIComponent(live.getAttribute("data-version")),
+            {credentials: "same-origin", headers: {"Accept": "application/json"}})
+        .then(function (r) {
+          if (r.status === 204) { return null; }
+          if (r.status === 401) { window.location.reload(); return null; }
+          if (!r.ok) { throw new Error("HTTP " + r.status); }
+          return r.json();
+        })
+        .then(function (data) {
+          if (!data) { return; }
+          var openDetails = Array.prototype.map.call(live.querySelectorAll("details[open] > summary"),
+                                                     function (s) { return s.textContent; });
+          live.innerHTML = data.html;
+          Array.prototype.forEach.call(live.querySelectorAll("details > summary"), function (s) {
+            if (openDetails.indexOf(s.textContent) >= 0) { s.parentNode.open = true; }
+          });
+          live.setAttribute("data-version", data.v);
+          live.setAttribute("data-terminal", data.terminal ? "true" : "false");
+          live.dispatchEvent(new CustomEvent("console:updated", {bubbles: true}));
+        })
+        .catch(function () { /* keep the page as it is; try again */ })
+        .then(function () { busy = false; schedule(); });
+    }
+    function schedule() {
+      if (live.getAttribute("data-terminal") !== "true") { window.setTimeout(tick, every); }
+    }
+    schedule();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var live = document.getElementById("live");
+    if (live) { startLive(live); }
+    Array.prototype.forEach.call(document.querySelectorAll("form[data-confirm]"), function (form) {
+      form.addEventListener("submit", function (ev) {
+        if (!window.confirm(form.getAttribute("data-confirm"))) { ev.preventDefault(); }
+      });
+    });
+  });
+})();

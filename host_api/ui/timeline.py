@@ -1,0 +1,210 @@
+"""The instance timeline: history events → rows of time segments for the console's chart.
+
+Pure (no I/O, the clock is passed in): :func:`build` reads the CONTRACT §6 history of one
+instance (the dicts ``GET …/history`` serves, oldest first) and returns one lane for the replay
+contexts (when worker code ran) and one per step, by first appearance, each a list of
+:class:`Segment` — an attempt of ``step.do`` (ok or failed), the retry delay after a failed
+attempt, a sleep, a wait for an event — with start, end and duration. A segment still open
+(a sleep or wait in progress, a retry delay not yet over) ends at ``now`` and is marked
+``open``. :func:`layout` adds the chart geometry (percent of the time axis, with a minimum
+width so an instant is still visible).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+#: Narrowest drawn segment, in percent of the chart width (a 2 ms attempt must still show).
+MIN_WIDTH_PCT = 0.6
+
+
+@dataclasses.dataclass
+class Segment:
+    """One bar: ``kind`` ∈ context, attempt, retry, sleep, wait; ``outcome`` ∈ ok, failed,
+    timeout, open, suspended; ``label`` is the text a person reads (tooltip and table)."""
+
+    kind: str
+    start: dt.datetime
+    end: dt.datetime
+    outcome: str
+    label: str
+    x_pct: float = 0.0
+    w_pct: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """The segment's duration in seconds."""
+        return max((self.end - self.start).total_seconds(), 0.0)
+
+
+@dataclasses.dataclass
+class Lane:
+    """One row of the chart: the contexts lane (``kind`` context) or a step (do, sleep, wait)."""
+
+    name: str
+    kind: str
+    segments: list[Segment] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Timeline:
+    """The chart: lanes, the axis ``start``..``end`` and its tick labels ``(x_pct, text)``."""
+
+    lanes: list[Lane]
+    start: dt.datetime
+    end: dt.datetime
+    ticks: list[tuple[float, str]]
+
+    @property
+    def seconds(self) -> float:
+        """Length of the time axis in seconds."""
+        return max((self.end - self.start).total_seconds(), 0.0)
+
+
+def parse_time(text: str) -> dt.datetime:
+    """An RFC 3339 UTC instant (``…Z``) as an aware datetime."""
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def duration_text(seconds: float) -> str:
+    """``0.004 s``, ``1.2 s``, ``3 min 5 s``, ``2 h 10 min``: short, for labels."""
+    if seconds < 10:
+        return f"{seconds:.3g} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+    return f"{int(seconds // 86400)} d {int(seconds % 86400 // 3600)} h"
+
+
+class _Builder:
+    def __init__(self, now: dt.datetime) -> None:
+        self.now = now
+        self.lanes: dict[str, Lane] = {}
+        self.contexts = Lane(name="worker code", kind="context")
+        self.open_context: tuple[dt.datetime, int | None] | None = None
+        self.pending_retry: dict[str, tuple[dt.datetime, dt.datetime]] = {}
+        self.open_steps: dict[str, tuple[str, dt.datetime, dict]] = {}
+
+    def lane(self, name: str, kind: str) -> Lane:
+        if name not in self.lanes:
+            self.lanes[name] = Lane(name=name, kind=kind)
+        return self.lanes[name]
+
+    def close_context(self, at: dt.datetime, outcome: str, why: str) -> None:
+        if self.open_context is None:
+            return
+        started, epoch = self.open_context
+        label = f"context {epoch}: {why}" if epoch is not None else why
+        self.contexts.segments.append(Segment("context", started, at, outcome, label))
+        self.open_context = None
+
+    def event(self, kind: str, at: dt.datetime, attrs: dict) -> None:
+        name = attrs.get("name")
+        if kind == "ContextStarted":
+            self.close_context(at, "ok", "replaced")
+            self.open_context = (at, attrs.get("epoch"))
+        elif kind == "ContextSuspended":
+            self.close_context(at, "suspended", f"suspended ({attrs.get('reason', '?')})")
+        elif kind in ("InstanceCompleted", "InstanceErrored", "InstanceTerminated"):
+            self.close_context(at, "failed" if kind != "InstanceCompleted" else "ok", kind[8:].lower())
+        elif kind == "StepAttemptStarted" and name is not None:
+            lane = self.lane(name, "do")
+            retry = self.pending_retry.pop(name, None)
+            if retry is not None:
+                lane.segments.append(Segment("retry", retry[0], at, "ok", f"retry delay before attempt {attrs.get('attempt')}"))
+            self.open_steps[name] = ("attempt", at, attrs)
+        elif kind in ("StepAttemptFailed", "StepCompleted", "StepFailed") and name is not None:
+            self.step_end(kind, name, at, attrs)
+        elif kind == "SleepScheduled" and name is not None:
+            self.lane(name, "sleep")
+            self.open_steps[name] = ("sleep", at, attrs)
+        elif kind == "SleepCompleted" and name is not None:
+            self.finish(name, at, "ok", "slept")
+        elif kind == "WaitStarted" and name is not None:
+            self.lane(name, "wait")
+            self.open_steps[name] = ("wait", at, attrs)
+        elif kind == "EventConsumed" and name is not None:
+            self.finish(name, at, "ok", f"got event {attrs.get('type', '')!r} (#{attrs.get('sequence')})")
+        elif kind == "WaitTimedOut" and name is not None:
+            self.finish(name, at, "timeout", "timed out")
+
+    def step_end(self, kind: str, name: str, at: dt.datetime, attrs: dict) -> None:
+        opened = self.open_steps.get(name)
+        if opened is None or opened[0] != "attempt":  # e.g. a sleep's StepCompleted after SleepCompleted
+            return
+        attempt = opened[2].get("attempt")
+        if kind == "StepAttemptFailed":
+            error = attrs.get("error") or {}
+            text = f"attempt {attempt} failed: {error.get('type', 'Error')}: {error.get('message', '')}"
+            self.finish(name, at, "failed", text)
+            if "retryAt" in attrs:
+                self.pending_retry[name] = (at, parse_time(attrs["retryAt"]))
+        elif kind == "StepCompleted":
+            self.finish(name, at, "ok", f"attempt {attempt} succeeded")
+        else:
+            self.finish(name, at, "failed", f"attempt {attempt} failed for good: {attrs.get('message', '')}")
+
+    def finish(self, name: str, at: dt.datetime, outcome: str, text: str) -> None:
+        opened = self.open_steps.pop(name, None)
+        if opened is None:
+            return
+        kind, started, _ = opened
+        self.lane(name, "do" if kind == "attempt" else kind).segments.append(
+            Segment(kind, started, at, outcome, f"{text} ({duration_text((at - started).total_seconds())})")
+        )
+
+    def result(self, *, terminal: bool) -> list[Lane]:
+        end = self.now
+        if self.open_context is not None and not terminal:
+            started, epoch = self.open_context
+            self.contexts.segments.append(Segment("context", started, end, "open", f"context {epoch}: running"))
+        for name, (kind, started, attrs) in self.open_steps.items():
+            if terminal or kind == "attempt":
+                continue
+            until = attrs.get("wakeAt") if kind == "sleep" else attrs.get("timeoutAt")
+            what = "sleeping" if kind == "sleep" else f"waiting for {attrs.get('type', '')!r}"
+            label = f"{what} until {until}" if until else what
+            self.lane(name, kind).segments.append(Segment(kind, started, end, "open", label))
+        for name, (failed_at, retry_at) in self.pending_retry.items():
+            if not terminal:
+                label = f"retry delay: next attempt at {retry_at.isoformat().replace('+00:00', 'Z')}"
+                self.lane(name, "do").segments.append(Segment("retry", failed_at, end, "open", label))
+        lanes = list(self.lanes.values())
+        return ([self.contexts] if self.contexts.segments else []) + lanes
+
+
+def build(events: list[dict], *, now: dt.datetime, terminal: bool) -> Timeline:
+    """The timeline of one instance from its history ``events`` (oldest first) at ``now``.
+
+    ``terminal``: the instance has ended (nothing is open any more; the axis ends at its last
+    event instead of ``now``).
+    """
+    builder = _Builder(now)
+    times = []
+    for event in events:
+        at = parse_time(event["eventTimestamp"])
+        times.append(at)
+        builder.event(event["eventType"], at, event.get("attributes") or {})
+    start = times[0] if times else now
+    end = (times[-1] if times else now) if terminal else max(now, times[-1] if times else now)
+    lanes = builder.result(terminal=terminal)
+    timeline = Timeline(lanes=lanes, start=start, end=end, ticks=[])
+    layout(timeline)
+    return timeline
+
+
+def layout(timeline: Timeline) -> None:
+    """Set every segment's ``x_pct``/``w_pct`` on the axis and the axis ticks (five labels)."""
+    total = timeline.seconds or 1e-9
+    for lane in timeline.lanes:
+        for seg in lane.segments:
+            x = (seg.start - timeline.start).total_seconds() / total * 100
+            w = seg.seconds / total * 100
+            w = max(w, MIN_WIDTH_PCT)
+            x = min(max(x, 0.0), 100 - w)
+            seg.x_pct, seg.w_pct = round(x, 3), round(w, 3)
+    timeline.ticks = [(i * 25.0, "+" + duration_text(timeline.seconds * i / 4)) for i in range(5)]

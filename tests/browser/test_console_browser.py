@@ -1,0 +1,375 @@
+"""The web console in a real browser (issue 14 item 4): headless Chromium from Debian's packages
+(``chromium``, ``chromium-driver``; ``.ci/run`` installs them) driven by Selenium against real
+``takohost api``, ``worker`` and ``beat`` processes on a private database.
+
+One module, one stack, one browser. The test deploys a workflow through the HTTP API (so the
+Operations page lists real Operations, one of them failed), starts instances, and then does
+what a person would: signs in with the keyboard, opens every page, watches an instance page
+update itself while its steps commit, sends an event (and a bad one, whose API error is shown),
+terminates an instance, and reads the cron trigger's runs ledger. Along the way it checks labels,
+keyboard focus and text contrast, and writes the README's screenshots to
+``docs/screenshots/*.png``.
+
+The ledger's rows (a skipped match and a failed delivery) are inserted into the database
+directly: recording real matches takes a cron minute, and the cron machinery is tested in
+``tests/e2e/test_cron_processes.py``; the page reads them through the runs service like any other.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import pathlib
+import shutil
+import textwrap
+import time
+import urllib.parse
+import uuid
+
+import pytest
+import requests
+
+from models import cron as cron_models
+from models import db as models_db
+from models.base import utcnow
+from tests.support import workflows
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+SHOTS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+    reason="needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver)",
+)
+
+SOURCE = '''
+import os
+
+class OrderFlow:
+    def __init__(self, env):
+        self.env = env
+
+    def run(self, event, step):
+        p = event["params"]
+        if p.get("explode"):
+            raise ValueError("order " + p["orderId"] + " has no items")
+
+        def charge():
+            path = p["counter"]
+            n = int(open(path).read()) if os.path.exists(path) else 0
+            with open(path, "w") as f:
+                f.write(str(n + 1))
+            if n < 1:
+                raise RuntimeError("card declined (attempt %d)" % (n + 1))
+            return {"charged": p["amount"]}
+
+        charged = step.do("charge card", charge, {"maxAttempts": 3, "initialDelaySeconds": 1})
+        step.sleep("cool off", 1)
+        shipped = step.wait_for_event("wait for shipping", {"type": "shipped", "timeoutSeconds": 3600})
+        return {"charged": charged, "shipped": shipped}
+
+
+def scheduled(event, env, ctx):
+    print("nightly report for", event["scheduledTime"])
+'''
+
+CONTRAST_JS = """
+function lum(c) {
+  var m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+  var p = m[1].split(',').map(function (x) { return parseFloat(x); });
+  if (p.length > 3 && p[3] === 0) return null;
+  var v = p.slice(0, 3).map(function (x) { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+  return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2];
+}
+function bg(el) {
+  for (; el && el.nodeType === 1; el = el.parentElement) {
+    var l = lum(getComputedStyle(el).backgroundColor); if (l !== null) return l;
+  }
+  return 1;
+}
+var worst = [];
+document.querySelectorAll('a, p, td, th, dt, dd, label, button, .badge, .muted, code, h1, h2, summary').forEach(function (el) {
+  if (!el.offsetParent || !el.textContent.trim()) return;
+  var f = lum(getComputedStyle(el).color), b = bg(el);
+  if (f === null) return;
+  var r = (Math.max(f, b) + 0.05) / (Math.min(f, b) + 0.05);
+  if (r < 4.5) worst.push([el.tagName + '.' + el.className, el.textContent.trim().slice(0, 30), r.toFixed(2)]);
+});
+return worst;
+"""
+
+UNLABELLED_JS = """
+var bad = [];
+document.querySelectorAll('input:not([type=hidden]), select, textarea').forEach(function (el) {
+  var ok = (el.id && document.querySelector('label[for="' + el.id + '"]')) || el.getAttribute('aria-label');
+  if (!ok) bad.push(el.outerHTML.slice(0, 80));
+});
+return bad;
+"""
+
+
+@pytest.fixture(scope="module")
+def stack():
+    with workflows.private_stack(workers=1, beat=True) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,900", "--force-device-scale-factor=1", "--lang=en-US"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def _api(stack) -> requests.Session:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {stack.token}"
+    return session
+
+
+def _wait(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _text(driver, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    elements = driver.find_elements(By.CSS_SELECTOR, css)
+    return elements[0].text if elements else ""
+
+
+def _shot(driver, name: str) -> None:
+    """A full-page screenshot of the current page into docs/screenshots/NAME.png."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = min(driver.execute_script("return document.documentElement.scrollHeight"), 2200)
+    driver.set_window_size(1280, max(height, 700))
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    driver.set_window_size(1280, 900)
+
+
+def _accessible(driver) -> None:
+    assert driver.execute_script(UNLABELLED_JS) == [], "every field has a label"
+    low = driver.execute_script(CONTRAST_JS)
+    assert low == [], f"text below 4.5:1 contrast: {low[:5]}"
+
+
+def _load_ms(driver) -> float:
+    return driver.execute_script(
+        "var n = performance.getEntriesByType('navigation')[0]; return n.responseEnd - n.requestStart;"
+    )
+
+
+def test_console_in_a_browser(stack, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    base = stack.api_url
+    api = _api(stack)
+    deployed = workflows.deploy_http(
+        base, stack.token, stack.space, source=textwrap.dedent(SOURCE), class_name="OrderFlow"
+    )
+    wf = deployed.workflow
+    instances_url = f"{base}/v2/spaces/{stack.space}/resources/{wf}/instances"
+    # A failed Operation for the Operations page: a Version whose module does not import.
+    bad = api.post(
+        f"{base}/v2/spaces/{stack.space}/resources",
+        json={
+            "form": "https://edge.forms.takoform.com/forms/WorkerVersion/0.5.0/",
+            "name": "broken-version",
+            "spec": workflows.version_spec(worker=deployed.worker, source="import no_such_module\n"),
+        },
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert bad.status_code == 202, bad.text
+    trigger = api.post(
+        f"{base}/v2/spaces/{stack.space}/resources",
+        json={
+            "form": "https://edge.forms.takoform.com/forms/WorkerCronTrigger/0.3.0/",
+            "name": "nightly-report",
+            "spec": {"worker": {"resourceUid": deployed.worker}, "cron": "0 3 * * *"},
+        },
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert trigger.status_code == 202, trigger.text
+    trigger_uid = trigger.json()["resourceUid"]
+    for i in range(12):  # some older history for the list and its filters
+        assert api.post(instances_url, json={"id": f"Z-{i:04d}", "params": {"orderId": f"Z-{i}", "explode": True}}).ok
+    counter = str(tmp_path / "attempts")
+    params = {"orderId": "A-1001", "amount": 2500, "counter": counter}
+    assert api.post(instances_url, json={"id": "A-1001", "params": params}).status_code == 201
+
+    # Sign in with the keyboard only: the token field has focus, Enter submits.
+    browser.get(f"{base}/ui/")
+    active = browser.switch_to.active_element
+    assert active.get_attribute("id") == "token"
+    _accessible(browser)
+    active.send_keys("tko_not-a-token", Keys.ENTER)
+    assert "not valid" in _text(browser, "[role=alert]")
+    browser.switch_to.active_element.send_keys(stack.token, Keys.ENTER)
+    _wait(lambda: "/ui/workflows" in browser.current_url, what="workflows page")
+    # The first Tab reaches the skip link; it moves focus to the main content.
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+    assert browser.switch_to.active_element.text == "Skip to content"
+
+    # The instance page, opened while the instance runs, follows it without a reload.
+    page = f"{base}/ui/workflows/{wf}/instance?id=A-1001"
+    browser.get(page)
+    marker = browser.execute_script("window.__noReload = 1; return window.__noReload;")
+    _wait(lambda: "waiting" in _text(browser, "[data-testid=status]"), timeout=45, what="live status waiting")
+    assert browser.execute_script("return window.__noReload;") == marker, "the page was not reloaded"
+    lanes = {e.get_attribute("data-lane") for e in browser.find_elements(By.CSS_SELECTOR, ".lane[data-lane]")}
+    assert {"worker code", "charge card", "cool off", "wait for shipping"} <= lanes
+    kinds = {(e.get_attribute("data-kind"), e.get_attribute("data-outcome"))
+             for e in browser.find_elements(By.CSS_SELECTOR, "rect.seg")}
+    assert ("attempt", "failed") in kinds and ("attempt", "ok") in kinds and ("retry", "ok") in kinds
+    assert ("sleep", "ok") in kinds and ("wait", "open") in kinds
+    assert "card declined (attempt 1)" in browser.page_source
+    assert '"amount": 2500' in _text(browser, "[data-testid=params]")
+    assert "StepAttemptFailed" in _text(browser, "[data-testid=history]")
+    assert "no logs available" in _text(browser, "[data-testid=no-logs]") or _text(browser, "[data-testid=logs]")
+    _accessible(browser)
+
+    # A bad payload: the API's error, plainly.
+    browser.find_element(By.ID, "ev-type").send_keys("shipped")
+    browser.find_element(By.ID, "ev-payload").send_keys("[1, 2]")
+    browser.find_element(By.CSS_SELECTOR, "form.card button[type=submit]").click()
+    error = _wait(lambda: _text(browser, "[data-testid=action-error]"), what="action error")
+    assert error.startswith("invalid_params:"), error
+    assert browser.find_element(By.ID, "ev-payload").get_attribute("value") == "[1, 2]"  # kept for fixing
+    payload = browser.find_element(By.ID, "ev-payload")
+    payload.clear()
+    payload.send_keys('{"carrier": "DHL", "trackingNumber": "00340434161094042557"}')
+    browser.find_element(By.CSS_SELECTOR, "form.card button[type=submit]").click()
+    _wait(lambda: _text(browser, "[data-testid=notice]") == "Event sent.", what="event sent notice")
+    _wait(lambda: "complete" in _text(browser, "[data-testid=status]"), timeout=30, what="complete (live)")
+    assert "00340434161094042557" in _text(browser, "[data-testid=output]")
+    assert "EventConsumed" in _text(browser, "[data-testid=history]")
+    _shot(browser, "instance")
+
+    # A second instance waits for an event that will never come: send one it does not await
+    # (it stays in the inbox), then terminate it from its page.
+    params2 = {"orderId": "A-1002", "amount": 990, "counter": str(tmp_path / "attempts2")}
+    assert api.post(instances_url, json={"id": "A-1002", "params": params2}).status_code == 201
+    browser.get(f"{base}/ui/workflows/{wf}/instance?id=A-1002")
+    browser.find_element(By.ID, "ev-type").send_keys("gift-wrap")
+    browser.find_element(By.CSS_SELECTOR, "form.card button[type=submit]").click()
+    _wait(lambda: "gift-wrap" in _text(browser, "[data-testid=inbox]"), what="event in inbox")
+    browser.find_element(By.CSS_SELECTOR, "button.danger").click()
+    alert = browser.switch_to.alert
+    assert "Terminate instance A-1002" in alert.text
+    alert.accept()
+    _wait(lambda: _text(browser, "[data-testid=notice]") == "Instance terminated.", timeout=40, what="terminated")
+    assert "terminated" in _text(browser, "[data-testid=status]")
+    assert "cannot be terminated" in browser.page_source
+    browser.find_element(By.ID, "ev-type").send_keys("shipped")
+    browser.find_element(By.CSS_SELECTOR, "form.card button[type=submit]").click()
+    assert _wait(lambda: _text(browser, "[data-testid=action-error]"), what="terminal error").startswith(
+        "instance_terminal:"
+    )
+
+    # An errored instance shows its reason and message.
+    browser.get(f"{base}/ui/workflows/{wf}/instance?id=Z-0003")
+    _wait(lambda: "errored" in _text(browser, "[data-testid=status]"), timeout=30, what="errored")
+    assert "run_threw" in _text(browser, "[data-testid=error]")
+    assert "Z-3 has no items" in _text(browser, "[data-testid=error]")
+
+    # Workflows: ready and counts by status.
+    browser.get(f"{base}/ui/workflows")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-workflow] [data-count=errored] a"), what="counts")
+    row = browser.find_element(By.CSS_SELECTOR, "[data-workflow]")
+    assert "ready" in row.text and "not ready" not in row.text
+    assert row.find_element(By.CSS_SELECTOR, "[data-count=complete]").text == "1"
+    assert row.find_element(By.CSS_SELECTOR, "[data-count=terminated]").text == "1"
+    assert row.find_element(By.CSS_SELECTOR, "[data-count=errored]").text == "12"
+    _accessible(browser)
+    _shot(browser, "workflows")
+
+    # Instances: newest first; filter by status and by id prefix with the form.
+    row.find_element(By.CSS_SELECTOR, "th a").click()
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids[:3] == ["A-1002", "A-1001", "Z-0011"], ids
+    Select(browser.find_element(By.ID, "f-status")).select_by_value("errored")
+    prefix = browser.find_element(By.ID, "f-prefix")
+    prefix.send_keys("Z-000", Keys.ENTER)
+    _wait(lambda: "prefix=Z-000" in browser.current_url, what="filtered list")
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids == [f"Z-{i:04d}" for i in range(9, -1, -1)], ids
+    _accessible(browser)
+    browser.get(f"{base}/ui/workflows/{wf}")
+    _shot(browser, "instances")
+    list_ms = _load_ms(browser)
+
+    # Cron trigger: expression, next match, and a ledger with a skip reason and a failed run.
+    now = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)  # matches of "0 3 * * *"
+    with models_db.session_scope(stack.db_url) as session:
+        session.add(cron_models.CronSkip(
+            trigger_uid=trigger_uid, cron="0 3 * * *", scheduled_time=now - dt.timedelta(days=2),
+            reason="no beat was running: the match could not be recorded within 60 s", recorded_at=utcnow(),
+        ))
+        match = cron_models.CronMatch(
+            trigger_uid=trigger_uid, space=stack.space, worker_uid=deployed.worker, cron="0 3 * * *",
+            scheduled_time=now - dt.timedelta(days=1), recorded_at=now - dt.timedelta(days=1, seconds=-1),
+            state="done",
+        )
+        session.add(match)
+        session.flush()
+        session.add(cron_models.CronDelivery(
+            match_pk=match.pk, worker_id="w1:42", started_at=now - dt.timedelta(days=1, seconds=-1),
+            finished_at=now - dt.timedelta(days=1) + dt.timedelta(seconds=2), outcome="failed",
+            error="RuntimeError: the report store was down",
+        ))
+    browser.get(f"{base}/ui/triggers")
+    assert "0 3 * * *" in browser.find_element(By.CSS_SELECTOR, "[data-trigger=nightly-report]").text
+    browser.find_element(By.LINK_TEXT, "nightly-report").click()
+    assert _text(browser, "[data-testid=cron]") == "0 3 * * *"
+    assert _text(browser, "[data-testid=next-match]").endswith("03:00:00.000 UTC")
+    runs = _text(browser, "[data-testid=runs]")
+    assert "no beat was running" in runs and "the report store was down" in runs and "failed" in runs
+    _accessible(browser)
+    _shot(browser, "trigger")
+
+    # Operations: every create, the failed one with its error.
+    browser.get(f"{base}/ui/operations")
+    ops = _wait(lambda: "failed" in _text(browser, "[data-testid=operations]")
+                and _text(browser, "[data-testid=operations]"), timeout=30, what="failed Operation")
+    if "no_such_module" not in ops:
+        browser.refresh()
+        ops = _text(browser, "[data-testid=operations]")
+    assert "broken-version" in ops and "no_such_module" in ops and "succeeded" in ops
+    _accessible(browser)
+    _shot(browser, "operations")
+
+    # Another Space's token sees none of it.
+    with models_db.session_scope(stack.db_url) as session:
+        from workers.services import tokens
+
+        other = tokens.create_token_txn(session, space=f"s{uuid.uuid4().hex[:12]}")
+    browser.delete_all_cookies()
+    browser.get(f"{base}/ui/")
+    browser.find_element(By.ID, "token").send_keys(other, Keys.ENTER)
+    _wait(lambda: "/ui/workflows" in browser.current_url, what="B signed in")
+    assert "no DurableWorkflow yet" in browser.page_source
+    browser.get(f"{base}/ui/workflows/{wf}/instance?id={urllib.parse.quote('A-1001')}")
+    assert _text(browser, "[data-testid=error-code]") == "not_found"
+    assert "00340434161094042557" not in browser.page_source
+    browser.find_element(By.CSS_SELECTOR, ".who button").click()
+    _wait(lambda: browser.find_elements(By.ID, "token"), what="signed out")
+    print(json.dumps({"instances_page_ms_in_browser": round(list_ms, 1)}))

@@ -1,0 +1,320 @@
+"""Read-only views for the web console (``host_api.ui``): what the JSON API does not list.
+
+The console reads the same rows as the API through the instance, cron and Operation services;
+this module adds the few queries a person browsing a Space needs and the API has no call for:
+instance counts by status of every DurableWorkflow (live, not the periodic ``observed``), an
+instance list newest first filtered by status and id prefix, an instance's own columns (params,
+timestamps) and step rows, and the Space's Operations newest first. Every query is scoped to the
+Space passed in (the caller resolved it from the signed-in token), so nothing of another Space is
+ever read. Lists are keyset-paged (an opaque token of the last row's sort key), so a page costs
+the same with 10 or 10,000 instances.
+
+Helpers suffixed ``_txn`` run in the caller's session and never commit (STYLE §5); they only read.
+Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from typing import Any, TypedDict
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import instances as inst_models
+from models import resources as res_models
+from models.errors import DomainError
+from takohost.domain import cron
+from workers.services import forms, instance_common, operations
+
+#: Rows per page of the instance and Operation lists.
+PAGE_SIZE = 50
+#: Longest instance id prefix accepted by the filter (ids are at most 256 scalar values).
+MAX_PREFIX = 256
+
+
+class WorkflowRow(TypedDict):
+    """One DurableWorkflow of the workflows page."""
+
+    uid: str
+    name: str
+    className: str
+    phase: str
+    ready: bool
+    counts: dict[str, int]
+    total: int
+
+
+class InstanceRow(TypedDict):
+    """One line of an instance list: ``createdAt``/``updatedAt`` are aware UTC datetimes."""
+
+    id: str
+    status: str
+    createdAt: dt.datetime
+    updatedAt: dt.datetime
+
+
+def encode_token(values: list) -> str:
+    """An opaque page token: unpadded URL-safe base64 of the JSON ``values``."""
+    return base64.urlsafe_b64encode(json.dumps(values, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_token(token: str, *, shape: tuple[type, ...]) -> list:
+    """The values of a token made by :func:`encode_token` whose items have the types ``shape``.
+
+    Raises DomainError ``invalid_request`` for anything else.
+    """
+    try:
+        values = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if not isinstance(values, list) or len(values) != len(shape):
+            raise ValueError
+        if any(type(v) is not t for v, t in zip(values, shape, strict=True)):
+            raise ValueError
+        return values
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise DomainError("invalid_request", "the page token is not one this console issued") from None
+
+
+def _micros(t: dt.datetime) -> int:
+    return (t - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+def _from_micros(us: int) -> dt.datetime:
+    try:
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
+    except OverflowError:
+        raise DomainError("invalid_request", "the page token is not one this console issued") from None
+
+
+def workflows_txn(session: orm.Session, *, space: str) -> list[WorkflowRow]:
+    """Every live DurableWorkflow of ``space`` by name, with ``ready`` (decided now, as the
+    observer decides it) and its instance counts for each of the seven statuses (read now)."""
+    workflows = session.scalars(
+        sa.select(res_models.Resource)
+        .where(
+            res_models.Resource.space == space,
+            res_models.Resource.form == "DurableWorkflow",
+            res_models.Resource.deleted_at.is_(None),
+        )
+        .order_by(res_models.Resource.name)
+    ).all()
+    counts: dict[str, dict[str, int]] = {w.uid: dict.fromkeys(inst_models.STATUSES, 0) for w in workflows}
+    if workflows:
+        for uid, status, n in session.execute(
+            sa.select(inst_models.Instance.workflow_uid, inst_models.Instance.status, sa.func.count())
+            .where(inst_models.Instance.workflow_uid.in_(list(counts)))
+            .group_by(inst_models.Instance.workflow_uid, inst_models.Instance.status)
+        ):
+            counts[uid][status] = n
+    return [
+        WorkflowRow(
+            uid=w.uid,
+            name=w.name,
+            className=w.spec.get("className", ""),
+            phase=w.phase,
+            ready=forms.workflow_ready_txn(session, workflow=w),
+            counts=counts[w.uid],
+            total=sum(counts[w.uid].values()),
+        )
+        for w in workflows
+    ]
+
+
+def workflow_txn(session: orm.Session, *, space: str, uid: str) -> res_models.Resource:
+    """The live DurableWorkflow ``uid`` of ``space`` (``not_found`` otherwise)."""
+    return instance_common.workflow_txn(session, space=space, workflow_uid=uid)
+
+
+def status_counts_txn(session: orm.Session, *, workflow_uid: str) -> dict[str, int]:
+    """Instances of ``workflow_uid`` per status (all seven, zeros included)."""
+    counts = dict.fromkeys(inst_models.STATUSES, 0)
+    for status, n in session.execute(
+        sa.select(inst_models.Instance.status, sa.func.count())
+        .where(inst_models.Instance.workflow_uid == workflow_uid)
+        .group_by(inst_models.Instance.status)
+    ):
+        counts[status] = n
+    return counts
+
+
+def instance_page_txn(
+    session: orm.Session,
+    *,
+    space: str,
+    workflow_uid: str,
+    status: str | None = None,
+    prefix: str | None = None,
+    page_token: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> tuple[list[InstanceRow], str | None]:
+    """One page of ``workflow_uid``'s instances, newest first (``createdAt``, then creation order),
+    optionally only ``status`` and ids starting with ``prefix``; returns ``(rows, next token)``.
+
+    Keyset paging on the ``(workflow_uid, created_at, pk)`` index: a page reads ``limit + 1`` rows
+    whatever the instance count. Raises DomainError ``not_found`` (no such workflow in ``space``),
+    ``invalid_request`` (unknown status, bad prefix or token).
+    """
+    instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+    table = inst_models.Instance.__table__
+    query = (
+        sa.select(table.c.pk, table.c.instance_id, table.c.status, table.c.created_at, table.c.updated_at)
+        .where(table.c.workflow_uid == workflow_uid)
+        .order_by(table.c.created_at.desc(), table.c.pk.desc())
+        .limit(limit + 1)
+    )
+    if status:
+        if status not in inst_models.STATUSES:
+            raise DomainError("invalid_request", f"status must be one of {', '.join(inst_models.STATUSES)}")
+        query = query.where(table.c.status == status)
+    if prefix:
+        prefix = instance_common.id_or_error(prefix[:MAX_PREFIX], what="id prefix")
+        raw = prefix.encode("utf-8")
+        # Ids are stored as UTF-8 bytes: a byte prefix is a character prefix.
+        query = query.where(
+            sa.func.substring(table.c.instance_id, 1, len(raw)) == sa.literal(raw, sa.LargeBinary)
+        )
+    if page_token:
+        us, pk = decode_token(page_token, shape=(int, int))
+        query = query.where(sa.tuple_(table.c.created_at, table.c.pk) < sa.tuple_(_from_micros(us), pk))
+    rows = session.execute(query).all()
+    page = [
+        InstanceRow(id=r.instance_id, status=r.status, createdAt=r.created_at, updatedAt=r.updated_at)
+        for r in rows[:limit]
+    ]
+    token = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        token = encode_token([_micros(last.created_at), last.pk])
+    return page, token
+
+
+def instance_detail_txn(session: orm.Session, *, space: str, workflow_uid: str, instance_id: str) -> dict:
+    """An instance as the console shows it: ``{"id", "status", "params"?, "output"?, "error"?,
+    "createdAt", "updatedAt", "terminalAt"?, "lifetimeEndsAt", "versionUid"?, "inboxCount",
+    "stepCount", "nextEventId", "steps": [...]}`` (times are aware datetimes; ``steps`` are the
+    step rows by first use: ``{"name", "kind", "state", "attempts", "config"?, "wakeAt"?,
+    "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``).
+
+    Raises DomainError ``not_found`` / ``unknown_instance`` / ``invalid_request``.
+    """
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+    row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+    body: dict[str, Any] = {
+        "id": row.instance_id,
+        "status": row.status,
+        "stopping": row.stopping,
+        "params": row.params,
+        "output": row.output if row.status == "complete" else None,
+        "error": row.error if row.status == "errored" else None,
+        "createdAt": row.created_at,
+        "updatedAt": row.updated_at,
+        "terminalAt": row.terminal_at,
+        "lifetimeEndsAt": row.lifetime_ends_at,
+        "versionUid": row.version_uid,
+        "inboxCount": row.inbox_count,
+        "stepCount": row.step_count,
+        "nextEventId": row.next_event_id,
+    }
+    steps = session.scalars(
+        sa.select(inst_models.Step).where(inst_models.Step.instance_pk == row.pk).order_by(inst_models.Step.pk)
+    ).all()
+    body["steps"] = [
+        {
+            "name": s.name,
+            "kind": s.kind,
+            "state": s.state,
+            "attempts": s.attempts,
+            "config": s.config,
+            "wakeAt": s.wake_at,
+            "timeoutAt": s.timeout_at,
+            "error": s.error,
+            "createdAt": s.created_at,
+            "updatedAt": s.updated_at,
+        }
+        for s in steps
+    ]
+    return body
+
+
+def instance_version_txn(session: orm.Session, *, space: str, workflow_uid: str, instance_id: str) -> str:
+    """A short string that changes whenever anything the instance page shows changes (a commit
+    appends a history event, the inbox or the status moves): ``status:nextEventId:inboxCount``."""
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+    row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+    return f"{row.status}:{row.next_event_id}:{row.inbox_count}:{row.stopping or ''}"
+
+
+def operations_page_txn(
+    session: orm.Session, *, space: str, page_token: str | None = None, limit: int = PAGE_SIZE
+) -> tuple[list[dict], str | None]:
+    """One page of ``space``'s Operations, newest first: the Operation's JSON view (CONTRACT §2.3)
+    plus ``resourceName`` and ``resourceForm`` (short Form name); returns ``(rows, next token)``."""
+    op = res_models.Operation
+    query = (
+        sa.select(op, res_models.Resource.name, res_models.Resource.form)
+        .join(res_models.Resource, res_models.Resource.uid == op.resource_uid)
+        .where(op.space == space)
+        .order_by(op.created_at.desc(), op.id.desc())
+        .limit(limit + 1)
+    )
+    if page_token:
+        us, op_id = decode_token(page_token, shape=(int, str))
+        query = query.where(sa.tuple_(op.created_at, op.id) < sa.tuple_(_from_micros(us), op_id))
+    rows = session.execute(query).all()
+    page = [
+        {**operations.view(o), "resourceName": name, "resourceForm": form} for o, name, form in rows[:limit]
+    ]
+    token = None
+    if len(rows) > limit:
+        last = rows[limit - 1][0]
+        token = encode_token([_micros(last.created_at), last.id])
+    return page, token
+
+
+def triggers_txn(session: orm.Session, *, space: str, now: dt.datetime) -> list[dict]:
+    """Every live WorkerCronTrigger of ``space`` by name: ``{"uid", "name", "cron", "phase",
+    "nextMatchAt"?}`` with ``nextMatchAt`` (aware datetime) the first match strictly after
+    ``now``, absent when the expression can never fire."""
+    rows = session.scalars(
+        sa.select(res_models.Resource)
+        .where(
+            res_models.Resource.space == space,
+            res_models.Resource.form == "WorkerCronTrigger",
+            res_models.Resource.deleted_at.is_(None),
+        )
+        .order_by(res_models.Resource.name)
+    ).all()
+    return [trigger_view(t, now=now) for t in rows]
+
+
+def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime) -> dict:
+    """One live WorkerCronTrigger of ``space`` as :func:`triggers_txn` lists it (``not_found``)."""
+    row = session.scalar(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.uid == uid,
+            res_models.Resource.space == space,
+            res_models.Resource.form == "WorkerCronTrigger",
+            res_models.Resource.deleted_at.is_(None),
+        )
+    )
+    if row is None:
+        raise DomainError("not_found", "no such WorkerCronTrigger in this Space")
+    return trigger_view(row, now=now)
+
+
+def trigger_view(row: res_models.Resource, *, now: dt.datetime) -> dict:
+    """``{"uid", "name", "cron", "phase", "nextMatchAt"?}`` of a WorkerCronTrigger row (pure)."""
+    expression = row.spec.get("cron", "")
+    body: dict[str, Any] = {"uid": row.uid, "name": row.name, "cron": expression, "phase": row.phase}
+    try:
+        upcoming = cron.next_match(cron.parse(expression), now)
+    except cron.CronSyntaxError:
+        upcoming = None
+    if upcoming is not None:
+        body["nextMatchAt"] = upcoming
+    return body
