@@ -282,6 +282,7 @@ def _print_banner(*, root: pathlib.Path, url: str, token: str, seconds: float) -
         f"takohost dev is running (embedded PostgreSQL and Redis in the data dir; one machine, "
         f"not for production; started in {seconds:.1f} s)\n"
         f"  URL:    {url}\n"
+        f"  Console: {url}/ui/   (sign in with the token)\n"
         f"  Space:  {DEV_SPACE}\n"
         f"  Token:  {token}\n"
         f"  Data:   {root}   (logs in {root / 'logs'})\n"

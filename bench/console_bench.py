@@ -1,0 +1,214 @@
+"""Benchmark the web console's page loads with 10,000 instances in one workflow (issue 14 item 5).
+
+Not a timed test: it prints one JSON line per page, ``{"page", "n", "p50_ms", "p95_ms",
+"max_ms", "bytes"}`` — the wall time of a full ``GET`` (request sent to last byte read) against a
+real ``takohost api`` (gunicorn, 2 workers) — and a last line ``{"instances", "budget_ms",
+"p95_under_budget"}``. Exits 1 when a page's p95 is over the budget.
+
+    python -m bench.console_bench                       # 10,000 instances, 30 loads per page
+    python -m bench.console_bench --instances 50000 --loads 50
+
+It makes a scratch database on ``TAKOHOST_TEST_DATABASE_URL`` (an admin URL; default
+``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), migrates it, inserts one
+DurableWorkflow with ``--instances`` instances spread over the seven statuses (one of them with
+a 60-event history, 20 steps and an inbox) and a Space token, starts the API, signs in to the
+console and loads each page; then drops the database. Only the API runs: the pages read, they
+start no work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import requests
+import sqlalchemy as sa
+
+BUDGET_MS = 200.0
+STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
+
+
+def _populate(url: str, *, n: int) -> tuple[str, str, str]:
+    """Migrate ``url`` and fill it; returns ``(token, workflow uid, the detailed instance's id)``."""
+    from models import db as models_db
+    from models import instances as inst_models
+    from models import migrate
+    from models import resources as res_models
+    from workers.services import tokens
+
+    migrate.upgrade(url)
+    now = dt.datetime.now(dt.UTC)
+    space = "bench"
+    with models_db.session_scope(url) as session:
+        token = tokens.create_token_txn(session, space=space)
+    worker, workflow = str(uuid.uuid4()), str(uuid.uuid4())
+    with models_db.session_scope(url) as session:
+        for uid, form, name, spec in (
+            (worker, "ModuleWorker", "bench-worker", {}),
+            (workflow, "DurableWorkflow", "bench-orders", {"worker": {"resourceUid": worker}, "className": "F"}),
+        ):
+            session.add(
+                res_models.Resource(
+                    uid=uid, space=space, form=form, name=name, generation=1, spec=spec, observed={},
+                    output={}, phase="idle", worker_uid=worker if form != "ModuleWorker" else None,
+                    created_at=now, updated_at=now,
+                )
+            )
+    rows = []
+    for i in range(n):
+        created = now - dt.timedelta(seconds=n - i)
+        status = STATUSES[i % len(STATUSES)]
+        rows.append(
+            {
+                "workflow_uid": workflow, "space": space, "instance_id": f"order-{i:06d}", "status": status,
+                "epoch": 1, "params": {"orderId": i, "items": [{"sku": "TEA-01", "qty": 2}]},
+                "output": {"ok": True} if status == "complete" else None,
+                "error": {"reason": "run_threw", "message": "ValueError: x"} if status == "errored" else None,
+                "created_at": created, "updated_at": created, "lifetime_ends_at": created + dt.timedelta(days=365),
+                "step_count": 0, "next_event_id": 1, "next_sequence": 1, "inbox_count": 0, "inbox_bytes": 0,
+            }
+        )
+    with models_db.session_scope(url) as session:
+        for start in range(0, n, 5000):
+            session.execute(sa.insert(inst_models.Instance), rows[start : start + 5000])
+    detailed = f"order-{n - 1:06d}"
+    with models_db.session_scope(url) as session:
+        instance = session.scalar(
+            sa.select(inst_models.Instance).where(
+                inst_models.Instance.workflow_uid == workflow, inst_models.Instance.instance_id == detailed
+            )
+        )
+        instance.status, t = "waiting", instance.created_at
+        events = [("InstanceCreated", {"instanceId": detailed}), ("ContextStarted", {"versionUid": worker, "epoch": 1})]
+        for s in range(20):
+            name = f"step {s}"
+            session.add(inst_models.Step(instance_pk=instance.pk, name=name, kind="do", state="succeeded",
+                                         attempts=1, result={"n": s}, created_at=t, updated_at=t))
+            events += [("StepAttemptStarted", {"name": name, "attempt": 1}),
+                       ("StepCompleted", {"name": name, "kind": "do", "attempt": 1})]
+        events += [("WaitStarted", {"name": "approval", "type": "approved", "timeoutAt": "2030-01-01T00:00:00Z"}),
+                   ("ContextSuspended", {"status": "waiting", "reason": "wait"})]
+        while len(events) < 60:
+            events.append(("EventAccepted", {"sequence": len(events), "type": "note"}))
+        for k, (kind, attrs) in enumerate(events, start=1):
+            session.add(inst_models.HistoryEvent(instance_pk=instance.pk, event_id=k, event_type=kind,
+                                                 attributes=attrs, event_timestamp=t + dt.timedelta(milliseconds=50 * k)))
+        for q in range(5):
+            session.add(inst_models.InboxEvent(instance_pk=instance.pk, sequence=q + 1, type="note",
+                                               payload={"q": q}, canonical_bytes=20, accepted_at=t))
+        instance.next_event_id, instance.step_count, instance.inbox_count = len(events) + 1, 20, 5
+    return token, workflow, detailed
+
+
+@contextlib.contextmanager
+def _api(db_url: str):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TAKOHOST_DATABASE_URL": db_url, "TAKOHOST_NAMESPACE": f"tkc{uuid.uuid4().hex[:8]}"}
+    log = tempfile.NamedTemporaryFile(prefix="takohost-console-bench-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "host_cli", "api", f"--port={port}", "--workers=2"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the API did not start; see {log.name}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+
+
+def _measure(session: requests.Session, url: str, *, loads: int, expect: int = 200) -> dict:
+    for _ in range(3):  # warm the connection pools and Jinja's template cache
+        session.get(url, timeout=30)
+    times, size = [], 0
+    for _ in range(loads):
+        start = time.perf_counter()
+        response = session.get(url, timeout=30)
+        body = response.content
+        times.append((time.perf_counter() - start) * 1000)
+        if response.status_code != expect:
+            raise RuntimeError(f"GET {url} answered {response.status_code}: {body[:300]!r}")
+        size = len(body)
+    times.sort()
+    return {
+        "n": loads,
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(times[min(len(times) - 1, int(len(times) * 0.95))], 1),
+        "max_ms": round(times[-1], 1),
+        "bytes": size,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the JSON lines; 1 when a p95 is over the budget."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instances", type=int, default=10_000)
+    parser.add_argument("--loads", type=int, default=30)
+    args = parser.parse_args(argv)
+    admin_url = os.environ.get("TAKOHOST_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    name = f"takohost_console_bench_{uuid.uuid4().hex[:8]}"
+    db_url = admin_url.rsplit("/", 1)[0] + "/" + name
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    over = False
+    try:
+        token, workflow, detailed = _populate(db_url, n=args.instances)
+        from models import db as models_db
+
+        with models_db.session_scope(db_url) as session:
+            session.execute(sa.text("ANALYZE"))
+        models_db.dispose_all()
+        with _api(db_url) as base:
+            session = requests.Session()
+            signed = session.post(f"{base}/ui/sign-in", data={"token": token}, allow_redirects=False)
+            assert signed.status_code == 303, signed.text
+            first = session.get(f"{base}/ui/workflows/{workflow}").text
+            page2 = re.search(r'rel="next" href="[^"]*page=([^&"]+)', first).group(1)
+            pages = {
+                "workflows": f"{base}/ui/workflows",
+                "instances": f"{base}/ui/workflows/{workflow}",
+                "instances_page2": f"{base}/ui/workflows/{workflow}?page={page2}",
+                "instances_status_errored": f"{base}/ui/workflows/{workflow}?status=errored",
+                "instances_prefix": f"{base}/ui/workflows/{workflow}?prefix=order-0042",
+                "instances_prefix_no_match": f"{base}/ui/workflows/{workflow}?prefix=zzz",
+                "instance": f"{base}/ui/workflows/{workflow}/instance?id={detailed}",
+                "operations": f"{base}/ui/operations",
+            }
+            for page, url in pages.items():
+                line = {"page": page, **_measure(session, url, loads=args.loads)}
+                over = over or line["p95_ms"] > BUDGET_MS
+                print(json.dumps(line), flush=True)
+            print(json.dumps({"instances": args.instances, "budget_ms": BUDGET_MS, "p95_under_budget": not over}))
+    finally:
+        from models import db as models_db
+
+        models_db.dispose_all()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
