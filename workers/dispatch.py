@@ -76,6 +76,21 @@ def run_context(instance_pk: int) -> None:
     _send(RUN_CONTEXT, instance_pk)
 
 
+def run_contexts(instance_pks: Sequence[int]) -> int:
+    """Ask workers to run one replay context of each instance of ``instance_pks``: one
+    ``takohost.run_context`` message per pk, in order, all through one producer in pipelined
+    writes (as :func:`deliver_cron_matches`).
+
+    For beat's timers and sweep, which make up to thousands of instances runnable in one
+    transaction (10,000 sleeps due in one second). Returns how many messages the broker surely
+    accepted; the others are left to ``workers.engine.sweep`` with a warning. Call after the
+    commit. Never raises.
+    """
+    if not instance_pks:
+        return 0
+    return _send_many(RUN_CONTEXT, [(pk,) for pk in instance_pks])
+
+
 def deliver_cron_match(match_pk: int) -> None:
     """Ask a worker to deliver recorded cron match ``match_pk`` (at least once)."""
     _send(DELIVER_CRON_MATCH, match_pk)

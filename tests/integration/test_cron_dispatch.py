@@ -97,6 +97,17 @@ def test_bulk_send_uses_one_producer_and_pipelined_writes(
     assert dispatch.deliver_cron_matches([]) == 0 and len(broker.producers) == 1
 
 
+def test_run_contexts_is_the_same_bulk_send(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timers and sweep wake instances through ``run_contexts`` (issue 12 item 5)."""
+    monkeypatch.setattr(dispatch, "BULK_CHUNK", 100)
+    pks = list(range(1, 251))
+    assert dispatch.run_contexts(pks) == 250
+    assert broker.sent() == [(dispatch.RUN_CONTEXT, [pk]) for pk in pks]
+    assert len(broker.producers) == 1
+    assert broker.redis_writes[0] <= 10, broker.redis_writes[0]
+    assert dispatch.run_contexts([]) == 0 and len(broker.producers) == 1
+
+
 def test_record_due_sends_the_minute_in_one_bulk_send_after_commit(
     db_url: str, space_token: tuple[str, str], broker: Broker
 ) -> None:

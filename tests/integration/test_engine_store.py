@@ -34,6 +34,7 @@ def db_url():
 def started(db_url, space_token, monkeypatch):
     """A context store that took the token of a fresh instance (no child: the store alone)."""
     monkeypatch.setattr(dispatch, "run_context", lambda pk: None)
+    monkeypatch.setattr(dispatch, "run_contexts", len)
     space = space_token[0]
     deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name="W")
     instances.create(space=space, workflow_uid=deployed.workflow, instance_id="i")

@@ -36,6 +36,7 @@ def db_url():
 def dispatched(monkeypatch, db_url):
     sent: list[int] = []
     monkeypatch.setattr(dispatch, "run_context", sent.append)
+    monkeypatch.setattr(dispatch, "run_contexts", lambda pks: sent.extend(pks) or len(pks))
     yield sent
     workflows.clear_timers(db_url)
     with models_db.session_scope(db_url) as session:  # nothing of this test is runnable for the next
@@ -84,6 +85,27 @@ def test_fire_due_fires_only_due_timers_once(db_url, deployed, dispatched):
             sa.select(inst_models.Timer.instance_pk).where(inst_models.Timer.kind != "lifetime")
         ).all()
     assert left == [pks["later"]]  # the terminal instance's timer was dropped
+
+
+def test_fire_due_sends_a_batch_of_woken_instances_in_one_bulk_send(db_url, deployed, dispatched, monkeypatch):
+    """Timers use the bulk send cron uses (issue 12 item 5): one ``run_contexts`` call per batch
+    of rows taken, never one ``run_context`` message at a time."""
+    now = utcnow()
+    names = [f"bulk{i}" for i in range(7)]
+    for name in names:
+        instances.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id=name)
+    pks = [_pk(db_url, deployed, name) for name in names]
+    dispatched.clear()
+    for pk in pks:
+        _set(db_url, pk, status="sleeping")
+        _timer(db_url, pk, "wake", now - dt.timedelta(seconds=1))
+    calls: list[list[int]] = []
+    monkeypatch.setattr(dispatch, "run_context", lambda pk: pytest.fail("one message at a time"))
+    monkeypatch.setattr(dispatch, "run_contexts", lambda batch: calls.append(list(batch)) or len(batch))
+    monkeypatch.setattr(timers, "BATCH", 4)
+    assert timers.fire_due(now=now) == 7
+    assert [len(batch) for batch in calls] == [4, 3]
+    assert sorted(pk for batch in calls for pk in batch) == sorted(pks)
 
 
 def test_sweep_redispatches_runnable_instances_without_a_lease(db_url, deployed, dispatched):

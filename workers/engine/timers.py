@@ -57,8 +57,7 @@ def fire_due(*, now: dt.datetime) -> int:
                     )
                     .returning(INSTANCES.c.pk)
                 ).all()
-        for pk in woken:
-            dispatch.run_context(pk)
+        dispatch.run_contexts(woken)  # one producer, pipelined writes (a lost one: the sweep)
         dispatched += len(woken)
         if len(taken) < BATCH:
             break
