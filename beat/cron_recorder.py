@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql
 from beat import cron_plan
 from models import cron as cron_models
 from models import db as models_db
+from models import resources as res_models
 from models.base import utcnow
 from takohost import config
 from takohost.domain import cron
@@ -183,7 +184,49 @@ def record_batch_txn(
         session.execute(statement, skips)
     if updates:
         session.execute(sa.update(cron_models.CronSchedule), updates)
+    moved = {
+        row.trigger_uid: (row.cron, update["considered_until"])
+        for row, update in zip(rows, updates, strict=True)
+        if row.deleted_at is None and update.get("considered_until") is not None
+    }
+    if moved:
+        observe_next_match_txn(session, moved=moved, now=now)
     return len(rows), recorded
+
+
+def observe_next_match_txn(
+    session: orm.Session, *, moved: dict[str, tuple[str, dt.datetime]], now: dt.datetime
+) -> int:
+    """Move each trigger's ``observed.nextMatchAt`` past the matches beat just decided (issue 15
+    item 7; seed 003 "次回一致を計算できた場合のみ nextMatchAt"), with ``observedAt = now``.
+
+    ``moved`` maps a trigger UID to ``(its current expression, the instant matches were decided
+    up to)``; ``nextMatchAt`` becomes the first match of that expression strictly after that
+    instant (dropped when there is none). A trigger whose ``observed`` shows another expression
+    (its PUT is being reconciled: the Operation writes ``observed`` itself) or whose row an
+    Operation holds right now (``SKIP LOCKED``) is left alone. Runs in the caller's
+    transaction; returns how many triggers were written.
+    """
+    table = res_models.Resource
+    rows = session.execute(
+        sa.select(table.uid, table.observed)
+        .where(table.uid.in_(list(moved)), table.deleted_at.is_(None))
+        .with_for_update(skip_locked=True)
+    ).all()
+    writes = []
+    for uid, observed in rows:
+        expression, decided_until = moved[uid]
+        if not observed or observed.get("cron") != expression:
+            continue
+        upcoming = cron.next_match(cron.parse(expression), decided_until)
+        fresh = {k: v for k, v in observed.items() if k != "nextMatchAt"}
+        if upcoming is not None:
+            fresh["nextMatchAt"] = cron.format_rfc3339(upcoming)
+        if fresh != observed:
+            writes.append({"uid": uid, "observed": fresh, "observed_at": now})
+    if writes:
+        session.execute(sa.update(table), writes)
+    return len(writes)
 
 
 def segments_of(row: cron_models.CronSchedule | sa.Row) -> list[cron_plan.Segment]:

@@ -129,3 +129,28 @@ def test_record_due_dispatches_after_commit_and_notes_the_tick(
         tick = session.get(cron_models.BeatTick, cron_recorder.TICK_NAME)
     assert tick.last_tick_at >= now
     assert cron_recorder.next_due_at(url=db_url) is not None
+
+
+def test_observed_next_match_moves_on_after_each_match(db_url: str, space_token: tuple[str, str]) -> None:
+    """Issue 15 item 7: ``observed.nextMatchAt`` never keeps showing a match that already fired
+    (before, it moved only when the trigger was reconciled again)."""
+    from models import resources as res_models
+
+    space, _ = space_token
+    stack = create_stack(db_url, space=space, cron="*/5 * * * *", now=at("2030-03-04T09:58:00Z"))
+
+    def observed() -> tuple[dict, dt.datetime]:
+        with models_db.session_scope(db_url) as session:
+            row = session.get(res_models.Resource, stack.trigger_uid)
+            return dict(row.observed), row.observed_at
+
+    assert observed()[0]["nextMatchAt"] == "2030-03-04T10:00:00Z"
+    assert len(decide(db_url, now=at("2030-03-04T10:00:00.200Z"), triggers=[stack.trigger_uid])) == 1
+    after, observed_at = observed()
+    assert after == {"cron": "*/5 * * * *", "timezone": "UTC", "scheduleReady": True,
+                     "nextMatchAt": "2030-03-04T10:05:00Z"}
+    assert observed_at == at("2030-03-04T10:00:00.200Z")
+    # a gap (no beat 10:05-10:23): skipped matches move it on too
+    decide(db_url, now=at("2030-03-04T10:23:00Z"), triggers=[stack.trigger_uid],
+           previous_tick=at("2030-03-04T10:02:00Z"))
+    assert observed()[0]["nextMatchAt"] == "2030-03-04T10:25:00Z"
