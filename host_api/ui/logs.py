@@ -4,7 +4,8 @@ The logs of an instance (``GET /v2/spaces/{space}/resources/{uid}/instances/{id}
 cron run are served by the API's own routes; the console asks them in-process, with the signed-in
 token as the bearer, so it shows exactly what the API answers and follows it as it changes. A
 route that is not there (``404``) means this host keeps no logs for it: the panel says so
-instead of failing. Any other error is shown as the API put it.
+instead of failing. Any other error is shown as the API put it. :func:`api_get` is the one
+in-process call (also used for the "where is it" view, ``…/instances/{id}/progress``).
 """
 
 from __future__ import annotations
@@ -30,35 +31,43 @@ class Logs:
     truncated: bool = False
 
 
-def instance_logs_path(space: str, workflow_uid: str, instance_id: str) -> str:
-    """The API path of an instance's logs (the id percent-encoded as one segment)."""
+def instance_path(space: str, workflow_uid: str, instance_id: str, action: str) -> str:
+    """The API path ``…/instances/{id}/{action}`` (the id percent-encoded as one segment)."""
     return (
         f"/v2/spaces/{urllib.parse.quote(space, safe='')}/resources/{urllib.parse.quote(workflow_uid, safe='')}"
-        f"/instances/{urllib.parse.quote(instance_id, safe='')}/logs"
+        f"/instances/{urllib.parse.quote(instance_id, safe='')}/{action}"
     )
+
+
+def api_get(path: str, *, token: str, query: dict | None = None) -> tuple[int, dict]:
+    """``GET path`` of this app's JSON API, in-process, as the bearer of ``token``: ``(HTTP
+    status, JSON body or {})``. The request runs through the API's own hooks (authentication,
+    Space check, routing), so it answers exactly what a client would get."""
+    client = flask.current_app.test_client()
+    response = client.get(path, query_string=query or {}, headers={"Authorization": f"Bearer {token}"})
+    body = response.get_json(silent=True)
+    return response.status_code, body if isinstance(body, dict) else {}
+
+
+def route_missing(status: int, body: dict) -> bool:
+    """True when the API has no such route (a ``404`` whose code is ``not_found``), as opposed to
+    an instance or resource it does not know (``unknown_instance``)."""
+    return status == 404 and (body.get("error") or {}).get("code") in (None, "not_found")
 
 
 def fetch(path: str, *, token: str) -> Logs:
     """Read every page of the logs at API ``path`` (up to :data:`MAX_LINES` lines) with ``token``."""
-    client = flask.current_app.test_client()
     lines: list[dict] = []
     page_token = None
     while True:
-        query = {} if page_token is None else {"pageToken": page_token}
-        response = client.get(path, query_string=query, headers={"Authorization": f"Bearer {token}"})
-        if response.status_code == 404 and not lines:
-            body = response.get_json(silent=True) or {}
-            code = (body.get("error") or {}).get("code")
-            if code in (None, "not_found"):
-                return Logs(available=False)
-        if response.status_code != 200:
-            error = (response.get_json(silent=True) or {}).get("error") or {}
+        status, body = api_get(path, token=token, query=None if page_token is None else {"pageToken": page_token})
+        if route_missing(status, body) and not lines:
+            return Logs(available=False)
+        if status != 200:
+            error = body.get("error") or {}
             return Logs(
-                available=True,
-                lines=lines,
-                error=f"{error.get('code', response.status_code)}: {error.get('message', '')}",
+                available=True, lines=lines, error=f"{error.get('code', status)}: {error.get('message', '')}"
             )
-        body = response.get_json(silent=True) or {}
         entries = next((v for k, v in body.items() if isinstance(v, list) and k != "nextPageToken"), [])
         lines.extend(e if isinstance(e, dict) else {"message": str(e)} for e in entries)
         page_token = body.get("nextPageToken")

@@ -32,6 +32,7 @@ from host_api import errors
 from host_api.ui import logs as console_logs
 from host_api.ui import session as console_session
 from host_api.ui import timeline as console_timeline
+from host_api.ui import where as console_where
 from models import db as models_db
 from models import instances as inst_models
 from models.base import utcnow
@@ -75,11 +76,7 @@ def _render(template: str, http_status: int = 200, **context) -> flask.Response:
 @bp.app_template_filter("when")
 def _when(value: dt.datetime | str | None) -> str:
     """An instant as ``2026-12-01 16:20:05.123 UTC`` (``""`` for none)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        value = console_timeline.parse_time(value)
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    return console_where.when_text(value)
 
 
 @bp.app_template_filter("pretty")
@@ -237,6 +234,14 @@ def _traceback(detail: dict, events: list[dict]) -> str | None:
     return None
 
 
+def _where(user: console_session.SignedIn, uid: str, instance_id: str, *, terminal: bool) -> str | None:
+    if terminal:
+        return None
+    path = console_logs.instance_path(user.space, uid, instance_id, "progress")
+    status, body = console_logs.api_get(path, token=user.token)
+    return console_where.where_text(body) if status == 200 else None
+
+
 def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str) -> dict:
     with models_db.session_scope() as session:
         workflow = console.workflow_txn(session, space=user.space, uid=uid)
@@ -248,7 +253,7 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
     inbox = instance_events.inbox(space=user.space, workflow_uid=uid, instance_id=instance_id)["events"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
     chart = console_timeline.build(events, now=utcnow(), terminal=terminal)
-    logs = console_logs.fetch(console_logs.instance_logs_path(user.space, uid, instance_id), token=user.token)
+    logs = console_logs.fetch(console_logs.instance_path(user.space, uid, instance_id, "logs"), token=user.token)
     version = f"{detail['status']}:{detail['nextEventId']}:{detail['inboxCount']}:{detail['stopping'] or ''}"
     return {
         "uid": uid,
@@ -259,6 +264,7 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
         "inbox": inbox,
         "timeline": chart,
         "traceback": _traceback(detail, events),
+        "where": _where(user, uid, instance_id, terminal=terminal),
         "logs": logs,
         "terminal": terminal,
         "version": version,

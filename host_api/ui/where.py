@@ -1,0 +1,45 @@
+"""Text for people: instants, and the "where is it" sentence of an instance. Pure.
+
+:func:`where_text` turns the API's ``GET …/instances/{id}/progress`` body (issue 13 item 3:
+``activity``, ``step``, ``retryAt``, ``lastError``, ``wakeAt``, ``eventType``, ``timeoutAt``,
+``message``) into one sentence for the instance page.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+
+def when_text(value: dt.datetime | str | None) -> str:
+    """An instant (aware datetime or RFC 3339 text) as ``2026-12-01 16:20:05.123 UTC``; ``""`` for none."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def where_text(progress: dict) -> str | None:
+    """One sentence saying what a live instance does or waits for; None when there is nothing to
+    say (``finished``, or a shape this console does not know)."""
+    activity = progress.get("activity")
+    step = progress.get("step") or {}
+    name = f"“{step['name']}”" if isinstance(step.get("name"), str) else "a step"
+    attempt = f" (attempt {step['attempt']})" if step.get("attempt") else ""
+    if activity == "retrying":
+        text = f"retrying {name}{attempt} at {when_text(progress.get('retryAt'))}"
+        error = progress.get("lastError") or {}
+        if error:
+            text += f"; last error {error.get('type', 'Error')}: {error.get('message', '')}"
+        return text
+    if activity == "sleeping":
+        return f"sleeping in {name} until {when_text(progress.get('wakeAt'))}"
+    if activity == "waiting":
+        until = f" until {when_text(progress['timeoutAt'])}" if progress.get("timeoutAt") else ""
+        return f"waiting in {name} for an event of type “{progress.get('eventType', '')}”{until}"
+    if activity == "running":
+        return f"running {name}{attempt}" if step else "running worker code"
+    if activity in ("queued", "starting", "stopping"):
+        message = progress.get("message")
+        return f"{activity}: {message}" if message else activity
+    return None

@@ -1,0 +1,124 @@
+"""The console's timeline (``host_api.ui.timeline``): history events → drawn segments. Pure."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from host_api.ui import timeline
+
+T0 = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def ev(n: int, seconds: float, event_type: str, **attrs) -> dict:
+    stamp = (T0 + dt.timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {"eventId": n, "eventTimestamp": stamp, "eventType": event_type, "attributes": attrs}
+
+
+def at(seconds: float) -> str:
+    return (T0 + dt.timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+RETRY_SLEEP_WAIT = [
+    ev(1, 0, "InstanceCreated", instanceId="x"),
+    ev(2, 1, "ContextStarted", epoch=1, versionUid="v"),
+    ev(3, 1, "StepAttemptStarted", name="charge", attempt=1),
+    ev(4, 2, "StepAttemptFailed", name="charge", attempt=1, error={"type": "RuntimeError", "message": "no"},
+       retryAt=at(4)),
+    ev(5, 2, "ContextSuspended", status="running", reason="retry", until=at(4)),
+    ev(6, 4, "ContextStarted", epoch=2, versionUid="v"),
+    ev(7, 4, "StepAttemptStarted", name="charge", attempt=2),
+    ev(8, 5, "StepCompleted", name="charge", kind="do", attempt=2),
+    ev(9, 5, "SleepScheduled", name="nap", wakeAt=at(15)),
+    ev(10, 5, "ContextSuspended", status="sleeping", reason="sleep", until=at(15)),
+    ev(11, 15, "ContextStarted", epoch=3, versionUid="v"),
+    ev(12, 15, "SleepCompleted", name="nap"),
+    ev(13, 15, "StepCompleted", name="nap", kind="sleep"),
+    ev(14, 15, "WaitStarted", name="ship", type="shipped", timeoutAt=at(3615)),
+    ev(15, 15, "ContextSuspended", status="waiting", reason="wait"),
+]
+
+
+def test_attempts_retry_delay_sleep_and_an_open_wait():
+    chart = timeline.build(RETRY_SLEEP_WAIT, now=T0 + dt.timedelta(seconds=20), terminal=False)
+    lanes = {lane.name: lane for lane in chart.lanes}
+    assert list(lanes) == ["worker code", "charge", "nap", "ship"]
+    charge = [(s.kind, s.outcome, s.seconds) for s in lanes["charge"].segments]
+    assert charge == [("attempt", "failed", 1.0), ("retry", "ok", 2.0), ("attempt", "ok", 1.0)]
+    assert "RuntimeError: no" in lanes["charge"].segments[0].label
+    assert [(s.kind, s.outcome, s.seconds) for s in lanes["nap"].segments] == [("sleep", "ok", 10.0)]
+    wait = lanes["ship"].segments
+    assert [(s.kind, s.outcome, s.seconds) for s in wait] == [("wait", "open", 5.0)]
+    assert "'shipped'" in wait[0].label
+    contexts = [(s.outcome, s.seconds) for s in lanes["worker code"].segments]
+    assert contexts == [("suspended", 1.0), ("suspended", 1.0), ("suspended", 0.0)]
+    assert chart.seconds == 20.0
+
+
+def test_layout_keeps_every_bar_visible_and_inside_the_axis():
+    chart = timeline.build(RETRY_SLEEP_WAIT, now=T0 + dt.timedelta(seconds=20), terminal=False)
+    for lane in chart.lanes:
+        for seg in lane.segments:
+            assert seg.w_pct >= timeline.MIN_WIDTH_PCT
+            assert 0 <= seg.x_pct and seg.x_pct + seg.w_pct <= 100.0001
+    nap = next(lane for lane in chart.lanes if lane.name == "nap").segments[0]
+    assert (nap.x_pct, nap.w_pct) == (25.0, 50.0)
+    assert [text for _, text in chart.ticks] == ["+0 s", "+5 s", "+10 s", "+15 s", "+20 s"]
+
+
+def test_a_pending_retry_is_open_until_now_and_a_terminal_instance_closes_everything():
+    events = RETRY_SLEEP_WAIT[:5]
+    chart = timeline.build(events, now=T0 + dt.timedelta(seconds=3), terminal=False)
+    charge = next(lane for lane in chart.lanes if lane.name == "charge").segments
+    assert (charge[-1].kind, charge[-1].outcome, charge[-1].seconds) == ("retry", "open", 1.0)
+    assert "next attempt at" in charge[-1].label
+    ended = [*RETRY_SLEEP_WAIT, ev(16, 30, "InstanceTerminated")]
+    chart = timeline.build(ended, now=T0 + dt.timedelta(seconds=99), terminal=True)
+    assert chart.seconds == 30.0  # the axis ends at the last event, not now
+    assert all(s.outcome != "open" for lane in chart.lanes for s in lane.segments)
+
+
+def test_timeout_and_failed_step_and_an_empty_history():
+    events = [
+        ev(1, 0, "InstanceCreated"),
+        ev(2, 0, "ContextStarted", epoch=1),
+        ev(3, 0, "WaitStarted", name="w", type="t", timeoutAt=at(5)),
+        ev(4, 5, "WaitTimedOut", name="w"),
+        ev(5, 5, "StepAttemptStarted", name="d", attempt=1),
+        ev(6, 6, "StepAttemptFailed", name="d", attempt=1, error={"type": "E", "message": "m"}),
+        ev(7, 6, "StepFailed", name="d", attempts=1, message="m"),
+        ev(8, 6, "InstanceErrored", reason="step_failed"),
+    ]
+    chart = timeline.build(events, now=T0 + dt.timedelta(seconds=60), terminal=True)
+    lanes = {lane.name: lane for lane in chart.lanes}
+    assert [(s.kind, s.outcome) for s in lanes["w"].segments] == [("wait", "timeout")]
+    assert [(s.kind, s.outcome) for s in lanes["d"].segments] == [("attempt", "failed")]
+    assert [s.outcome for s in lanes["worker code"].segments] == ["failed"]
+    empty = timeline.build([], now=T0, terminal=False)
+    assert empty.lanes == [] and empty.seconds == 0.0
+
+
+def test_duration_text():
+    assert timeline.duration_text(0.0042) == "0.0042 s"
+    assert timeline.duration_text(42) == "42 s"
+    assert timeline.duration_text(185) == "3 min 5 s"
+    assert timeline.duration_text(7800) == "2 h 10 min"
+    assert timeline.duration_text(90000) == "1 d 1 h"
+
+
+def test_where_is_it_sentences():
+    from host_api.ui import where
+
+    assert where.when_text("2026-12-01T12:00:00.5Z") == "2026-12-01 12:00:00.500 UTC"
+    waiting = {"activity": "waiting", "step": {"name": "ship", "kind": "wait"}, "eventType": "shipped",
+               "timeoutAt": "2026-12-01T13:00:00Z"}
+    assert where.where_text(waiting) == (
+        "waiting in “ship” for an event of type “shipped” until 2026-12-01 13:00:00.000 UTC"
+    )
+    retrying = {"activity": "retrying", "step": {"name": "charge", "kind": "do", "attempt": 2},
+                "retryAt": "2026-12-01T12:00:04Z", "lastError": {"type": "RuntimeError", "message": "no"}}
+    assert where.where_text(retrying) == (
+        "retrying “charge” (attempt 2) at 2026-12-01 12:00:04.000 UTC; last error RuntimeError: no"
+    )
+    assert where.where_text({"activity": "queued", "message": "no Version to run"}) == "queued: no Version to run"
+    assert where.where_text({"activity": "running"}) == "running worker code"
+    assert where.where_text({"activity": "finished"}) is None and where.where_text({}) is None
