@@ -108,6 +108,9 @@ SCHEMAS = {
         schemas.TerminateAnswer,
         schemas.HistoryEvent,
         schemas.HistoryPage,
+        schemas.ProgressStep,
+        schemas.ProgressContext,
+        schemas.InstanceProgress,
         schemas.CronDeliveryView,
         schemas.CronRunView,
         schemas.CronRunList,
@@ -353,6 +356,17 @@ def _paths() -> dict[str, dict]:
                 "parameters": [PAGE_TOKEN, INSTANCE_LIMIT],
                 "responses": {
                     "200": _json("HistoryPage", "one page"),
+                    **_errors("unknown_instance", "invalid_request"),
+                },
+            },
+        },
+        instances + "/{instance_id}/progress": {
+            "parameters": [SPACE, UID, INSTANCE_ID],
+            "get": {
+                "summary": "where is it: the step it runs, its next retry, a sleep's wake time, the awaited "
+                "event and its timeout, or why it is queued",
+                "responses": {
+                    "200": _json("InstanceProgress", "what it does now"),
                     **_errors("unknown_instance", "invalid_request"),
                 },
             },

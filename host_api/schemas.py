@@ -18,7 +18,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from models.errors import DomainError
-from takohost.domain import cron, documents, identifiers
+from takohost.domain import cron, documents, identifiers, progress
 from workers.services import forms, ids
 
 MAX_MODULES = 64
@@ -505,6 +505,39 @@ class TerminateAnswer(ma.Schema):
     """``{"status"}``."""
 
     status = fields.String(required=True)
+
+
+class ProgressStep(ma.Schema):
+    """The step an instance is on: ``{"name", "kind", "attempt"?}`` (``attempt``: do steps, 1-based)."""
+
+    name = fields.String(required=True)
+    kind = fields.String(required=True, validate=validate.OneOf(["do", "sleep", "wait"]))
+    attempt = fields.Integer()
+
+
+class ProgressContext(ma.Schema):
+    """The latest replay context: ``{"epoch", "startedAt", "versionUid"?}``."""
+
+    epoch = fields.Integer(required=True)
+    startedAt = fields.String(required=True, metadata={"format": "date-time"})
+    versionUid = fields.String()
+
+
+class InstanceProgress(ma.Schema):
+    """``GET …/instances/{id}/progress``: what a non-terminal instance does or waits for
+    (``takohost.domain.progress``); a view beside ``status()``, whose shape it leaves alone."""
+
+    status = fields.String(required=True)
+    activity = fields.String(required=True, validate=validate.OneOf(list(progress.ACTIVITIES)))
+    step = fields.Nested(ProgressStep)
+    retryAt = fields.String(metadata={"format": "date-time"})
+    lastError = fields.Dict()
+    wakeAt = fields.String(metadata={"format": "date-time"})
+    eventType = fields.String()
+    timeoutAt = fields.String(metadata={"format": "date-time"})
+    context = fields.Nested(ProgressContext)
+    reason = fields.String()
+    message = fields.String()
 
 
 class HistoryEvent(ma.Schema):

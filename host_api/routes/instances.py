@@ -17,6 +17,7 @@ and test client, or ``REQUEST_URI``), splits it on ``/`` and percent-decodes the
 | POST / GET | ``/{id}/events`` | send_event (``202 {}``, optional Idempotency-Key) / inbox |
 | POST | ``/{id}/terminate`` | terminate → ``{"status"}`` |
 | GET | ``/{id}/history`` | history (``pageToken``, ``limit``) |
+| GET | ``/{id}/progress`` | where is it: what it runs or waits for (``instance_progress``) |
 """
 
 from __future__ import annotations
@@ -29,14 +30,22 @@ import flask
 from host_api import body as request_body
 from host_api import query
 from host_api.errors import ApiError
-from workers.services import ids, instance_common, instance_events, instance_history, instance_stop, instances
+from workers.services import (
+    ids,
+    instance_common,
+    instance_events,
+    instance_history,
+    instance_progress,
+    instance_stop,
+    instances,
+)
 
 bp = flask.Blueprint("instances", __name__)
 
 _PREFIX = re.compile(
     r"^/v2/spaces/(?P<space>[^/?#]*)/resources/(?P<uid>[^/?#]*)/instances(?P<rest>/[^?#]*)?$"
 )
-_ACTIONS = {"events", "terminate", "history"}
+_ACTIONS = {"events", "terminate", "history", "progress"}
 _CREATE_KEYS = {"id", "params"}
 _EVENT_KEYS = {"type", "payload"}
 
@@ -128,6 +137,8 @@ def route_instances() -> flask.Response | None:
     if key == ("POST", "terminate"):
         _unknown_keys(_object_or_empty_body(), set())  # no body, or {}
         return _json(instance_stop.terminate(space=space, workflow_uid=uid, instance_id=instance_id))
+    if key == ("GET", "progress"):
+        return _json(instance_progress.progress(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("GET", "history"):
         return _json(
             instance_history.history(

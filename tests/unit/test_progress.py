@@ -1,0 +1,97 @@
+"""``takohost.domain.progress``: where an instance is, decided from the store's facts (issue 13 item 3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from takohost.domain import progress as p
+
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+LATER = NOW + dt.timedelta(minutes=5)
+EARLIER = NOW - dt.timedelta(minutes=5)
+CONTEXT = p.ContextInfo(epoch=3, started_at=EARLIER, version_uid="v-1")
+
+
+def decide(status: str, pending: p.PendingStep | None = None, *, context=CONTEXT, stopping=None, no_version=None):
+    return p.progress(
+        status=status, stopping=stopping, pending=pending, context=context, no_version=no_version, now=NOW
+    )
+
+
+def test_queued_before_any_context_and_why():
+    assert decide("queued", context=None) == {"status": "queued", "activity": "queued"}
+    body = decide("queued", context=None, no_version="its Worker has no Deployment")
+    assert body == {
+        "status": "queued",
+        "activity": "queued",
+        "reason": "no_version",
+        "message": "its Worker has no Deployment",
+    }
+
+
+def test_retry_delay_names_the_step_the_next_attempt_its_time_and_the_last_error():
+    step = p.PendingStep(
+        name="charge card", kind="do", attempts=2, wake_at=LATER, error={"type": "KeyError", "message": "'x'"}
+    )
+    assert decide("running", step) == {
+        "status": "running",
+        "activity": "retrying",
+        "step": {"name": "charge card", "kind": "do", "attempt": 3},
+        "retryAt": "2026-12-01T12:05:00.000Z",
+        "lastError": {"type": "KeyError", "message": "'x'"},
+        "context": {"epoch": 3, "startedAt": "2026-12-01T11:55:00.000Z", "versionUid": "v-1"},
+    }
+
+
+def test_a_due_retry_is_running_once_a_context_started_after_it():
+    step = p.PendingStep(name="charge card", kind="do", attempts=1, wake_at=EARLIER - dt.timedelta(seconds=1))
+    assert decide("running", step)["activity"] == "running"
+    late_context = p.ContextInfo(epoch=2, started_at=EARLIER - dt.timedelta(minutes=1))
+    assert decide("running", step, context=late_context)["activity"] == "starting"
+
+
+def test_sleep_shows_its_wake_time():
+    step = p.PendingStep(name="cool off", kind="sleep", wake_at=LATER)
+    body = decide("sleeping", step)
+    assert body["activity"] == "sleeping" and body["wakeAt"] == "2026-12-01T12:05:00.000Z"
+    assert body["step"] == {"name": "cool off", "kind": "sleep"}
+    overdue = p.PendingStep(name="cool off", kind="sleep", wake_at=EARLIER)
+    assert decide("running", overdue)["activity"] == "starting"
+
+
+def test_wait_shows_the_event_type_and_its_timeout():
+    step = p.PendingStep(
+        name="approval", kind="wait", timeout_at=LATER, config={"type": "approved", "timeoutSeconds": 300}
+    )
+    body = decide("waiting", step)
+    assert body["activity"] == "waiting"
+    assert body["eventType"] == "approved" and body["timeoutAt"] == "2026-12-01T12:05:00.000Z"
+    assert decide("running", step)["activity"] == "starting"  # the event arrived: a context is due
+
+
+def test_running_without_a_pending_step_and_no_version_means_nothing_runs():
+    assert decide("running")["activity"] == "running"
+    assert decide("running", context=None)["activity"] == "starting"
+    body = decide("running", no_version="Version v-2 lacks class 'W'")
+    assert body["activity"] == "starting" and body["reason"] == "no_version"
+
+
+def test_stopping_and_terminal():
+    assert decide("waiting", stopping="terminate")["activity"] == "stopping"
+    for status in p.TERMINAL:
+        body = decide(status)
+        assert body["activity"] == "finished" and "step" not in body and "reason" not in body
+
+
+def test_every_activity_is_listed():
+    seen = {
+        decide("queued", context=None)["activity"],
+        decide("running", context=None)["activity"],
+        decide("running")["activity"],
+        decide("running", p.PendingStep(name="a", kind="do", attempts=1, wake_at=LATER))["activity"],
+        decide("sleeping", p.PendingStep(name="a", kind="sleep", wake_at=LATER))["activity"],
+        decide("waiting", p.PendingStep(name="a", kind="wait", timeout_at=LATER))["activity"],
+        decide("waiting", stopping="terminate")["activity"],
+        decide("complete")["activity"],
+    }
+    assert seen == set(p.ACTIVITIES)

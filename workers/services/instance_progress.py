@@ -1,0 +1,92 @@
+"""Where is it? ``GET …/instances/{id}/progress`` (issue 13 item 3): the store's facts about one
+instance handed to the pure ``takohost.domain.progress.progress``.
+
+Reads, in one read-only transaction: the instance row, its pending step (at most one at a time),
+its latest ``ContextStarted`` event and — only for an instance a context could be running or about
+to run — whether an applied Deployment can run its workflow (``forms``). Never writes, never
+changes the seed's ``status()`` (CONTRACT §4.5). This module must not import ``workers.engine``
+(the API imports it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from models import db as models_db
+from models import instances as inst_models
+from models.base import utcnow
+from takohost.domain import progress as progress_mod
+from workers.services import forms, instance_common
+
+
+def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetime | None = None) -> dict:
+    """The ``progress`` body of instance ``instance_id`` (``takohost.domain.progress.Progress``).
+
+    Raises DomainError: ``invalid_request`` (bad id), ``not_found`` (no such DurableWorkflow in
+    ``space``), ``unknown_instance``.
+    """
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    now = now or utcnow()
+    with models_db.session_scope() as session:
+        workflow = instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        step = inst_models.Step
+        row = session.scalars(
+            sa.select(step)
+            .where(step.instance_pk == instance.pk, step.state == "pending")
+            .order_by(step.updated_at.desc(), step.pk.desc())
+            .limit(1)
+        ).first()
+        pending = None
+        if row is not None:
+            pending = progress_mod.PendingStep(
+                name=row.name,
+                kind=row.kind,
+                attempts=row.attempts,
+                wake_at=row.wake_at,
+                timeout_at=row.timeout_at,
+                config=row.config,
+                error=row.error,
+            )
+        event = inst_models.HistoryEvent
+        started = session.scalars(
+            sa.select(event)
+            .where(event.instance_pk == instance.pk, event.event_type == "ContextStarted")
+            .order_by(event.event_id.desc())
+            .limit(1)
+        ).first()
+        context = None
+        if started is not None:
+            context = progress_mod.ContextInfo(
+                epoch=int(started.attributes.get("epoch") or instance.epoch),
+                started_at=started.event_timestamp,
+                version_uid=started.attributes.get("versionUid"),
+            )
+        no_version = None
+        if instance.status in ("queued", "running") and instance.stopping is None and (
+            pending is None or pending.kind != "do" or pending.wake_at is None or pending.wake_at <= now
+        ):
+            no_version = _no_version_reason(session, workflow)
+        return dict(
+            progress_mod.progress(
+                status=instance.status,
+                stopping=instance.stopping,
+                pending=pending,
+                context=context,
+                no_version=no_version,
+                now=now,
+            )
+        )
+
+
+def _no_version_reason(session: orm.Session, workflow: object) -> str | None:
+    """Why no applied Deployment can run ``workflow`` now (``None``: one can)."""
+    reason_of = getattr(forms, "workflow_unready_reason_txn", None)
+    if reason_of is not None:
+        return reason_of(session, workflow=workflow)
+    if forms.workflow_ready_txn(session, workflow=workflow):
+        return None
+    return "no applied Deployment whose every weighted Version exports the workflow's class"
