@@ -129,21 +129,39 @@ def api(host: str, port: int, num_workers: int, header_timeout: float) -> None:
 
 @main.command()
 @click.option("--concurrency", default=2, show_default=True, type=click.IntRange(min=1),
-              help="Processes running replay contexts, Operations and cron deliveries (prefork).")
-@click.option("--pool", type=click.Choice(["prefork", "solo"]), default="prefork", show_default=True,
-              help="prefork: one parent feeding --concurrency pool processes. solo: this process runs "
-                   "the tasks itself, one at a time (no parent-to-pool hop; run one per core).")
+              help="Processes running replay contexts, Operations and cron deliveries (one per core).")
+@click.option("--pool", type=click.Choice(["solo", "prefork"]), default="solo", show_default=True,
+              help="solo: --concurrency single-process workers under one supervisor (each consumes "
+                   "and runs its tasks itself; the fastest measured). prefork: one Celery parent "
+                   "feeding --concurrency pool processes.")
+@click.option("--stop-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="solo: seconds the processes get to finish their running task on SIGTERM/SIGINT "
+                   "before SIGKILL.")
+@click.option("--supervised", is_flag=True, hidden=True,
+              help="Internal: one process of a solo pool, run by its supervisor.")
 @click.option("--loglevel", default="INFO", show_default=True)
-def worker(concurrency: int, pool: str, loglevel: str) -> None:
-    """Run a Celery worker."""
+def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, loglevel: str) -> None:
+    """Run the Celery workers (host_cli.worker_pool: N solo processes under one supervisor)."""
     _host_process()
-    _check_sandbox()
+    if pool == "solo" and not supervised:
+        from host_cli import worker_pool
+
+        _setup_logging()
+        _check_sandbox()
+        supervisor = worker_pool.Supervisor(command=worker_pool.solo_command(loglevel=loglevel),
+                                            concurrency=concurrency, stop_timeout=stop_timeout)
+        raise SystemExit(supervisor.run())
+    if supervised:
+        from host_cli import worker_pool
+
+        worker_pool.die_with_supervisor()
+    else:
+        _check_sandbox()
     from workers.celery_app import app
 
     if pool == "solo":
         if concurrency != 1:
-            raise click.UsageError("--pool solo runs one task at a time: use --concurrency 1 "
-                                   "(and start one worker per core)")
+            raise click.UsageError("a supervised solo process runs one task at a time (--concurrency 1)")
         from workers.engine import children, sandbox
 
         # prefork pool processes start their zygote on worker_process_init; solo has no pool process

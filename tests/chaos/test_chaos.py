@@ -32,6 +32,7 @@ from tests.support import workflows
 INSTANCES = 200
 WORKERS = 3
 CONCURRENCY = 2
+POOL = "solo"  # the default: CONCURRENCY solo processes under one supervisor
 CHAOS_SECONDS = 45.0
 SETTLE_SECONDS = 120.0
 SEED = int(os.environ.get("TAKOHOST_CHAOS_SEED", "20261130"))
@@ -95,7 +96,7 @@ def test_chaos_sigkilled_workers_lose_nothing_and_repeat_no_committed_effect(tmp
     rng = random.Random(SEED)
     with workflows.private_stack(workers=0, lease_ttl_ms=3000) as stack:
         for _ in range(WORKERS):
-            stack.start_worker(concurrency=CONCURRENCY)
+            stack.start_worker(concurrency=CONCURRENCY, pool=POOL)
         deployed = workflows.deploy(stack.db_url, space=stack.space, source=CHAOS, class_name="Chaos")
         http = stack.instances(deployed.workflow)
         ids = [f"chaos/{i:03d}" for i in range(INSTANCES)]
@@ -132,11 +133,11 @@ def test_chaos_sigkilled_workers_lose_nothing_and_repeat_no_committed_effect(tmp
                 _kill(victim)
                 kills += 1
                 if len(alive) - 1 < 2 or rng.random() < 0.7:  # keep 2-3 workers, restart most victims
-                    workers.append(stack.start_worker(concurrency=CONCURRENCY))
+                    workers.append(stack.start_worker(concurrency=CONCURRENCY, pool=POOL))
                 next_kill = time.monotonic() + rng.uniform(1.5, 4.0)
             time.sleep(0.05)
         while len([p for p in workers if p.alive()]) < 2:
-            workers.append(stack.start_worker(concurrency=CONCURRENCY))
+            workers.append(stack.start_worker(concurrency=CONCURRENCY, pool=POOL))
         assert kills >= 5
         workflows.wait_until(
             lambda: _finished(stack.db_url, deployed.workflow) == INSTANCES,

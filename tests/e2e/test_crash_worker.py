@@ -74,9 +74,9 @@ def _finish(http, instance_id, timeout=60):
     )
 
 
-def _crash_and_recover(tmp_path, params_extra, marker_suffix, pool="prefork"):
+def _crash_and_recover(tmp_path, params_extra, marker_suffix, pool="prefork", concurrency=1):
     with workflows.private_stack(workers=0) as stack:
-        first_worker = stack.start_worker(pool=pool)
+        first_worker = stack.start_worker(pool=pool, concurrency=concurrency)
         deployed = workflows.deploy(stack.db_url, space=stack.space, source=STEPS, class_name="Steps")
         http = stack.instances(deployed.workflow)
         log, marker = str(tmp_path / "log"), str(tmp_path / "m")
@@ -88,7 +88,7 @@ def _crash_and_recover(tmp_path, params_extra, marker_suffix, pool="prefork"):
         first_worker.kill(signal.SIGKILL)
         first_worker.proc.wait(10)
         assert http.status("crash")["status"] == "running"
-        stack.start_worker(pool=pool)
+        stack.start_worker(pool=pool, concurrency=concurrency)
         final = _finish(http, "crash")
         assert final == {
             "id": "crash",
@@ -110,9 +110,10 @@ def test_sigkill_while_an_effect_runs(tmp_path):
 
 
 def test_sigkill_of_a_solo_pool_worker_while_an_effect_runs(tmp_path):
-    """``takohost worker --pool solo`` runs contexts in its own process (and starts its zygote
-    itself): the same crash guarantees hold."""
-    calls = _crash_and_recover(tmp_path, {"pause_b": 30.0}, "b", pool="solo")
+    """``takohost worker --concurrency 2`` (the default solo pool: two solo processes, each running
+    contexts itself with its own zygote, under one supervisor), SIGKILLed as a process group: the
+    same crash guarantees hold."""
+    calls = _crash_and_recover(tmp_path, {"pause_b": 30.0}, "b", pool="solo", concurrency=2)
     assert calls.count("a") == 1 and calls.count("c") == 1
     assert calls.count("b") == 2
 
