@@ -34,6 +34,7 @@ from models import cron as cron_models
 from models import db as models_db
 from models.base import utcnow
 from tests.support import workflows
+from workers.services import tokens
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -132,12 +133,6 @@ def browser():
     driver.quit()
 
 
-def _api(stack) -> requests.Session:
-    session = requests.Session()
-    session.headers["Authorization"] = f"Bearer {stack.token}"
-    return session
-
-
 def _wait(predicate, timeout: float = 20.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -157,11 +152,20 @@ def _text(driver, css: str) -> str:
 
 def _shot(driver, name: str) -> None:
     """A full-page screenshot of the current page into docs/screenshots/NAME.png."""
+    import base64
+
     SHOTS.mkdir(parents=True, exist_ok=True)
-    height = min(driver.execute_script("return document.documentElement.scrollHeight"), 2200)
-    driver.set_window_size(1280, max(height, 700))
-    driver.save_screenshot(str(SHOTS / f"{name}.png"))
-    driver.set_window_size(1280, 900)
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+    (SHOTS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
+
+
+def _create(api: requests.Session, base: str, space: str, form: str, name: str, spec: dict) -> str:
+    """Create a resource through the API and wait for its Operation; returns its uid."""
+    body = {"form": workflows.FORM.format(f"{form}/{workflows.FORM_VERSIONS[form]}"), "name": name, "spec": spec}
+    response = api.post(f"{base}/v2/spaces/{space}/resources", json=body,
+                        headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert response.status_code == 202, response.text
+    return workflows._wait_operation(api, base, space, response.json())["resourceUid"]
 
 
 def _accessible(driver) -> None:
@@ -182,29 +186,36 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     from selenium.webdriver.support.ui import Select
 
     base = stack.api_url
-    api = _api(stack)
-    deployed = workflows.deploy_http(
-        base, stack.token, stack.space, source=textwrap.dedent(SOURCE), class_name="OrderFlow"
-    )
-    wf = deployed.workflow
-    instances_url = f"{base}/v2/spaces/{stack.space}/resources/{wf}/instances"
+    space = "acme-shop"  # a readable Space for the screenshots (the stack's database is fresh)
+    with models_db.session_scope(stack.db_url) as session:
+        token = tokens.create_token_txn(session, space=space)
+    api = requests.Session()
+    api.headers["Authorization"] = f"Bearer {token}"
+    worker = _create(api, base, space, "ModuleWorker", "orders", {})
+    wf = _create(api, base, space, "DurableWorkflow", "order-fulfilment",
+                 {"worker": {"resourceUid": worker}, "className": "OrderFlow"})
+    version = _create(api, base, space, "WorkerVersion", "orders-v1",
+                      workflows.version_spec(worker=worker, source=textwrap.dedent(SOURCE)))
+    _create(api, base, space, "WorkerDeployment", "orders-live",
+            {"worker": {"resourceUid": worker}, "versions": [{"version": {"resourceUid": version}, "weight": 100}]})
+    instances_url = f"{base}/v2/spaces/{space}/resources/{wf}/instances"
     # A failed Operation for the Operations page: a Version whose module does not import.
     bad = api.post(
-        f"{base}/v2/spaces/{stack.space}/resources",
+        f"{base}/v2/spaces/{space}/resources",
         json={
             "form": "https://edge.forms.takoform.com/forms/WorkerVersion/0.5.0/",
-            "name": "broken-version",
-            "spec": workflows.version_spec(worker=deployed.worker, source="import no_such_module\n"),
+            "name": "orders-v2",
+            "spec": workflows.version_spec(worker=worker, source="import no_such_module\n"),
         },
         headers={"Idempotency-Key": uuid.uuid4().hex},
     )
     assert bad.status_code == 202, bad.text
     trigger = api.post(
-        f"{base}/v2/spaces/{stack.space}/resources",
+        f"{base}/v2/spaces/{space}/resources",
         json={
             "form": "https://edge.forms.takoform.com/forms/WorkerCronTrigger/0.3.0/",
             "name": "nightly-report",
-            "spec": {"worker": {"resourceUid": deployed.worker}, "cron": "0 3 * * *"},
+            "spec": {"worker": {"resourceUid": worker}, "cron": "0 3 * * *"},
         },
         headers={"Idempotency-Key": uuid.uuid4().hex},
     )
@@ -223,7 +234,7 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     _accessible(browser)
     active.send_keys("tko_not-a-token", Keys.ENTER)
     assert "not valid" in _text(browser, "[role=alert]")
-    browser.switch_to.active_element.send_keys(stack.token, Keys.ENTER)
+    browser.switch_to.active_element.send_keys(token, Keys.ENTER)
     _wait(lambda: "/ui/workflows" in browser.current_url, what="workflows page")
     # The first Tab reaches the skip link; it moves focus to the main content.
     browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
@@ -242,6 +253,8 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     assert ("attempt", "failed") in kinds and ("attempt", "ok") in kinds and ("retry", "ok") in kinds
     assert ("sleep", "ok") in kinds and ("wait", "open") in kinds
     assert "card declined (attempt 1)" in browser.page_source
+    if api.get(f"{instances_url}/A-1001/progress").status_code == 200:  # issue 13's "where is it"
+        assert _text(browser, "[data-testid=where]").startswith("waiting in “wait for shipping” for an event")
     assert '"amount": 2500' in _text(browser, "[data-testid=params]")
     assert "StepAttemptFailed" in _text(browser, "[data-testid=history]")
     assert "no logs available" in _text(browser, "[data-testid=no-logs]") or _text(browser, "[data-testid=logs]")
@@ -302,8 +315,16 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     _accessible(browser)
     _shot(browser, "workflows")
 
-    # Instances: newest first; filter by status and by id prefix with the form.
-    row.find_element(By.CSS_SELECTOR, "th a").click()
+    # Instances, reached from the keyboard: Tab to the workflow's link, Enter. Newest first;
+    # filter by status and by id prefix with the form.
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.send_keys(Keys.TAB)
+    for _ in range(12):
+        if browser.switch_to.active_element.text == "order-fulfilment":
+            break
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    _wait(lambda: f"/ui/workflows/{wf}" in browser.current_url, what="instances page from the keyboard")
     ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
     assert ids[:3] == ["A-1002", "A-1001", "Z-0011"], ids
     Select(browser.find_element(By.ID, "f-status")).select_by_value("errored")
@@ -325,7 +346,7 @@ def test_console_in_a_browser(stack, browser, tmp_path):
             reason="no beat was running: the match could not be recorded within 60 s", recorded_at=utcnow(),
         ))
         match = cron_models.CronMatch(
-            trigger_uid=trigger_uid, space=stack.space, worker_uid=deployed.worker, cron="0 3 * * *",
+            trigger_uid=trigger_uid, space=space, worker_uid=worker, cron="0 3 * * *",
             scheduled_time=now - dt.timedelta(days=1), recorded_at=now - dt.timedelta(days=1, seconds=-1),
             state="done",
         )
@@ -353,14 +374,12 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     if "no_such_module" not in ops:
         browser.refresh()
         ops = _text(browser, "[data-testid=operations]")
-    assert "broken-version" in ops and "no_such_module" in ops and "succeeded" in ops
+    assert "orders-v2" in ops and "no_such_module" in ops and "succeeded" in ops
     _accessible(browser)
     _shot(browser, "operations")
 
     # Another Space's token sees none of it.
     with models_db.session_scope(stack.db_url) as session:
-        from workers.services import tokens
-
         other = tokens.create_token_txn(session, space=f"s{uuid.uuid4().hex[:12]}")
     browser.delete_all_cookies()
     browser.get(f"{base}/ui/")

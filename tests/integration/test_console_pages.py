@@ -1,0 +1,97 @@
+"""The console's instance list (issue 14 item 2): newest first, filtered by status and id prefix,
+keyset-paged 50 at a time; and bad page tokens or filters are a plain error page, not a crash.
+
+In-process (the Flask app on this session's database); the instances are inserted directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from models import db as models_db
+from models import instances as inst_models
+from tests.support import workflows
+from workers.services import console, tokens
+
+SOURCE = """
+class F:
+    def __init__(self, env): pass
+    def run(self, event, step): return None
+"""
+
+
+@pytest.fixture()
+def signed_in(app, db_url):
+    space = f"s{uuid.uuid4().hex[:12]}"
+    with models_db.session_scope(db_url) as session:
+        token = tokens.create_token_txn(session, space=space)
+    deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name="F")
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    rows = [
+        {
+            "workflow_uid": deployed.workflow, "space": space, "instance_id": f"{'ab'[i % 2]}-{i:03d}",
+            "status": ("complete", "errored", "waiting")[i % 3], "epoch": 0,
+            "created_at": t0 + dt.timedelta(seconds=i // 2),  # pairs share a createdAt: pk breaks the tie
+            "updated_at": t0, "lifetime_ends_at": t0 + dt.timedelta(days=365),
+            "step_count": 0, "next_event_id": 1, "next_sequence": 1, "inbox_count": 0, "inbox_bytes": 0,
+        }
+        for i in range(130)
+    ]
+    with models_db.session_scope(db_url) as session:
+        session.execute(sa.insert(inst_models.Instance), rows)
+    client = app.test_client()
+    assert client.post("/ui/sign-in", data={"token": token}).status_code == 303
+    return client, deployed.workflow
+
+
+def _ids(html: str) -> list[str]:
+    return re.findall(r'<tr data-instance="([^"]+)">', html)
+
+
+def _next(html: str) -> str | None:
+    found = re.search(r'rel="next" href="([^"]+)"', html)
+    return found.group(1).replace("&amp;", "&") if found else None
+
+
+def test_pages_walk_every_instance_newest_first_once(signed_in):
+    client, wf = signed_in
+    seen, url, pages = [], f"/ui/workflows/{wf}", 0
+    while url:
+        html = client.get(url).text
+        ids = _ids(html)
+        assert len(ids) <= console.PAGE_SIZE
+        seen += ids
+        url, pages = _next(html), pages + 1
+    assert pages == 3
+    assert seen == [f"{'ab'[i % 2]}-{i:03d}" for i in range(129, -1, -1)]
+
+
+def test_status_and_prefix_filters_and_their_pages(signed_in):
+    client, wf = signed_in
+    html = client.get(f"/ui/workflows/{wf}?status=errored&prefix=b-").text
+    expected = [f"b-{i:03d}" for i in range(129, -1, -1) if i % 2 == 1 and i % 3 == 1]
+    assert _ids(html) == expected and _next(html) is None
+    assert "errored</span> 43" in html  # the counts above the filter are the workflow's, unfiltered
+    html = client.get(f"/ui/workflows/{wf}?prefix=a-").text  # 65 ids: two pages, the filter kept
+    first = _ids(html)
+    assert "prefix=a-" in _next(html)
+    rest = _ids(client.get(_next(html)).text)
+    assert (len(first), len(rest)) == (50, 15)
+    assert first + rest == [f"a-{i:03d}" for i in range(128, -1, -2)]
+    assert "No instance matches this filter" in client.get(f"/ui/workflows/{wf}?prefix=zz").text
+
+
+def test_bad_filters_and_tokens_are_plain_errors(signed_in):
+    client, wf = signed_in
+    for query, code in (("status=bogus", "invalid_request"), ("page=not-a-token", "invalid_request"),
+                        ("page=WzEsMiwzXQ", "invalid_request")):
+        response = client.get(f"/ui/workflows/{wf}?{query}")
+        assert response.status_code == 400 and f'data-testid="error-code">{code}<' in response.text, query
+    response = client.get(f"/ui/workflows/{wf}/instance?id=nope")
+    assert response.status_code == 404 and "unknown_instance" in response.text
+    assert client.get("/ui/workflows/not-a-uid").status_code == 404
