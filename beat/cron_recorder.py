@@ -30,6 +30,7 @@ from models.base import utcnow
 from takohost import config
 from takohost.domain import cron
 from workers import dispatch
+from workers.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,11 @@ def record_batch_txn(
             .returning(cron_models.CronMatch.pk, cron_models.CronMatch.trigger_uid)
         )
         recorded = [(pk, trigger) for pk, trigger in session.execute(statement, matches)]
+        for match in matches if metrics.enabled() else ():
+            metrics.observe(
+                "takohost_cron_record_lateness_seconds",
+                (match["recorded_at"] - match["scheduled_time"]).total_seconds(),
+            )
         if len(recorded) < len(matches):
             log.info("some matches were already recorded", extra={"duplicates": len(matches) - len(recorded)})
     if skips:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import flask
 
-from host_api import auth, errors
+from host_api import auth, errors, telemetry
 from host_api.routes import instances, meta, resources, runs
 from host_api.ui import views as ui_views
 from takohost import config
@@ -44,6 +44,7 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     app.before_request(check_path_ids)
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
+    telemetry.register(app)  # HTTP latency by route (first before_request, last after_request)
     if any(getattr(rule, "provide_automatic_options", False) for rule in app.url_map.iter_rules()):
         raise RuntimeError("this Flask still answers OPTIONS by itself: host_api needs Flask 3.1+")
     return app

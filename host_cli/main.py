@@ -9,16 +9,48 @@ Heavy modules (Celery, SQLAlchemy, Flask) are imported inside each command so th
 from __future__ import annotations
 
 import logging
-import sys
+import os
 
 import click
 
 from host_cli import client_commands
 
 
-def _setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def _setup_logging(log_format: str | None = None, level: str = "INFO") -> None:
+    """Host log lines on stderr, ``text`` or ``json`` (``--log-format``, ``TAKOHOST_LOG_FORMAT``),
+    carrying the fields of the instance they are about (``workers.telemetry.logs``)."""
+    from workers.telemetry import logs
+
+    try:
+        logs.setup(fmt=log_format, level=level.upper())
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _serve_metrics(role: str, port: int | None, *, host_state: bool = False) -> None:
+    """With a metrics port (``--metrics-port``, ``TAKOHOST_METRICS_PORT``): a fresh multiprocess
+    directory for this command's processes and ``GET /metrics`` on that port (README
+    "Observability"); nothing without one."""
+    from workers.telemetry import metrics
+
+    port = metrics.port_from_env(port)
+    if port is None:
+        return
+    metrics.prepare(role)
+    metrics.serve(port, host_state=host_state)
+    logging.getLogger("takohost.metrics").info(
+        "metrics at http://%s:%d/metrics", os.environ.get("TAKOHOST_METRICS_ADDR") or "127.0.0.1", port)
+
+
+def _observability_options(fn):  # noqa: ANN001, ANN202 - a click decorator
+    """``--log-format`` and ``--metrics-port``, shared by ``api``, ``worker`` and ``beat``."""
+    fn = click.option("--metrics-port", type=click.IntRange(min=1, max=65535), default=None,
+                      help="Serve Prometheus metrics of this command's processes on this port "
+                           "(TAKOHOST_METRICS_ADDR, default 127.0.0.1; unauthenticated; env "
+                           "TAKOHOST_METRICS_PORT).")(fn)
+    return click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
+                        help="Host log lines as text or one JSON object per line (env "
+                             "TAKOHOST_LOG_FORMAT; default text).")(fn)
 
 
 def _host_process() -> None:
@@ -96,9 +128,13 @@ def db_upgrade() -> None:
               help="gunicorn worker processes.")
 @click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds a client has to send a complete request head; then 408 and close.")
-def api(host: str, port: int, num_workers: int, header_timeout: float) -> None:
+@_observability_options
+def api(host: str, port: int, num_workers: int, header_timeout: float, log_format: str | None,
+        metrics_port: int | None) -> None:
     """Serve the HTTP API with gunicorn."""
     _host_process()
+    _setup_logging(log_format)
+    _serve_metrics("api", metrics_port)
     from gunicorn.app.base import BaseApplication
 
     from host_api.app import create_app
@@ -171,11 +207,29 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, l
                      "--without-heartbeat"])
 
 
+def _mark_metrics_dead_at_exit() -> None:
+    """A Celery process that ends (pool process or solo worker) marks itself dead in the metrics
+    directory (its live gauges stop counting); nothing when metrics are off."""
+    from celery import signals
+
+    from workers.telemetry import metrics
+
+    def _dead(**_: object) -> None:
+        metrics.process_exit()
+
+    signals.worker_process_shutdown.connect(_dead, weak=False)
+    signals.worker_shutdown.connect(_dead, weak=False)
+
+
 @main.command()
 @click.option("--loglevel", default="INFO", show_default=True)
-def beat(loglevel: str) -> None:
-    """Run the custom beat scheduler (cron matches, timers, sweeps)."""
+@_observability_options
+def beat(loglevel: str, log_format: str | None, metrics_port: int | None) -> None:
+    """Run the custom beat scheduler (cron matches, timers, sweeps); its metrics endpoint also
+    serves the host-wide gauges (instances by status, broker queue depth)."""
     _host_process()
+    _setup_logging(log_format, loglevel)
+    _serve_metrics("beat", metrics_port, host_state=True)
     from workers.celery_app import app
 
     app.start(["beat", f"--loglevel={loglevel}", "--scheduler", "beat.scheduler:HostScheduler"])

@@ -38,6 +38,7 @@ from workers.celery_app import app
 from workers.engine import heartbeat, sandbox
 from workers.engine import lease as lease_mod
 from workers.services import cron_runs
+from workers.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,9 @@ def deliver(
                 "version": job.version.uid,
             },
         )
+        metrics.observe(
+            "takohost_cron_delivery_start_lateness_seconds", time.time() - job.event["scheduledTime"] / 1000
+        )
         try:
             if isinstance(job.version, sandbox_host.NoVersion):
                 run = Run("failed", job.version.problem)
@@ -193,6 +197,8 @@ def deliver(
             log.exception("cron delivery infrastructure failure", extra={"match": match_pk})
             run = Run("host", cron_runs.HOST_ERROR)
         proven = run.proven
+        if run.outcome == "lease_lost":
+            metrics.inc("takohost_lease_losses_total", kind="cron")
         with models_db.session_scope(settings.database_url) as session:
             if run.outcome in ("ok", "failed"):
                 cron_runs.finish_delivery_txn(

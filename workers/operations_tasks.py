@@ -46,6 +46,7 @@ from workers import cron_tasks, sandbox_host
 from workers.celery_app import app
 from workers.services import cron_schedules, forms, instance_stop, operations, workflow_observer
 from workers.services import resources as resource_service
+from workers.telemetry import lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ RETRY_DELAY_S = 2.0
 @app.task(name="takohost.reconcile_operation", bind=True, ignore_result=True)
 def reconcile_operation(self, operation_id: str) -> str:  # noqa: ANN001 - Celery's bound task
     """Reconcile Operation ``operation_id`` once; re-queue itself shortly when asked to retry."""
+    started = utcnow()
     outcome = reconcile(operation_id)
+    lifecycle.operation_reconciled(operation_id, since=started)
     if outcome == RETRY:
         self.apply_async(args=[operation_id], countdown=RETRY_DELAY_S)
     return outcome

@@ -28,7 +28,7 @@ from takohost import config
 from takohost.domain import documents, identifiers, retry
 from takohost.runtime import protocol
 from workers import dispatch, sandbox_host
-from workers.engine import children, decide, heartbeat, sandbox, store
+from workers.engine import children, decide, heartbeat, observe, sandbox, store
 from workers.engine import lease as lease_mod
 from workers.services import instance_stop
 
@@ -88,11 +88,24 @@ class ReplayContext:
         self.used_child = False
         self.lease_taken = 0.0  # monotonic: just before the lease was acquired
         self.job_sent = 0.0  # monotonic: when the child got its job (its watchdog's first frame)
+        self.observer = observe.ContextObserver(instance_pk)  # metrics, trace, log fields
 
     # -- the whole context --------------------------------------------------------------------------
     def run(self) -> str:
         """Run the context; returns an outcome word for logs and tests (``complete``, ``errored``,
         ``sleeping``, ``waiting``, ``retry``, ``fenced``, ``busy``, ``not_runnable``, …)."""
+        self.observer.begin()
+        outcome, error = "failed", None
+        try:
+            outcome = self._run_admitted()
+            return outcome
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.observer.end(outcome, error=error)
+
+    def _run_admitted(self) -> str:
         self.lease_taken = time.monotonic()
         admitted = self.leases.admit(self.pk, space=self.space, cap=self.settings.space_max_contexts)
         if not isinstance(admitted, lease_mod.Lease):
@@ -142,6 +155,9 @@ class ReplayContext:
             or not snapshot.workflow_live
         ):
             return "not_runnable"
+        self.observer.instance_read(
+            workflow_uid=snapshot.workflow_uid, space=snapshot.space, instance_id=snapshot.instance_id
+        )
         lifetime_over = self.clock() >= snapshot.lifetime_ends_at
         choice = sandbox_host.choose_version(snapshot.deployment_spec, load=self.backend.load_version)
         version = self.version = choice if isinstance(choice, sandbox_host.VersionChoice) else None
@@ -152,7 +168,9 @@ class ReplayContext:
                 extra={"instance": self.pk, "problem": choice.problem},
             )
             return "no_version"
-        self.store = self.backend.context_store(pk=self.pk, lifetime_ends_at=snapshot.lifetime_ends_at)
+        self.store = self.observer.store(
+            self.backend.context_store(pk=self.pk, lifetime_ends_at=snapshot.lifetime_ends_at)
+        )
         if not lifetime_over:
             assert version is not None
             # The child imports the code while the token is taken (the fork and the import are the
@@ -161,11 +179,13 @@ class ReplayContext:
             # child before the lease is released — only code outside steps (deterministic and
             # side-effect free by the seed's rule) may have run.
             self.used_child = True
-            self.child = children.take_child(self.zygote, self._job(snapshot, version))
+            with self.observer.spawn():
+                self.child = children.take_child(self.zygote, self._job(snapshot, version))
             self.job_sent = time.monotonic()
         # The lifetime ends the instance even when no Version can run it (no code runs for that).
         if not self.store.start(version_uid=None if version is None else version.uid, now=self.clock()):
             return "not_runnable"
+        self.observer.token_taken(epoch=self.store.epoch, version_uid=None if version is None else version.uid)
         self.watched = heartbeat.Watched(
             instance_pk=self.pk,
             epoch=self.store.epoch,
@@ -180,6 +200,7 @@ class ReplayContext:
                 "lifetime_exceeded", "the instance reached its lifetime of 31536000 seconds"
             )
         self.steps = self.store.load_steps() if snapshot.status != "queued" else {}
+        self.observer.steps_loaded(self.steps, now=self.clock())
         return self._serve()
 
     def _job(self, snapshot: store.InstanceSnapshot, version: sandbox_host.VersionChoice) -> dict:
@@ -334,6 +355,7 @@ class ReplayContext:
     def _run_effect(self, name: str, decision: decide.RunEffect) -> None:
         assert self.store is not None
         started_at = self.clock()
+        self.observer.attempt_started(name, decision.attempt)
         self._send({"op": "run_effect", "attempt": decision.attempt})
         died = False
         while True:
@@ -373,6 +395,7 @@ class ReplayContext:
             outcome=outcome,
             now=self.clock(),
         )
+        self.observer.attempt_done(outcome)
         if retrying:
             if outcome.delay == 0:  # no timer row: dispatch the fresh context now
                 dispatch.run_context(self.pk)

@@ -30,6 +30,7 @@ from takohost.domain import documents
 from workers import dispatch
 from workers.services import idempotency as idempotency_service
 from workers.services import instance_common
+from workers.telemetry import lifecycle
 
 #: Seed 000 sendEvent: at most 1024 unconsumed events and 1048576 canonical bytes of {type,payload?}.
 MAX_QUEUED_EVENTS = 1024
@@ -124,6 +125,9 @@ def send_event(
         )
     if direct:
         dispatch.run_context(row.pk)
+    lifecycle.event_sent(
+        space=space, workflow_uid=workflow_uid, instance_id=instance_id, event_type=event_type, woke=direct, at=now
+    )
     return {}
 
 

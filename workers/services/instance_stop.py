@@ -27,6 +27,7 @@ from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
 from workers.services import instance_common, instance_history, leases, stop_signals
+from workers.telemetry import lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
         if instance.status in inst_models.TERMINAL_STATUSES:
             return instance.status
         instance.status = "terminated"
+        ended = {"space": instance.space, "workflow_uid": instance.workflow_uid, "instance_id": instance.instance_id}
         instance.stopping = None
         instance.output = None
         instance.error = None
@@ -115,6 +117,7 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
         instance_history.append_history_txn(
             session, instance=instance, now=now, events=[("InstanceTerminated", {})]
         )
+    lifecycle.terminated(**ended)
     return "terminated"
 
 

@@ -33,6 +33,7 @@ from models.errors import DomainError
 from takohost import config
 from workers import dispatch
 from workers.services import forms, instance_common, instance_pages
+from workers.telemetry import lifecycle
 
 #: Seed 000: "instance寿命は作成から31536000秒".
 LIFETIME_SECONDS = 31_536_000
@@ -141,6 +142,7 @@ def create(
             if generated:  # a uuid4 collision: practically impossible, never silently reused
                 raise DomainError("backend_unavailable", "generated instance id collided; retry")
             raise DomainError("instance_exists", "an instance with this id exists (ids are retained)")
+    lifecycle.created(space=space, workflow_uid=workflow_uid, instance_id=instance_id, at=now)
     dispatch.run_context(pk)
     return instance_id
 
