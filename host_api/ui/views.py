@@ -27,6 +27,7 @@ import logging
 import urllib.parse
 
 import flask
+from werkzeug import exceptions as wz
 
 from host_api import errors
 from host_api.ui import logs as console_logs
@@ -59,8 +60,6 @@ HISTORY_CAP = 5000
 POLL_MS = 1000
 #: Notices after a successful action (Post/Redirect/Get), by the ``done`` query value.
 NOTICES = {"event": "Event sent.", "terminate": "Instance terminated."}
-
-_STATUS_CODES = {"unauthenticated": 401, "not_found": 404, "unknown_instance": 404}
 
 
 def _user() -> console_session.SignedIn:
@@ -123,8 +122,16 @@ def _not_signed_in(exc: Exception) -> flask.Response:
 
 @bp.errorhandler(DomainError)
 def _domain_error(exc: DomainError) -> flask.Response:
-    status = _STATUS_CODES.get(exc.code, 400)
-    return _render("error.html", status, code=exc.code, message=exc.message)
+    return _render("error.html", _status(exc), code=exc.code, message=exc.message)
+
+
+@bp.errorhandler(Exception)
+def _unexpected(exc: Exception) -> flask.Response:
+    """Anything else is a page too (a person reads it), never a stack trace."""
+    if isinstance(exc, wz.HTTPException):
+        return _render("error.html", exc.code or 400, code=str(exc.code), message=exc.description or exc.name)
+    log.exception("console page failed", extra={"path": flask.request.path})
+    return _render("error.html", 500, code="internal_error", message="the console could not show this page")
 
 
 @bp.errorhandler(PermissionError)

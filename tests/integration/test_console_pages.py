@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import urllib.parse
 import uuid
 
 import pytest
@@ -95,3 +96,22 @@ def test_bad_filters_and_tokens_are_plain_errors(signed_in):
     response = client.get(f"/ui/workflows/{wf}/instance?id=nope")
     assert response.status_code == 404 and "unknown_instance" in response.text
     assert client.get("/ui/workflows/not-a-uid").status_code == 404
+
+
+def test_ids_and_documents_are_escaped(signed_in, db_url):
+    client, wf = signed_in
+    nasty = '<img src=x onerror=alert(1)>"\'&'
+    with models_db.session_scope(db_url) as session:
+        t0 = dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
+        session.execute(sa.insert(inst_models.Instance), [{
+            "workflow_uid": wf, "space": "x", "instance_id": nasty, "status": "complete", "epoch": 0,
+            "params": {"html": "<script>alert(2)</script>"}, "output": {"out": "</pre><script>alert(3)</script>"},
+            "created_at": t0, "updated_at": t0, "lifetime_ends_at": t0,
+            "step_count": 0, "next_event_id": 1, "next_sequence": 1, "inbox_count": 0, "inbox_bytes": 0,
+        }])
+    listing = client.get(f"/ui/workflows/{wf}").text
+    assert "<img src=x" not in listing and "&lt;img src=x onerror=alert(1)&gt;" in listing
+    page = client.get(f"/ui/workflows/{wf}/instance?id={urllib.parse.quote(nasty, safe='')}")
+    assert page.status_code == 200
+    assert "<script>alert" not in page.text and "<img src=x" not in page.text
+    assert "&lt;/pre&gt;&lt;script&gt;alert(3)" in page.text
