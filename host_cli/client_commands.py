@@ -17,9 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from host_cli import client as http
-from host_cli import common
+from host_cli import common, resource_commands
 from host_cli import deploy as deploy_engine
 from host_cli import instances as cli_instances
+from host_cli import logs as cli_logs
 from host_cli import manifest as manifests
 
 __all__ = ["register"]
@@ -33,7 +34,7 @@ __all__ = ["register"]
 @common.json_option
 @common.client_command
 def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
-    """List the recorded matches of a cron TRIGGER (name or UID), newest first (CONTRACT §7)."""
+    """List the recorded and skipped matches of a cron TRIGGER (name or UID), newest first."""
     rows = list(api.iter_runs(common.resolve(api, trigger, form="WorkerCronTrigger")))
     if as_json:
         common.emit_json({"runs": rows})
@@ -91,11 +92,21 @@ def deploy(api: http.Client, *, directory: str, timeout: float, as_json: bool) -
 
 # --- registration ---------------------------------------------------------------------------
 
-_COMMANDS: tuple[click.Command, ...] = (deploy, cli_instances.instances, cli_instances.status_alias, runs)
+_COMMANDS: tuple[click.Command, ...] = (
+    deploy,
+    cli_instances.instances,
+    cli_instances.status_alias,
+    runs,
+    cli_logs.run_logs,
+    resource_commands.workflows,
+    resource_commands.triggers,
+    resource_commands.resources,
+)
 
 
 def register(group: click.Group) -> None:
     """Add the client commands to ``group`` (idempotent: a command of the same name is replaced)."""
     for command in _COMMANDS:
         group.add_command(command)
+    cli_instances.instances.add_command(cli_logs.instances_logs)
 

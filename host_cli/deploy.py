@@ -47,6 +47,11 @@ class Deployer:
     until ``timeout``. Nothing is mutated when a pre-flight check finds a conflict (a name held
     by another Form, a Workflow whose class or Worker would change, a Trigger of another Worker).
     Resources no longer in the manifest are left alone.
+
+    A failed deploy leaves nothing half-made: every module is compiled locally first
+    (:func:`check_syntax`: a syntax error, with its file and line, stops before any request); if
+    the Version's validation fails on the host (an import error), what this run created — that
+    Version, the Workflows, the Worker — is deleted again and the error says so.
     """
 
     def __init__(self, api: http.Client, *, console: Console, timeout: float) -> None:
@@ -54,12 +59,16 @@ class Deployer:
         self.console = console
         self.timeout = timeout
         self.by_name: dict[str, dict[str, Any]] = {}
+        #: ``(form, resource)`` created by this run, oldest first (rolled back if the Version fails).
+        self.created: list[tuple[str, dict[str, Any]]] = []
 
     def run(self, project: manifests.Project) -> dict[str, Any]:
         """Apply ``project``; returns ``{"space", "worker", "version", "deployment", "workflows",
         "triggers"}`` (each ``{"name", "uid", …}``). Raises ``ClientError`` / ``CommandFailed``."""
         m = project.manifest
+        check_syntax(project)
         self.by_name = {r["name"]: r for r in self.api.iter_resources()}
+        self.created = []
         self._preflight(m)
         self._note_unmanaged(m)
         worker = self._ensure("ModuleWorker", m.worker, m.worker_spec(), existing=self.by_name.get(m.worker))
@@ -82,7 +91,10 @@ class Deployer:
                     f"code to be deployed ({escape(exc.message)})"
                 )
                 deferred.append(decl)
-        version = self._version(project, ref, workflows)
+        try:
+            version = self._version(project, ref, workflows)
+        except CommandFailed as exc:
+            raise self._rolled_back(exc) from None
         deployment = self._deployment(m, ref, version)
         if deferred:
             for decl in deferred:
@@ -112,6 +124,40 @@ class Deployer:
             ],
             "triggers": [{**_brief(t), "cron": t["spec"]["cron"]} for t in triggers],
         }
+
+    # -- a failed Version: undo what this run created --
+
+    def _rolled_back(self, failure: CommandFailed) -> CommandFailed:
+        """Delete what this run created (newest first: the failed Version, the Workflows, the
+        Worker) so that a failed deploy leaves the Space as it was; returns ``failure`` with a hint
+        saying what was undone (or what could not be, and that re-running deploy converges)."""
+        undone, kept = [], []
+        for form, resource in reversed(self.created):
+            label = f"{form} {resource['name']}"
+            try:
+                current = self.api.get_resource(resource["uid"])
+                key = _deploy_key({"call": "rollback", "uid": resource["uid"]})
+                operation = self._busy_retry(
+                    f"delete {label}",
+                    lambda uid=resource["uid"], key=key: self.api.delete_resource(uid, idempotency_key=key),
+                )
+                operation = self.api.wait_operation(operation["id"], timeout=self.timeout)
+            except http.ClientError as exc:
+                if exc.code == "not_found":
+                    continue
+                kept.append(f"{label} ({exc.code})")
+                continue
+            if operation.get("state") == "succeeded":
+                undone.append(label)
+                self.by_name.pop(current["name"], None)
+            else:
+                kept.append(f"{label} ({(operation.get('error') or {}).get('code', 'failed')})")
+        hints = list(failure.hints)
+        if undone:
+            hints.append(f"nothing is left half-made: deleted what this deploy created ({', '.join(undone)})")
+        if kept:
+            hints.append(f"could not delete {', '.join(kept)}; fix the code and re-run deploy: it converges")
+        return CommandFailed(failure.code, failure.message, *hints)
 
     # -- checks before any mutation --
 
@@ -278,6 +324,7 @@ class Deployer:
                 # The key answered an earlier create of a namesake that was deleted since: chain a new key.
                 after = operation["resourceUid"]
                 continue
+            self.created.append((form, current))  # before the wait: a failed Version is undone too
             self._await(operation, label=label)
             return self.api.get_resource(operation["resourceUid"])
         raise CommandFailed("internal_error", f"{label}: too many deleted namesakes answer this content")
@@ -347,6 +394,27 @@ class Deployer:
             str(error.get("message") or "the Operation failed without a message"),
             f"while: {label} (Operation {operation.get('id')}, effect {effect})",
         )
+
+
+def check_syntax(project: manifests.Project) -> None:
+    """Compile every module of ``project`` locally before any request: a syntax error stops the
+    deploy with ``syntax_error`` ``"main.py:12: invalid syntax"`` (file and line) and changes
+    nothing in the Space. Import-time errors need the host's sandbox and are reported by the
+    Version's failed Operation instead (then :meth:`Deployer._rolled_back` undoes this run)."""
+    for path, source in sorted(project.modules.items()):
+        try:
+            compile(source, path, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            where = f"{path}:{exc.lineno}" if exc.lineno else path
+            raise CommandFailed(
+                "syntax_error",
+                f"{where}: {exc.msg}",
+                *([f"  {exc.text.rstrip()}"] if exc.text else []),
+                "nothing was changed in the Space; fix the file and re-run deploy",
+            ) from None
+        except ValueError as exc:  # e.g. a NUL byte in the source
+            raise CommandFailed("syntax_error", f"{path}: {exc}",
+                                "nothing was changed in the Space") from None
 
 
 def _deploy_key(value: dict[str, Any]) -> str:

@@ -2,8 +2,9 @@
 list, inspect, follow, signal, terminate and read the history of workflow instances over HTTP.
 
 Commands: ``instances create|list|status|send-event|terminate|history``; ``status`` (alias of
-``instances status``, for ``takohost status WF ID --watch``). WORKFLOW is a DurableWorkflow name or
-UID. Options, output and errors follow ``host_cli.common``; ``host_cli.client_commands`` registers
+``instances status``, for ``takohost status WF ID --watch``, which exits 1 when the instance ends
+``errored`` or ``terminated``). WORKFLOW is a DurableWorkflow name or UID; ``instances list``
+without one lists every DurableWorkflow's instances (each row names its workflow). Options, output and errors follow ``host_cli.common``; ``host_cli.client_commands`` registers
 the commands on the ``takohost`` group.
 """
 
@@ -22,10 +23,14 @@ from rich.table import Table
 
 from host_cli import client as http
 from host_cli import common
+from host_cli import logs as cli_logs
 from host_cli.errors import CommandFailed
 from takohost.domain import jsonstrict
 
 __all__ = ["instances", "status_alias"]
+
+#: Terminal statuses after which ``status --watch`` exits 1.
+_FAILED_ENDS = frozenset({"errored", "terminated"})
 
 _STATUS_STYLE = {
     "complete": "green",
@@ -59,13 +64,50 @@ def _status_text(status: str) -> str:
     return f"[{style}]{escape(status)}[/{style}]"
 
 
-def _print_instance(console: Console, answer: dict[str, Any]) -> None:
-    """Print an instance answer (``{"id", "status", "output"?, "error"?}``) as a two-column table."""
+def status_detail(status: str, events: list[dict[str, Any]]) -> str | None:
+    """One line saying where an instance stands, from its history (oldest first), or ``None``.
+
+    ``waiting`` → ``waiting for event 'shipped' (step 'wait for shipment', until <timeoutAt>)``;
+    ``sleeping`` → ``sleeping in step 'cool off' until <wakeAt>``; ``running`` during a retry
+    delay → ``step 'charge card' attempt 2 failed (…); retry at <retryAt>``. The last step that
+    completed is appended (``; last completed step: 'charge card'``).
+    """
+    completed = [e for e in events if e.get("eventType") == "StepCompleted"]
+    last = (completed[-1].get("attributes") or {}).get("name") if completed else None
+    tail = f"; last completed step: {last!r}" if last else ""
+    latest = events[-1] if events else {}
+    attributes = latest.get("attributes") or {}
+    if status == "waiting":
+        wait = next((e for e in reversed(events) if e.get("eventType") == "WaitStarted"), None)
+        if wait is not None:
+            a = wait.get("attributes") or {}
+            return f"waiting for event {a.get('type')!r} (step {a.get('name')!r}, until {a.get('timeoutAt')}){tail}"
+    if status == "sleeping":
+        sleep = next((e for e in reversed(events) if e.get("eventType") == "SleepScheduled"), None)
+        if sleep is not None:
+            a = sleep.get("attributes") or {}
+            return f"sleeping in step {a.get('name')!r} until {a.get('wakeAt')}{tail}"
+    if status == "running" and latest.get("eventType") == "StepAttemptFailed" and "retryAt" in attributes:
+        error = attributes.get("error") or {}
+        return (
+            f"step {attributes.get('name')!r} attempt {attributes.get('attempt')} failed "
+            f"({error.get('type')}: {error.get('message')}); retry at {attributes['retryAt']}{tail}"
+        )
+    if status == "queued":
+        return "queued: no replay context has started yet"
+    return tail[2:] or None
+
+
+def _print_instance(console: Console, answer: dict[str, Any], detail: str | None = None) -> None:
+    """Print an instance answer (``{"id", "status", "output"?, "error"?}``) as a two-column table,
+    with ``detail`` (:func:`status_detail`) under the status."""
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     table.add_row("id", escape(answer.get("id", "")))
     table.add_row("status", _status_text(answer.get("status", "?")))
+    if detail:
+        table.add_row("detail", escape(detail))
     if "output" in answer:
         table.add_row("output", escape(common.compact(answer["output"])))
     if "error" in answer:
@@ -109,7 +151,7 @@ def instances_create(
 
 
 @instances.command("list")
-@click.argument("workflow")
+@click.argument("workflow", required=False)
 @click.option(
     "--status",
     default=None,
@@ -118,16 +160,29 @@ def instances_create(
 )
 @common.json_option
 @common.client_command
-def instances_list(api: http.Client, *, workflow: str, status: str | None, as_json: bool) -> None:
-    """List the instances of WORKFLOW (all pages)."""
-    rows = list(api.iter_instances(common.resolve(api, workflow, form="DurableWorkflow"), status=status))
+def instances_list(api: http.Client, *, workflow: str | None, status: str | None, as_json: bool) -> None:
+    """List the instances of WORKFLOW, or of every DurableWorkflow of the Space when none is named."""
+    if workflow is not None:
+        targets = [(workflow, common.resolve(api, workflow, form="DurableWorkflow"))]
+    else:
+        targets = [
+            (r["name"], r["uid"]) for r in api.iter_resources(form=http.FORM_URLS["DurableWorkflow"])
+        ]
+    rows = [
+        {"workflow": name, **row}
+        for name, uid in targets
+        for row in api.iter_instances(uid, status=status)
+    ]
     if as_json:
         common.emit_json({"instances": rows})
         return
-    table = Table("ID", "STATUS", "CREATED")
+    table = Table("WORKFLOW", "ID", "STATUS", "CREATED")
     for row in rows:
         table.add_row(
-            escape(row.get("id", "")), _status_text(row.get("status", "?")), row.get("createdAt", "")
+            escape(row["workflow"]),
+            escape(row.get("id", "")),
+            _status_text(row.get("status", "?")),
+            row.get("createdAt", ""),
         )
     console = Console()
     console.print(table)
@@ -159,7 +214,13 @@ def _status(
     if as_json:
         common.emit_json(answer)
     else:
-        _print_instance(Console(), answer)
+        events = list(api.iter_history(workflow_uid, instance_id))
+        _print_instance(Console(), answer, status_detail(answer.get("status", ""), events))
+        cli_logs.print_failure(answer, events)
+    if watch and answer.get("status") in _FAILED_ENDS:
+        # --watch is for scripts too: an instance that ended badly is a failure (exit 1).
+        click.echo(f"error: {answer['status']}: instance {instance_id!r} ended {answer['status']}", err=True)
+        raise SystemExit(1)
 
 
 def _watch(
@@ -192,7 +253,9 @@ _STATUS_OPTIONS = [
     click.argument("workflow"),
     click.argument("instance_id", metavar="ID"),
     click.option(
-        "--watch", is_flag=True, help="Follow the instance until it is complete, errored or terminated."
+        "--watch",
+        is_flag=True,
+        help="Follow the instance until it is complete (exit 0), errored or terminated (exit 1).",
     ),
     click.option(
         "--interval",
@@ -291,7 +354,7 @@ def instances_terminate(api: http.Client, *, workflow: str, instance_id: str, as
 @common.json_option
 @common.client_command
 def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_json: bool) -> None:
-    """Show the instance's event history, oldest first (CONTRACT §6)."""
+    """Show the instance's event history (the audit trail of every state change), oldest first."""
     events = list(api.iter_history(common.resolve(api, workflow, form="DurableWorkflow"), instance_id))
     if as_json:
         common.emit_json({"events": events})
@@ -306,3 +369,4 @@ def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_j
             escape(common.compact(attributes)) if attributes else "",
         )
     Console().print(table)
+    cli_logs.print_tracebacks(events)

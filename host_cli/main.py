@@ -91,6 +91,7 @@ def _check_sandbox() -> None:
 
 
 @click.group()
+@click.version_option(package_name="takohost", prog_name="takohost", message="%(prog)s %(version)s")
 def main() -> None:
     """takohost: a durable-workflow and cron host."""
 
