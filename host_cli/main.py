@@ -177,13 +177,18 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
 @click.option("--supervised", is_flag=True, hidden=True,
               help="Internal: one process of a solo pool, run by its supervisor.")
 @click.option("--loglevel", default="INFO", show_default=True)
-def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, loglevel: str) -> None:
+@_observability_options
+def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, loglevel: str,
+           log_format: str | None, metrics_port: int | None) -> None:
     """Run the Celery workers (host_cli.worker_pool: N solo processes under one supervisor)."""
     _host_process()
+    _setup_logging(log_format, loglevel)
+    if not supervised:  # the supervisor (or prefork parent) serves its processes' metrics
+        _serve_metrics("worker", metrics_port)
+    _mark_metrics_dead_at_exit()
     if pool == "solo" and not supervised:
         from host_cli import worker_pool
 
-        _setup_logging()
         _check_sandbox()
         supervisor = worker_pool.Supervisor(command=worker_pool.solo_command(loglevel=loglevel),
                                             concurrency=concurrency, stop_timeout=stop_timeout)
