@@ -23,12 +23,14 @@ MAX_LINES = 2000
 class Logs:
     """What the logs panel shows: ``available`` False → "no logs available"; ``error`` is the
     API's ``code: message`` when it refused; ``lines`` are the entries as the API gave them;
-    ``truncated`` when more than :data:`MAX_LINES` exist."""
+    ``truncated`` when more than :data:`MAX_LINES` exist; ``removed``: the oldest lines the host
+    dropped at its cap (the API's ``removedLines``)."""
 
     available: bool
     lines: list[dict] = dataclasses.field(default_factory=list)
     error: str | None = None
     truncated: bool = False
+    removed: int = 0
 
 
 def instance_path(space: str, workflow_uid: str, instance_id: str, action: str) -> str:
@@ -59,6 +61,7 @@ def fetch(path: str, *, token: str) -> Logs:
     """Read every page of the logs at API ``path`` (up to :data:`MAX_LINES` lines) with ``token``."""
     lines: list[dict] = []
     page_token = None
+    removed = 0
     while True:
         status, body = api_get(path, token=token, query=None if page_token is None else {"pageToken": page_token})
         if route_missing(status, body) and not lines:
@@ -68,13 +71,17 @@ def fetch(path: str, *, token: str) -> Logs:
             return Logs(
                 available=True, lines=lines, error=f"{error.get('code', status)}: {error.get('message', '')}"
             )
-        entries = next((v for k, v in body.items() if isinstance(v, list) and k != "nextPageToken"), [])
+        if page_token is None and isinstance(body.get("removedLines"), int):
+            removed = body["removedLines"]
+        entries = body.get("logs")
+        if not isinstance(entries, list):
+            entries = next((v for v in body.values() if isinstance(v, list)), [])
         lines.extend(e if isinstance(e, dict) else {"message": str(e)} for e in entries)
         page_token = body.get("nextPageToken")
         if not page_token or not entries:
-            return Logs(available=True, lines=lines[:MAX_LINES])
+            return Logs(available=True, lines=lines[:MAX_LINES], removed=removed)
         if len(lines) >= MAX_LINES:
-            return Logs(available=True, lines=lines[:MAX_LINES], truncated=True)
+            return Logs(available=True, lines=lines[:MAX_LINES], truncated=True, removed=removed)
 
 
 def line_text(entry: dict) -> str:

@@ -228,16 +228,20 @@ def _history(space: str, uid: str, instance_id: str) -> tuple[list[dict], bool]:
     return events[:HISTORY_CAP], True
 
 
-def _traceback(detail: dict, events: list[dict]) -> str | None:
-    """The newest traceback the instance's error or history carries, if any."""
-    error = detail.get("error") or {}
-    if isinstance(error.get("traceback"), str):
-        return error["traceback"]
+def _traceback(events: list[dict]) -> tuple[str, str] | None:
+    """``(title, text)`` of the newest traceback in the history: the ``run_threw`` of an errored
+    instance, else the last failed attempt's; None when the history has none."""
     for event in reversed(events):
         attrs = event.get("attributes") or {}
-        for holder in (attrs, attrs.get("error") if isinstance(attrs.get("error"), dict) else {}):
-            if isinstance(holder.get("traceback"), str):
-                return holder["traceback"]
+        if event["eventType"] == "InstanceErrored":
+            text = console_where.traceback_text(attrs)
+            if text:
+                return f"Traceback ({attrs.get('reason', 'errored')})", text
+        elif event["eventType"] == "StepAttemptFailed" and isinstance(attrs.get("error"), dict):
+            text = console_where.traceback_text(attrs["error"])
+            if text:
+                title = f"Traceback of the last failed attempt (“{attrs.get('name')}”, attempt {attrs.get('attempt')})"
+                return title, text
     return None
 
 
@@ -270,7 +274,7 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
         "history_cut": history_cut,
         "inbox": inbox,
         "timeline": chart,
-        "traceback": _traceback(detail, events),
+        "traceback": _traceback(events),
         "where": _where(user, uid, instance_id, terminal=terminal),
         "logs": logs,
         "terminal": terminal,

@@ -43,3 +43,25 @@ def where_text(progress: dict) -> str | None:
         message = progress.get("message")
         return f"{activity}: {message}" if message else activity
     return None
+
+
+def traceback_text(error: dict) -> str | None:
+    """A failure's traceback as Python lays it out, from an error ``{"type"?, "message"?,
+    "traceback"?}`` whose ``traceback`` is the tenant's frames (``[{"file", "line", "function",
+    "source"}]``, innermost last; issue 13) or already text; None when it has none."""
+    frames = error.get("traceback")
+    if isinstance(frames, str):
+        return frames or None
+    if not isinstance(frames, list) or not frames:
+        return None
+    lines = ["Traceback (the Version's frames, innermost last):"]
+    for frame in frames:
+        if not isinstance(frame, dict):
+            continue
+        lines.append(f'  File "{frame.get("file", "?")}", line {frame.get("line", "?")}, in {frame.get("function", "?")}')
+        if frame.get("source"):
+            lines.append(f"    {frame['source']}")
+    kind, message = error.get("type"), error.get("message")
+    if kind or message:
+        lines.append(f"{kind}: {message}" if kind and message else str(kind or message))
+    return "\n".join(lines)

@@ -62,6 +62,7 @@ class OrderFlow:
             n = int(open(path).read()) if os.path.exists(path) else 0
             with open(path, "w") as f:
                 f.write(str(n + 1))
+            print("charging", p["amount"], "attempt", n + 1)
             if n < 1:
                 raise RuntimeError("card declined (attempt %d)" % (n + 1))
             return {"charged": p["amount"]}
@@ -257,7 +258,15 @@ def test_console_in_a_browser(stack, browser, tmp_path):
         assert _text(browser, "[data-testid=where]").startswith("waiting in “wait for shipping” for an event")
     assert '"amount": 2500' in _text(browser, "[data-testid=params]")
     assert "StepAttemptFailed" in _text(browser, "[data-testid=history]")
-    assert "no logs available" in _text(browser, "[data-testid=no-logs]") or _text(browser, "[data-testid=logs]")
+    if api.get(f"{instances_url}/A-1001/logs").status_code == 200:  # issue 13's tenant logs
+        _wait(lambda: "charging 2500 attempt 2" in _text(browser, "[data-testid=logs]"), what="log lines")
+        assert "[charge card #1]" in _text(browser, "[data-testid=logs]")
+    else:
+        assert _text(browser, "[data-testid=no-logs]") == "no logs available"
+    history = api.get(f"{instances_url}/A-1001/history").json()["events"]
+    if any("traceback" in (e["attributes"].get("error") or {}) for e in history):  # issue 13's tracebacks
+        traceback = _text(browser, "[data-testid=traceback]")
+        assert 'File "main.py"' in traceback and "RuntimeError: card declined (attempt 1)" in traceback
     _accessible(browser)
 
     # A bad payload: the API's error, plainly.
@@ -303,6 +312,10 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     _wait(lambda: "errored" in _text(browser, "[data-testid=status]"), timeout=30, what="errored")
     assert "run_threw" in _text(browser, "[data-testid=error]")
     assert "Z-3 has no items" in _text(browser, "[data-testid=error]")
+    history = api.get(f"{instances_url}/Z-0003/history").json()["events"]
+    if "traceback" in history[-1]["attributes"]:
+        traceback = _text(browser, "[data-testid=traceback]")
+        assert 'raise ValueError("order " + p["orderId"] + " has no items")' in traceback
 
     # Workflows: ready and counts by status.
     browser.get(f"{base}/ui/workflows")
