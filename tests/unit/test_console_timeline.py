@@ -122,3 +122,22 @@ def test_where_is_it_sentences():
     assert where.where_text({"activity": "queued", "message": "no Version to run"}) == "queued: no Version to run"
     assert where.where_text({"activity": "running"}) == "running worker code"
     assert where.where_text({"activity": "finished"}) is None and where.where_text({}) is None
+
+
+def test_traceback_text_lays_out_the_tenants_frames():
+    from host_api.ui import where
+
+    error = {"type": "KeyError", "message": "'params'", "traceback": [
+        {"module": "main", "file": "main.py", "line": 7, "function": "run", "source": "x = event['params']"},
+        {"module": "util", "file": "pkg/util.py", "line": 3, "function": "f", "source": ""},
+    ]}
+    assert where.traceback_text(error) == (
+        "Traceback (the Version's frames, innermost last):\n"
+        '  File "main.py", line 7, in run\n'
+        "    x = event['params']\n"
+        '  File "pkg/util.py", line 3, in f\n'
+        "KeyError: 'params'"
+    )
+    assert where.traceback_text({"type": "E", "message": "m"}) is None
+    assert where.traceback_text({"traceback": []}) is None
+    assert where.traceback_text({"traceback": "already text"}) == "already text"
