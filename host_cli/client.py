@@ -303,6 +303,14 @@ class Client:
         """``GET …/instances/{id}`` → ``{"id", "status", "output"?, "error"?}``."""
         return self._request("GET", self._instances_path(workflow_uid, encode_segment(instance_id)))
 
+    def get_progress(self, workflow_uid: str, instance_id: str) -> dict[str, Any]:
+        """``GET …/instances/{id}/progress`` → ``{"status", "activity", "step"?, "retryAt"?,
+        "lastError"?, "wakeAt"?, "eventType"?, "timeoutAt"?, "context"?, "reason"?, "message"?}``
+        (README "Observability": where is it)."""
+        return self._request(
+            "GET", self._instances_path(workflow_uid, encode_segment(instance_id), "progress")
+        )
+
     def send_event(
         self,
         workflow_uid: str,

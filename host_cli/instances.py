@@ -98,6 +98,41 @@ def status_detail(status: str, events: list[dict[str, Any]]) -> str | None:
     return tail[2:] or None
 
 
+def progress_detail(progress: dict[str, Any]) -> str | None:
+    """One line from ``GET …/progress`` (README "Observability": where is it), or ``None`` for a
+    finished instance: ``retrying step 'charge' (attempt 2 at <retryAt>; attempt 1 failed:
+    ZeroDivisionError: division by zero)``, ``waiting for event 'approved' (step 'approval', until
+    <timeoutAt>)``, ``sleeping in step 'nap' until <wakeAt>``, ``queued: no Version to run it (…)``…"""
+    activity = progress.get("activity")
+    step = progress.get("step") or {}
+    name = step.get("name")
+    if activity == "retrying":
+        error = progress.get("lastError") or {}
+        last = step.get("attempt", 2) - 1
+        failed = f"; attempt {last} failed: {error.get('type')}: {error.get('message')}" if error else ""
+        return f"retrying step {name!r} (attempt {step.get('attempt')} at {progress.get('retryAt')}{failed})"
+    if activity == "sleeping":
+        return f"sleeping in step {name!r} until {progress.get('wakeAt')}"
+    if activity == "waiting":
+        return (f"waiting for event {progress.get('eventType')!r} (step {name!r}, "
+                f"until {progress.get('timeoutAt')})")
+    if activity == "stopping":
+        return f"being stopped ({progress.get('reason')})"
+    if activity == "finished" or activity is None:
+        return None
+    text = {"queued": "queued: no replay context has started yet",
+            "starting": "starting: a replay context is due",
+            "running": "running"}.get(activity, activity)
+    if activity == "running" and name:
+        text = f"running step {name!r} attempt {step.get('attempt')}"
+    elif activity == "running" and progress.get("context"):
+        context = progress["context"]
+        text = f"running (context epoch {context.get('epoch')} since {context.get('startedAt')})"
+    if progress.get("reason") == "no_version":
+        text += f"; no Version to run it: {progress.get('message')}"
+    return text
+
+
 def _print_instance(console: Console, answer: dict[str, Any], detail: str | None = None) -> None:
     """Print an instance answer (``{"id", "status", "output"?, "error"?}``) as a two-column table,
     with ``detail`` (:func:`status_detail`) under the status."""
@@ -215,7 +250,15 @@ def _status(
         common.emit_json(answer)
     else:
         events = list(api.iter_history(workflow_uid, instance_id))
-        _print_instance(Console(), answer, status_detail(answer.get("status", ""), events))
+        detail = status_detail(answer.get("status", ""), events)
+        if answer.get("status") in ("queued", "running", "sleeping", "waiting"):
+            # what it runs or waits for, from the server's view (…/progress), then the last step
+            where = progress_detail(api.get_progress(workflow_uid, instance_id))
+            done = [e for e in events if e.get("eventType") == "StepCompleted"]
+            last = (done[-1].get("attributes") or {}).get("name") if done else None
+            if where:
+                detail = where + (f"; last completed step: {last!r}" if last else "")
+        _print_instance(Console(), answer, detail)
         cli_logs.print_failure(answer, events)
     if watch and answer.get("status") in _FAILED_ENDS:
         # --watch is for scripts too: an instance that ended badly is a failure (exit 1).

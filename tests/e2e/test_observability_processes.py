@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import requests
@@ -117,6 +119,20 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
         )
         assert wait["eventType"] == "approved" and "timeoutAt" in wait and wait["step"]["name"] == "approval"
         assert http.status("wait") == {"id": "wait", "status": "waiting"}  # the seed's shape, unchanged
+        # the CLI shows the same for a non-terminal instance
+        cli_env = {**os.environ, "TAKOHOST_URL": stack.api_url, "TAKOHOST_TOKEN": stack.token, "TAKOHOST_SPACE": stack.space,
+                   "COLUMNS": "300"}
+        shown = {}
+        for instance_id in ("retry", "wait"):
+            done = subprocess.run(
+                [sys.executable, "-m", "host_cli", "instances", "status", wf, instance_id],
+                env=cli_env, capture_output=True, text=True, timeout=60,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            shown[instance_id] = done.stdout
+        assert "retrying step 'charge' (attempt 2 at " in shown["retry"], shown["retry"]
+        assert "attempt 1 failed: ZeroDivisionError" in shown["retry"]
+        assert "waiting for event 'approved' (step 'approval', until " in shown["wait"], shown["wait"]
         workflows.wait_until(lambda: http.status("nap")["status"] == "complete", timeout=60, message="nap done")
         code, _ = http.call("POST", "/wait/events", {"type": "approved"})
         assert code == 202

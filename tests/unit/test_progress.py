@@ -95,3 +95,17 @@ def test_every_activity_is_listed():
         decide("complete")["activity"],
     }
     assert seen == set(p.ACTIVITIES)
+
+
+def test_the_cli_says_it_in_one_line():
+    from host_cli import instances as cli
+
+    step = p.PendingStep(name="charge", kind="do", attempts=1, wake_at=LATER, error={"type": "E", "message": "m"})
+    assert cli.progress_detail(decide("running", step)) == (
+        "retrying step 'charge' (attempt 2 at 2026-12-01T12:05:00.000Z; attempt 1 failed: E: m)"
+    )
+    nap = p.PendingStep(name="nap", kind="sleep", wake_at=LATER)
+    assert cli.progress_detail(decide("sleeping", nap)) == "sleeping in step 'nap' until 2026-12-01T12:05:00.000Z"
+    queued = cli.progress_detail(decide("queued", context=None, no_version="its Worker has no Deployment"))
+    assert queued == "queued: no replay context has started yet; no Version to run it: its Worker has no Deployment"
+    assert cli.progress_detail(decide("complete")) is None
