@@ -17,6 +17,9 @@ import flask
 
 #: Log lines the console reads for one panel (pages of the API followed up to this many).
 MAX_LINES = 2000
+#: Lines asked per page; a shorter page is the last one (the logs API always answers a
+#: ``nextPageToken``, a cursor to follow later lines with).
+PAGE = 500
 
 
 @dataclasses.dataclass
@@ -63,7 +66,8 @@ def fetch(path: str, *, token: str) -> Logs:
     page_token = None
     removed = 0
     while True:
-        status, body = api_get(path, token=token, query=None if page_token is None else {"pageToken": page_token})
+        query = {"limit": PAGE} if page_token is None else {"limit": PAGE, "pageToken": page_token}
+        status, body = api_get(path, token=token, query=query)
         if route_missing(status, body) and not lines:
             return Logs(available=False)
         if status != 200:
@@ -78,7 +82,7 @@ def fetch(path: str, *, token: str) -> Logs:
             entries = next((v for v in body.values() if isinstance(v, list)), [])
         lines.extend(e if isinstance(e, dict) else {"message": str(e)} for e in entries)
         page_token = body.get("nextPageToken")
-        if not page_token or not entries:
+        if not page_token or len(entries) < PAGE:
             return Logs(available=True, lines=lines[:MAX_LINES], removed=removed)
         if len(lines) >= MAX_LINES:
             return Logs(available=True, lines=lines[:MAX_LINES], truncated=True, removed=removed)

@@ -376,18 +376,29 @@ def trigger_page(uid: str) -> flask.Response:
     with models_db.session_scope() as session:
         trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
         ledger = cron_runs.list_runs_txn(session, space=user.space, trigger_uid=uid, page_token=page)
-    runs = ledger["runs"]
-    for run in runs:
-        if run.get("outcome") != "skipped":
-            run["logs"] = console_logs.fetch(_run_logs_path(user.space, uid, run), token=user.token)
     return _render(
-        "trigger.html", trigger=trigger, runs=runs, next_page=ledger.get("nextPageToken"), paged=page is not None
+        "trigger.html",
+        trigger=trigger,
+        runs=ledger["runs"],
+        next_page=ledger.get("nextPageToken"),
+        paged=page is not None,
     )
 
 
-def _run_logs_path(space: str, uid: str, run: dict) -> str:
-    stamp = urllib.parse.quote(run["scheduledTime"], safe="")
-    return f"/v2/spaces/{urllib.parse.quote(space, safe='')}/resources/{uid}/runs/{stamp}/logs"
+@bp.get("/triggers/<uid>/run")
+def run_page(uid: str) -> flask.Response:
+    """One run of a trigger (``?t=`` its ``scheduledTime`` as the ledger writes it): the log lines
+    of its deliveries, read through the API's ``…/runs/{scheduledTime}/logs``."""
+    user = _user()
+    scheduled = flask.request.args.get("t", "")
+    with models_db.session_scope() as session:
+        trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
+    path = (
+        f"/v2/spaces/{urllib.parse.quote(user.space, safe='')}/resources/{uid}"
+        f"/runs/{urllib.parse.quote(scheduled, safe='')}/logs"
+    )
+    logs = console_logs.fetch(path, token=user.token)
+    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs)
 
 
 @bp.get("/operations")

@@ -15,7 +15,12 @@ def when_text(value: dt.datetime | str | None) -> str:
     if value is None or value == "":
         return ""
     if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value  # not an instant: shown as given
+        if value.tzinfo is None:
+            return value.isoformat()
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 

@@ -18,6 +18,7 @@ directly: recording real matches takes a cron minute, and the cron machinery is 
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import os
 import pathlib
@@ -365,11 +366,14 @@ def test_console_in_a_browser(stack, browser, tmp_path):
         )
         session.add(match)
         session.flush()
-        session.add(cron_models.CronDelivery(
+        delivery = cron_models.CronDelivery(
             match_pk=match.pk, worker_id="w1:42", started_at=now - dt.timedelta(days=1, seconds=-1),
             finished_at=now - dt.timedelta(days=1) + dt.timedelta(seconds=2), outcome="failed",
             error="RuntimeError: the report store was down",
-        ))
+        )
+        session.add(delivery)
+        session.flush()
+        delivery_pk = delivery.pk
     browser.get(f"{base}/ui/triggers")
     assert "0 3 * * *" in browser.find_element(By.CSS_SELECTOR, "[data-trigger=nightly-report]").text
     browser.find_element(By.LINK_TEXT, "nightly-report").click()
@@ -379,6 +383,21 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     assert "no beat was running" in runs and "the report store was down" in runs and "failed" in runs
     _accessible(browser)
     _shot(browser, "trigger")
+    # Each recorded run links to its logs (issue 13's per-run logs, where the API serves them).
+    if importlib.util.find_spec("models.tenant_logs") is not None:
+        from models import tenant_logs
+
+        with models_db.session_scope(stack.db_url) as session:
+            for seq, text in enumerate(("building the report", "the report store was down"), start=1):
+                session.add(tenant_logs.TenantLog(delivery_pk=delivery_pk, seq=seq, stream="stdout", message=text,
+                                                  logged_at=now - dt.timedelta(days=1, seconds=-1)))
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=runs] a[href*='/run?t=']").click()
+    _wait(lambda: "Run scheduled" in _text(browser, "h1"), what="run page")
+    if importlib.util.find_spec("models.tenant_logs") is not None:
+        lines = _text(browser, "[data-testid=logs]")
+        assert "delivery 1 building the report" in lines and "the report store was down" in lines
+    else:
+        assert _text(browser, "[data-testid=no-logs]") == "no logs available"
 
     # Operations: every create, the failed one with its error.
     browser.get(f"{base}/ui/operations")
