@@ -116,7 +116,7 @@ SELECT epoch, step_count FROM f
 
 SELECT_STEPS = """
 SELECT name, kind, state, attempts, result, error, config, wake_at, timeout_at
-FROM steps WHERE instance_pk = %(pk)s
+FROM steps WHERE instance_pk = %(pk)s ORDER BY pk
 """
 
 #: ``l`` locks the row first and, READ COMMITTED, returns its newest version even when the

@@ -111,6 +111,8 @@ HISTORY_EVENT_TYPES = (
     "InstanceCompleted",
     "InstanceErrored",
     "InstanceTerminated",
+    # Not in CONTRACT §6: a diagnostic of non-determinism (issue 13 item 7; workers.engine.replay_order).
+    "ReplayDiverged",
 )
 
 

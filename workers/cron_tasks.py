@@ -32,10 +32,10 @@ import time
 from models import db as models_db
 from models.base import utcnow
 from takohost import config
-from takohost.runtime import protocol
-from workers import dispatch, redis_client, redis_keys, sandbox_host
+from takohost.runtime import protocol, tracebacks
+from workers import dispatch, redis_client, redis_keys, sandbox_host, tenant_logs
 from workers.celery_app import app
-from workers.engine import heartbeat, sandbox
+from workers.engine import heartbeat, sandbox, store
 from workers.engine import lease as lease_mod
 from workers.services import cron_runs
 from workers.telemetry import metrics
@@ -128,11 +128,13 @@ class DeliveryJob:
 class Run:
     """How a handler run ended: ``outcome`` is ``ok`` or ``failed`` (recorded, the match is done),
     ``lease_lost`` or ``host`` (recorded ``unknown``; the match is delivered again); ``error`` the
-    text for the runs listing; ``proven``: the child was killed and proven dead."""
+    text for the runs listing; ``proven``: the child was killed and proven dead; ``traceback``:
+    the tenant's frames of a failed handler (``takohost.runtime.tracebacks``; for the run's logs)."""
 
     outcome: str
     error: str | None
     proven: bool = True
+    traceback: list | None = None
 
 
 @app.task(name=dispatch.DELIVER_CRON_MATCH, acks_late=True, ignore_result=True)
@@ -267,14 +269,25 @@ def run_scheduled(
         kind="scheduled", version=job.version, event=job.event, watchdog_seconds=watchdog
     )
     deadline = time.monotonic() + settings.scheduled_timeout_s
+    # The run's tenant output (issue 13): created before the spawn, so the host's budget starts first.
+    logs = tenant_logs.LogCollector(
+        connection=lambda: store.connection_for(settings.database_url), delivery_pk=job.delivery_pk
+    )
     child = zygote.spawn(message)
     pinger = feed(lease, child)
+    run: Run | None = None
     try:
-        run = _serve(child, job=job, settings=settings, deadline=deadline, lease=lease)
+        run = _serve(child, job=job, settings=settings, deadline=deadline, lease=lease, logs=logs)
     finally:
         pinger.stop()
         proven = child.kill_and_wait()
         child.close()
+        if run is not None and run.outcome != "ok" and run.error:
+            text = f"run failed: {run.error}"
+            if run.traceback:
+                text += "\nTraceback (the Version's frames, innermost last):\n" + tracebacks.format_frames(run.traceback)
+            logs.host_line(text)
+        logs.flush()
     if run.outcome == "gone" and pinger.gap() >= WATCHDOG_SUSPECT * watchdog:
         log.warning(
             "cron handler lost to its watchdog; the match is delivered again", extra={"match": job.match_pk}
@@ -294,8 +307,10 @@ def _serve(
     settings: config.Settings,
     deadline: float,
     lease: lease_mod.DeliveryLease,
+    logs: tenant_logs.LogCollector,
 ) -> Run:
-    """The parent's loop for one handler child: answers, limit, fence, lease (see run_scheduled)."""
+    """The parent's loop for one handler child: answers, limit, fence, lease, ``log`` frames
+    (see run_scheduled)."""
     assert isinstance(job.version, sandbox_host.VersionChoice)
     next_fence = time.monotonic() + FENCE_POLL_S
     while True:
@@ -310,18 +325,26 @@ def _serve(
             next_fence = time.monotonic() + FENCE_POLL_S
         try:
             reply = protocol.check_child_message(
-                child.recv(timeout=max(0.0, min(deadline, next_fence) - now))
+                child.recv(timeout=logs.wait_timeout(max(0.0, min(deadline, next_fence) - now)))
             )
         except TimeoutError:
+            logs.flush_due()
             continue
         except sandbox.ChildGone:
             return Run("gone", "the handler process exited without a result (os._exit, a signal or a crash)")
         except protocol.ProtocolError as exc:
             return Run("failed", f"the handler process broke the protocol: {exc}")
+        if reply["op"] == "log":
+            try:
+                logs.accept(reply)
+            except tenant_logs.LogFlood as exc:
+                return Run("failed", f"the handler process broke the protocol: log flood: {exc}")
+            logs.flush_due()
+            continue
         if reply["op"] == "scheduled_done":
             if reply.get("ok") is True:
                 return Run("ok", None)
-            return Run("failed", protocol.safe_text(reply.get("message") or "the handler failed"))
+            return _failed_run(reply)
         if reply["op"] != "binding":
             return Run("failed", f"the handler process sent an unexpected {reply['op']!r} message")
         try:
@@ -332,6 +355,19 @@ def _serve(
             child.send(answer)
         except sandbox.ChildGone:
             return Run("gone", "the handler process exited without a result (os._exit, a signal or a crash)")
+
+
+def _failed_run(reply: dict) -> Run:
+    """The failed run of a ``scheduled_done {ok: false}``: its message with the Version file and
+    line (the ledger's ``error``); the traceback of the tenant's frames goes to the run's logs."""
+    text = protocol.safe_text(reply.get("message") or "the handler failed")
+    frames = tracebacks.clean_frames(reply.get("traceback")) or []
+    where = tracebacks.location(frames)
+    if where is not None and not text.endswith(f"({where})"):
+        text = f"{text} ({where})"
+    if frames:
+        return Run("failed", text, traceback=frames)
+    return Run("failed", text)
 
 
 def _stopping(trigger_uid: str, *, settings: config.Settings) -> bool:

@@ -49,7 +49,7 @@ import traceback
 from typing import Any, NoReturn
 
 from takohost.domain import documents, identifiers
-from takohost.runtime import bindings, isolation, protocol, step
+from takohost.runtime import bindings, capture, isolation, protocol, step, tracebacks
 
 __all__ = [
     "Channel",
@@ -233,6 +233,8 @@ class Channel:
         self._request_lock = threading.Lock()
         self._closed = False
         self._last_seen = time.monotonic()
+        #: The log sink of tenant output (``capture.install``), flushed before every other frame.
+        self.capture: capture.Sink | None = None
 
     def start(self, *, expect_job: bool = False) -> None:
         """Start the reader/watchdog thread. With ``expect_job`` it first reads the ``job`` frame
@@ -248,7 +250,14 @@ class Channel:
         return self._replies.get()
 
     def send(self, message: dict[str, Any]) -> None:
-        """Write one frame; any failure kills the child. Blocks forever once a final was sent."""
+        """Write one frame; any failure kills the child. Blocks forever once a final was sent.
+        Buffered tenant output goes first (``capture.Sink.before_send``)."""
+        if self.capture is not None:
+            self.capture.before_send(final=message.get("op") in protocol.FINAL_OPS)
+        self._write(message)
+
+    def _write(self, message: dict[str, Any]) -> None:
+        """Write one frame as it is (the log sink's way out)."""
         with self._send_lock:
             if self._closed:
                 threading.Event().wait()
@@ -503,12 +512,18 @@ def warm_up(rounds: int = 16) -> None:
 
 
 def last_traceback_line(exc: BaseException) -> str:
-    """The last line of ``exc``'s formatted traceback (CONTRACT §3.2 import errors)."""
+    """The last line of ``exc``'s formatted traceback (CONTRACT §3.2 import errors), followed by
+    the Version file and line where it happened when that is one of the Version's modules:
+    ``"NameError: name 'x' is not defined (main.py, line 3)"``."""
     try:
         lines = "".join(traceback.format_exception(exc)).strip().splitlines()
-        return protocol.safe_text(lines[-1] if lines else step.exception_text(exc))
+        text = lines[-1] if lines else step.exception_text(exc)
     except BaseException:  # noqa: BLE001 - a user __str__ may raise
-        return step.exception_text(exc)
+        text = step.exception_text(exc)
+    where = tracebacks.location(tracebacks.tenant_frames(exc))
+    if where is not None and not text.endswith(f"({where})"):
+        text = f"{text} ({where})"
+    return protocol.safe_text(text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,6 +533,8 @@ def last_traceback_line(exc: BaseException) -> str:
 def run_job(job: dict[str, Any], channel: Channel) -> NoReturn:
     """Run one job and end the child with its final message."""
     kind = job.get("kind")
+    if kind in ("workflow", "scheduled"):
+        channel.capture = capture.install(channel._write)
     if kind == "validate":
         _run_validate(job, channel)
     elif kind == "workflow":
@@ -563,17 +580,26 @@ def is_workflow_class(value: object) -> bool:
 
 
 def _run_failed(
-    channel: Channel, *, phase: str, exc: BaseException | None = None, message: str = ""
+    channel: Channel,
+    *,
+    phase: str,
+    exc: BaseException | None = None,
+    message: str = "",
+    frames_of: BaseException | None = None,
 ) -> NoReturn:
     text = step.exception_text(exc) if exc is not None else message
-    channel.final({"op": "run_failed", "reason": "run_threw", "message": text, "phase": phase})
+    final: dict[str, Any] = {"op": "run_failed", "reason": "run_threw", "message": text, "phase": phase}
+    frames = tracebacks.tenant_frames(exc or frames_of) if (exc or frames_of) is not None else []
+    if frames:
+        final["traceback"] = frames
+    channel.final(final)
 
 
 def _run_workflow(job: dict[str, Any], channel: Channel) -> NoReturn:
     try:
         module = import_main(job)
     except BaseException as exc:  # noqa: BLE001
-        _run_failed(channel, phase="import", message=last_traceback_line(exc))
+        _run_failed(channel, phase="import", message=last_traceback_line(exc), frames_of=exc)
     class_name = job.get("className")
     cls = getattr(module, class_name, None) if type(class_name) is str else None
     if not isinstance(cls, type) or not callable(getattr(cls, "run", None)):
@@ -637,14 +663,7 @@ def _finish_run(
                     "step": step_name,
                 }
             )
-        channel.final(
-            {
-                "op": "run_failed",
-                "reason": "run_threw",
-                "message": step.exception_text(raised),
-                "phase": "run",
-            }
-        )
+        _run_failed(channel, phase="run", exc=raised)
     if inspect.isawaitable(value):
         channel.final(
             {
@@ -715,7 +734,11 @@ def _run_scheduled(job: dict[str, Any], channel: Channel) -> NoReturn:
         module = import_main(job)
         handler = getattr(module, "scheduled", None)
     except BaseException as exc:  # noqa: BLE001
-        channel.final({"op": "scheduled_done", "ok": False, "message": last_traceback_line(exc)})
+        done = {"op": "scheduled_done", "ok": False, "message": last_traceback_line(exc)}
+        frames = tracebacks.tenant_frames(exc)
+        if frames:
+            done["traceback"] = frames
+        channel.final(done)
     if not callable(handler):
         channel.final(
             {"op": "scheduled_done", "ok": False, "message": "the main module has no callable scheduled"}
@@ -746,7 +769,11 @@ def _run_scheduled(job: dict[str, Any], channel: Channel) -> NoReturn:
             text = step.exception_text(failures[0])
             if len(failures) > 1:
                 text = f"{text} (and {len(failures) - 1} more failure(s))"
-            channel.final({"op": "scheduled_done", "ok": False, "message": protocol.safe_text(text)})
+            done: dict[str, Any] = {"op": "scheduled_done", "ok": False, "message": protocol.safe_text(text)}
+            frames = tracebacks.tenant_frames(failures[0])
+            if frames:
+                done["traceback"] = frames
+            channel.final(done)
         channel.final({"op": "scheduled_done", "ok": True})
 
     loop = asyncio.new_event_loop()

@@ -19,7 +19,7 @@ import socket
 import struct
 from typing import Any
 
-from takohost.domain import identifiers, jsonstrict
+from takohost.domain import identifiers, jsonstrict, tenant_logs
 
 __all__ = [
     "CHILD_OPS",
@@ -65,6 +65,7 @@ CHILD_OPS = frozenset(
         "validated",
         "import_error",
         "scheduled_done",
+        "log",
     }
 )
 # After one of these the child sends nothing more and kills its own process group.
@@ -291,12 +292,21 @@ def _check_effect_result(m: dict[str, Any]) -> None:
     error = m["error"]
     _require(
         type(error) is dict
-        and set(error) == {"type", "message"}
+        and {"type", "message"} <= set(error) <= {"type", "message", "traceback"}
         and type(error["type"]) is str
         and type(error["message"]) is str,
         m,
-        "error must be {type: string, message: string}",
+        "error must be {type: string, message: string, traceback?: [frame]}",
     )
+    if "traceback" in error:
+        _traceback(m, error["traceback"])
+
+
+def _traceback(m: dict[str, Any], value: object) -> None:
+    """A ``traceback`` field: a list of frame objects (``tracebacks.clean_frames`` checks them
+    fully on the host; here only the outer shape and size)."""
+    _require(type(value) is list and len(value) <= 32, m, "traceback must be a list of at most 32 frames")
+    _require(all(type(frame) is dict for frame in value), m, "traceback frames must be objects")
 
 
 def _check_binding(m: dict[str, Any]) -> None:
@@ -316,7 +326,9 @@ def _check_run_returned(m: dict[str, Any]) -> None:
 
 
 def _check_run_failed(m: dict[str, Any]) -> None:
-    _fields(m, required={"reason", "message", "phase"}, optional={"step"})
+    _fields(m, required={"reason", "message", "phase"}, optional={"step", "traceback"})
+    if "traceback" in m:
+        _traceback(m, m["traceback"])
     _require(m["reason"] in ("step_failed", "run_threw"), m, "reason must be step_failed or run_threw")
     _require(type(m["message"]) is str, m, "message must be a string")
     _require(m["phase"] in ("import", "construct", "run"), m, "phase must be import, construct or run")
@@ -344,8 +356,29 @@ def _check_scheduled_done(m: dict[str, Any]) -> None:
     if m["ok"]:
         _fields(m, required={"ok"})
     else:
-        _fields(m, required={"ok", "message"})
+        _fields(m, required={"ok", "message"}, optional={"traceback"})
         _require(type(m["message"]) is str, m, "message must be a string")
+        if "traceback" in m:
+            _traceback(m, m["traceback"])
+
+
+def _check_log(m: dict[str, Any]) -> None:
+    """``log {lines: [[time_ms, stream, text], ...], dropped}`` (PROTOCOL.md "Logs")."""
+    _fields(m, required={"lines", "dropped"})
+    lines, dropped = m["lines"], m["dropped"]
+    _require(_is_int(dropped) and 0 <= dropped < 1 << 53, m, "dropped must be a non-negative integer")
+    _require(type(lines) is list and len(lines) <= tenant_logs.FRAME_LINES, m, "too many lines in one frame")
+    for line in lines:
+        _require(
+            type(line) is list
+            and len(line) == 3
+            and _is_int(line[0])
+            and line[1] in tenant_logs.TENANT_STREAMS
+            and type(line[2]) is str
+            and len(line[2]) <= tenant_logs.MAX_LINE_CHARS,
+            m,
+            "a line must be [time_ms, stdout|stderr, text of at most MAX_LINE_CHARS]",
+        )
 
 
 _CHECKERS = {
@@ -361,4 +394,5 @@ _CHECKERS = {
     "validated": _check_validated,
     "import_error": _check_text_only,
     "scheduled_done": _check_scheduled_done,
+    "log": _check_log,
 }

@@ -31,7 +31,7 @@ from typing import Any, NoReturn, Protocol
 
 from takohost import errors
 from takohost.domain import documents, identifiers, retry
-from takohost.runtime import protocol
+from takohost.runtime import protocol, tracebacks
 
 __all__ = ["AsyncStep", "Channel", "Context", "Step", "effect_result_message", "exception_text"]
 
@@ -91,16 +91,21 @@ def effect_result_message(
         except documents.DocumentTooLargeError as exc:
             return _failed_effect(name, "DocumentTooLarge", f"the effect result is too large: {exc}")
         return {"op": "effect_result", "name": name, "ok": True, "result": value}
-    return _failed_effect(name, _type_name(error), protocol.safe_text(error))
+    return _failed_effect(
+        name, _type_name(error), protocol.safe_text(error), frames=tracebacks.tenant_frames(error)
+    )
 
 
-def _failed_effect(name: str, error_type: str, message: str) -> dict[str, Any]:
-    return {
-        "op": "effect_result",
-        "name": name,
-        "ok": False,
-        "error": {"type": protocol.safe_text(error_type, limit=256), "message": protocol.safe_text(message)},
+def _failed_effect(
+    name: str, error_type: str, message: str, *, frames: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    error: dict[str, Any] = {
+        "type": protocol.safe_text(error_type, limit=256),
+        "message": protocol.safe_text(message),
     }
+    if frames:
+        error["traceback"] = frames
+    return {"op": "effect_result", "name": name, "ok": False, "error": error}
 
 
 class Context:

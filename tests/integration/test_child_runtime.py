@@ -573,7 +573,14 @@ def test_scheduled_handler_outcomes(zygote, tmp_path: Path):
     assert ok == {"op": "scheduled_done", "ok": True}
     assert marker.read_text() == "done"
     raised = run_scheduled(zygote, "def scheduled(event, env, ctx):\n    raise ValueError('nope')\n")
-    assert raised == {"op": "scheduled_done", "ok": False, "message": "ValueError: nope"}
+    assert raised == {
+        "op": "scheduled_done",
+        "ok": False,
+        "message": "ValueError: nope",
+        "traceback": [  # the handler's own frame (issue 13 item 2); the runtime's are trimmed
+            {"module": "main", "file": "main.py", "line": 2, "function": "scheduled", "source": "raise ValueError('nope')"}
+        ],
+    }
     failed_wait = run_scheduled(
         zygote,
         """
@@ -624,4 +631,5 @@ def test_sys_exit_in_an_effect_is_a_failed_attempt(zygote):
     outcome = fake.run_until_suspended()
     assert (outcome.status, outcome.output) == ("complete", {"caught": "step_failed"})
     result = next(m for m in fake.messages if m["op"] == "effect_result")
-    assert result["error"] == {"type": "SystemExit", "message": "2"}
+    assert {k: v for k, v in result["error"].items() if k != "traceback"} == {"type": "SystemExit", "message": "2"}
+    assert [f["function"] for f in result["error"]["traceback"]] == ["<lambda>"]

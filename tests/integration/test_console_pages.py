@@ -115,3 +115,23 @@ def test_ids_and_documents_are_escaped(signed_in, db_url):
     assert page.status_code == 200
     assert "<script>alert" not in page.text and "<img src=x" not in page.text
     assert "&lt;/pre&gt;&lt;script&gt;alert(3)" in page.text
+
+
+def test_the_live_endpoint_answers_204_until_something_changes(signed_in, db_url):
+    client, wf = signed_in
+    url = f"/ui/workflows/{wf}/instance/live?id=a-002"
+    first = client.get(url + "&v=stale")
+    assert first.status_code == 200
+    body = first.get_json()
+    assert body["terminal"] is False and 'data-testid="status"' in body["html"]
+    assert client.get(url + "&v=" + urllib.parse.quote(body["v"])).status_code == 204
+    with models_db.session_scope(db_url) as session:
+        session.execute(
+            sa.update(inst_models.Instance)
+            .where(inst_models.Instance.workflow_uid == wf, inst_models.Instance.instance_id == "a-002")
+            .values(status="complete", next_event_id=2)
+        )
+    changed = client.get(url + "&v=" + urllib.parse.quote(body["v"]))
+    assert changed.status_code == 200 and changed.get_json()["terminal"] is True
+    signed_out = client.application.test_client().get(url + "&v=x")
+    assert signed_out.status_code == 401 and signed_out.get_json() == {"signedOut": True}

@@ -157,8 +157,12 @@ def test_child_holds_only_its_channel_and_stdio(zygote, tmp_path: Path):
         with handle:
             result = handle.recv(timeout=5)
         fds = result["output"]["fds"]
-        assert sorted(fds) == ["0", "1", "2", "3"]
-        assert fds["0"] == fds["1"] == fds["2"] == "/dev/null"
+        # stdin /dev/null, the channel (3), and stdout/stderr: pipes to the child's own log
+        # capture, whose read ends are 4 and 5 (issue 13; takohost.runtime.capture)
+        assert sorted(fds) == ["0", "1", "2", "3", "4", "5"]
+        assert fds["0"] == "/dev/null"
+        assert all(fds[fd].startswith("pipe:[") for fd in ("1", "2", "4", "5"))
+        assert {fds["1"], fds["2"]} == {fds["4"], fds["5"]}
         assert fds["3"].startswith("socket:[")
         assert fds["3"] != f"socket:[{os.fstat(server.fileno()).st_ino}]"
         # A fresh private /tmp; its only entries are the ways to what is bound under /tmp: the
@@ -429,10 +433,14 @@ def test_validate_lists_classes_and_handlers(zygote):
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("x = (\n", "SyntaxError: '(' was never closed"),
-        ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
-        ("import nonexistent_module_xyz\n", "ModuleNotFoundError: No module named 'nonexistent_module_xyz'"),
-        ("raise ValueError('at import')\n", "ValueError: at import"),
+        # the traceback's last line, then the Version file and line (issue 13 item 2)
+        ("x = (\n", "SyntaxError: '(' was never closed (main.py, line 1)"),
+        ("import sys\nsys.exit(3)\n", "SystemExit: 3 (main.py, line 2)"),
+        (
+            "import nonexistent_module_xyz\n",
+            "ModuleNotFoundError: No module named 'nonexistent_module_xyz' (main.py, line 1)",
+        ),
+        ("raise ValueError('at import')\n", "ValueError: at import (main.py, line 1)"),
     ],
 )
 def test_validate_reports_import_errors_by_their_last_line(zygote, source: str, expected: str):

@@ -101,6 +101,8 @@ class FakeParent:
         self.steps: dict[str, StepRecord] = {}
         self.inbox: list[tuple[str, dict[str, Any] | None]] = []
         self.messages: list[dict[str, Any]] = []  # every child message, all contexts
+        self.logs: list[tuple[int, str, str]] = []  # (context, stream, text) of every log line
+        self.dropped = 0  # lines the child reported as dropped over its log budget
         self.effect_runs = 0  # run_effect answers sent
         self.contexts = 0
         self.binding_handler = binding_handler
@@ -144,6 +146,10 @@ class FakeParent:
                     message = protocol.check_child_message(handle.recv(timeout=timeout))
                 except sandbox.ChildGone:
                     return self._stop(handle, "crashed")
+                if message["op"] == "log":  # no answer: tenant output (PROTOCOL.md "Logs")
+                    self.logs.extend((self.contexts, stream, text) for _, stream, text in message["lines"])
+                    self.dropped += message["dropped"]
+                    continue
                 self.messages.append(message)
                 if self.stop_when is not None and self.stop_when(message):
                     return self._stop(handle, "stopped")

@@ -101,6 +101,15 @@ VALID = [
     {"op": "import_error", "message": "SyntaxError: x"},
     {"op": "scheduled_done", "ok": True},
     {"op": "scheduled_done", "ok": False, "message": "m"},
+    {"op": "scheduled_done", "ok": False, "message": "m", "traceback": [{"file": "main.py"}]},
+    {"op": "log", "lines": [[1, "stdout", "a"], [2, "stderr", ""]], "dropped": 0},
+    {"op": "log", "lines": [], "dropped": 3},
+    {
+        "op": "effect_result",
+        "name": "a",
+        "ok": False,
+        "error": {"type": "E", "message": "m", "traceback": []},
+    },
 ]
 
 INVALID = [
@@ -122,6 +131,14 @@ INVALID = [
     {"op": "validated", "workflowClasses": [1], "handlers": []},
     {"op": "validated", "workflowClasses": [], "handlers": ["other"]},
     {"op": "scheduled_done", "ok": False},
+    # log lines: only the tenant's streams, bounded, never a host line (issue 13)
+    {"op": "log", "lines": [[1, "host", "forged"]], "dropped": 0},
+    {"op": "log", "lines": [[1, "stdout", "x" * 4097]], "dropped": 0},
+    {"op": "log", "lines": [[1, "stdout", "a"]] * 257, "dropped": 0},
+    {"op": "log", "lines": [[1.5, "stdout", "a"]], "dropped": 0},
+    {"op": "log", "lines": [], "dropped": -1},
+    {"op": "log", "lines": [], "dropped": 0, "step": "claimed"},
+    {"op": "effect_result", "name": "a", "ok": False, "error": {"type": "E", "message": "m", "traceback": "x"}},
 ]
 
 

@@ -73,6 +73,8 @@ def attempt(
             name=name, kind="do", state="succeeded", attempts=attempt, result=outcome.result, config=config
         )
         return Commit(events=events, new_steps=int(new), step=step)
+    # The traceback is history only: the step row keeps what replay needs ({type, message}).
+    row_error = {k: v for k, v in getattr(outcome, "error", {}).items() if k != "traceback"}
     if isinstance(outcome, decide.AttemptFailedRetry):
         events.append(history.attempt_failed(name, attempt, outcome.error, retry_at=outcome.retry_at))
         events.append(history.suspended("running", reason="retry", until=outcome.retry_at))
@@ -81,7 +83,7 @@ def attempt(
             kind="do",
             state="pending",
             attempts=attempt,
-            error=outcome.error,
+            error=row_error,
             config=config,
             wake_at=outcome.retry_at,
         )
@@ -97,7 +99,7 @@ def attempt(
         kind="do",
         state="failed",
         attempts=attempt,
-        error={**outcome.error, "message": outcome.message},
+        error={**row_error, "message": outcome.message},
         config=config,
     )
     return Commit(events=events, new_steps=int(new), step=step)

@@ -26,9 +26,19 @@ from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
 from takohost.domain import documents, identifiers, retry
-from takohost.runtime import protocol
-from workers import dispatch, sandbox_host
-from workers.engine import children, decide, heartbeat, observe, sandbox, store
+from takohost.runtime import protocol, tracebacks
+from workers import dispatch, sandbox_host, tenant_logs
+from workers.engine import (
+    children,
+    commits,
+    decide,
+    heartbeat,
+    history,
+    observe,
+    replay_order,
+    sandbox,
+    store,
+)
 from workers.engine import lease as lease_mod
 from workers.services import instance_stop
 
@@ -88,6 +98,9 @@ class ReplayContext:
         self.used_child = False
         self.lease_taken = 0.0  # monotonic: just before the lease was acquired
         self.job_sent = 0.0  # monotonic: when the child got its job (its watchdog's first frame)
+        #: The tenant's output of this context (issue 13): tagged, budgeted, written in batches.
+        self.logs: tenant_logs.LogCollector | None = None
+        self.replay: replay_order.ReplayOrder | None = None
         self.observer = observe.ContextObserver(instance_pk)  # metrics, trace, log fields
 
     # -- the whole context --------------------------------------------------------------------------
@@ -129,6 +142,7 @@ class ReplayContext:
                 children.prespawn(self.zygote)
 
     def _finish(self) -> None:
+        self._flush_logs()
         if self.watched is not None:
             self.heartbeat.unregister(self.watched)
             self.watched.child = None
@@ -179,6 +193,10 @@ class ReplayContext:
             # child before the lease is released — only code outside steps (deterministic and
             # side-effect free by the seed's rule) may have run.
             self.used_child = True
+            # Before the job is sent: the host's log budget starts before the child's own.
+            self.logs = tenant_logs.LogCollector(
+                connection=lambda: store.connection_for(self.settings.database_url), instance_pk=self.pk
+            )
             with self.observer.spawn():
                 self.child = children.take_child(self.zygote, self._job(snapshot, version))
             self.job_sent = time.monotonic()
@@ -186,6 +204,8 @@ class ReplayContext:
         if not self.store.start(version_uid=None if version is None else version.uid, now=self.clock()):
             return "not_runnable"
         self.observer.token_taken(epoch=self.store.epoch, version_uid=None if version is None else version.uid)
+        if self.logs is not None:
+            self.logs.epoch = self.store.epoch
         self.watched = heartbeat.Watched(
             instance_pk=self.pk,
             epoch=self.store.epoch,
@@ -200,6 +220,7 @@ class ReplayContext:
                 "lifetime_exceeded", "the instance reached its lifetime of 31536000 seconds"
             )
         self.steps = self.store.load_steps() if snapshot.status != "queued" else {}
+        self.replay = replay_order.ReplayOrder(list(self.steps))
         self.observer.steps_loaded(self.steps, now=self.clock())
         return self._serve()
 
@@ -217,14 +238,48 @@ class ReplayContext:
 
     # -- the message loop --------------------------------------------------------------------------
     def _recv(self) -> dict:
+        """The child's next message but ``log`` frames, which go to :attr:`logs` (written at
+        most ``tenant_logs.FLUSH_SECONDS`` after they arrived, while waiting here)."""
         assert self.child is not None
-        try:
-            return protocol.check_child_message(self.child.recv())
-        except protocol.ProtocolError as exc:
-            raise _Violation(str(exc)) from None
-        except sandbox.ChildGone:
-            self._explain_gone()
-            raise
+        while True:
+            try:
+                timeout = None if self.logs is None else self.logs.wait_timeout()
+                message = protocol.check_child_message(self.child.recv(timeout))
+            except TimeoutError:
+                assert self.logs is not None
+                self.logs.flush_due()
+                continue
+            except protocol.ProtocolError as exc:
+                raise _Violation(str(exc)) from None
+            except sandbox.ChildGone:
+                self._explain_gone()
+                raise
+            if message["op"] != "log":
+                return message
+            if self.logs is None:
+                raise _Violation("a log frame without a log collector")
+            try:
+                self.logs.accept(message)
+            except tenant_logs.LogFlood as exc:
+                raise _Violation(f"log flood: {exc}") from None
+            self.logs.flush_due()
+
+    def _flush_logs(self) -> None:
+        if self.logs is not None:
+            self.logs.flush()
+
+    def _host_log(self, text: str, **tags: object) -> None:
+        if self.logs is not None:
+            self.logs.host_line(text, **tags)
+
+    def _diverged(self, divergence: replay_order.Divergence | None) -> None:
+        """Record a replay divergence (history ``ReplayDiverged`` and a host log line); a
+        diagnostic only (``replay_order``). Raises :class:`store.Fenced`."""
+        if divergence is None:
+            return
+        assert self.store is not None
+        self.store.apply(commits.Commit(events=[history.replay_diverged(divergence.attributes())]), now=self.clock())
+        self._host_log(f"replay diverged ({divergence.kind}): {divergence.message}", step=divergence.step, attempt=None)
 
     def _explain_gone(self) -> None:
         """The child vanished: fenced or lease lost (the heartbeat killed it) → stop quietly; its
@@ -256,9 +311,14 @@ class ReplayContext:
                 elif op == "binding":
                     self._binding(message)
                 elif op == "run_returned":
+                    if self.replay is not None:
+                        self._diverged(self.replay.at_end())
                     return self._returned(message["output"])
                 elif op == "run_failed":
-                    return self._end_errored(*self._failure(message))
+                    if self.replay is not None and message["phase"] == "run":
+                        self._diverged(self.replay.at_end())
+                    reason, text = self._failure(message)
+                    return self._end_errored(reason, text, frames=tracebacks.clean_frames(message.get("traceback")))
                 elif op == "mismatch":
                     return self._end_errored("step_definition_mismatch", message["message"])
                 else:
@@ -322,6 +382,8 @@ class ReplayContext:
     def _step(self, message: dict) -> None:
         request = self._request(message)
         assert self.snapshot is not None
+        if self.replay is not None:
+            self._diverged(self.replay.visit(request.name))
         decision = decide.decide(
             request,
             self.steps.get(request.name),
@@ -356,6 +418,8 @@ class ReplayContext:
         assert self.store is not None
         started_at = self.clock()
         self.observer.attempt_started(name, decision.attempt)
+        if self.logs is not None:  # the host's own tag of what the child prints from now on
+            self.logs.step, self.logs.attempt = name, decision.attempt
         self._send({"op": "run_effect", "attempt": decision.attempt})
         died = False
         while True:
@@ -380,6 +444,7 @@ class ReplayContext:
                 raise _Violation(f"expected the effect_result of {name!r}, got {message['op']!r}")
             outcome = self._outcome(message, decision)
             break
+        self._log_attempt(name, decision.attempt, outcome)
         policy = decision.policy.to_json()
         retrying = isinstance(outcome, decide.AttemptFailedRetry)
         if retrying or died:
@@ -421,10 +486,28 @@ class ReplayContext:
             )
             self._send({"op": "raise", "error": "step_failed", "message": outcome.message})
 
+    def _log_attempt(self, name: str, attempt: int, outcome: decide.Outcome) -> None:
+        """A failed attempt's error and traceback as a host log line; the tag ends here."""
+        if self.logs is None:
+            return
+        if not isinstance(outcome, decide.AttemptSucceeded):
+            error = outcome.error
+            text = f"attempt {attempt} of step {name!r} failed: {error.get('type', 'Error')}: {error.get('message', '')}"
+            if error.get("traceback"):
+                text += "\nTraceback (the Version's frames, innermost last):\n" + tracebacks.format_frames(error["traceback"])
+            self.logs.host_line(text)
+        self.logs.step, self.logs.attempt = None, None
+
     def _outcome(self, message: dict, decision: decide.RunEffect) -> decide.Outcome:
         """The attempt's outcome from the child's ``effect_result``; the result is validated as a
-        document here too (the child is untrusted; CONTRACT §5: a non-document is a failed attempt)."""
+        document here too (the child is untrusted; CONTRACT §5: a non-document is a failed attempt).
+        A failure's ``traceback`` is re-checked (``tracebacks.clean_frames``) and kept for history."""
         ok, result, error = message["ok"], message.get("result"), message.get("error")
+        if not ok and error is not None:
+            error = {"type": error["type"], "message": error["message"]}
+            frames = tracebacks.clean_frames(message["error"].get("traceback"))
+            if frames:
+                error["traceback"] = frames
         if ok:
             try:
                 documents.canonical_document(result, allow_none=True)
@@ -521,13 +604,22 @@ class ReplayContext:
         self.store.commit_terminal(status="complete", output=output, now=self.clock())  # type: ignore[arg-type]
         return "complete"
 
-    def _end_errored(self, reason: str, message: str) -> str:
+    def _end_errored(self, reason: str, message: str, *, frames: list[dict] | None = None) -> str:
+        """Publish ``errored`` with ``{"reason", "message"?}`` (the seed's shape); ``frames`` (the
+        tenant's traceback of a ``run_threw``) go to the history event and the logs only."""
+        self._host_log(
+            f"instance errored: {reason}: {message}"
+            + ("\nTraceback (the Version's frames, innermost last):\n" + tracebacks.format_frames(frames) if frames else ""),
+            step=None,
+            attempt=None,
+        )
         self._stop_child()
         assert self.store is not None
         error = {"reason": reason}
         if message:
             error["message"] = protocol.safe_text(message)
-        self.store.commit_terminal(status="errored", error=error, now=self.clock())
+        details = {"traceback": frames} if frames else None
+        self.store.commit_terminal(status="errored", error=error, now=self.clock(), details=details)
         return "errored"
 
     def _stop_child(self) -> None:
@@ -544,6 +636,7 @@ class ReplayContext:
             if not proven:
                 self.lease = None
                 raise _Stop("stop_unproven")
+        self._flush_logs()  # before the status is published: a follower sees the last lines first
         self._release_lease()
 
     def _kill_child(self) -> None:

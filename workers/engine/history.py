@@ -61,12 +61,13 @@ def attempt_started(name: str, attempt: int, *, at: dt.datetime) -> Event:
 
 
 def attempt_failed(name: str, attempt: int, error: dict, *, retry_at: dt.datetime | None = None) -> Event:
-    """Attempt ``attempt`` failed with ``error`` ``{"type", "message"}``; ``retryAt`` if another follows."""
-    attributes = {
-        "name": name,
-        "attempt": attempt,
-        "error": {"type": error.get("type", "Error"), "message": error.get("message", "")},
-    }
+    """Attempt ``attempt`` failed with ``error`` ``{"type", "message", "traceback"?}``
+    (``traceback``: the tenant's own frames, ``takohost.runtime.tracebacks``); ``retryAt`` if
+    another follows."""
+    failure = {"type": error.get("type", "Error"), "message": error.get("message", "")}
+    if error.get("traceback"):
+        failure["traceback"] = error["traceback"]
+    attributes = {"name": name, "attempt": attempt, "error": failure}
     if retry_at is not None:
         attributes["retryAt"] = _at(retry_at)
     return Event("StepAttemptFailed", attributes)
@@ -124,6 +125,14 @@ def completed() -> Event:
     return Event("InstanceCompleted", {})
 
 
-def errored(error: dict) -> Event:
-    """The instance ended ``errored`` with ``error`` ``{"reason", "message"?}``."""
-    return Event("InstanceErrored", dict(error))
+def errored(error: dict, *, details: dict | None = None) -> Event:
+    """The instance ended ``errored`` with ``error`` ``{"reason", "message"?}``; ``details`` adds
+    history-only attributes (``type``, ``traceback`` of a ``run_threw``): the instance's ``error``,
+    which ``status()`` returns, keeps the seed's exact shape."""
+    return Event("InstanceErrored", {**(details or {}), **error})
+
+
+def replay_diverged(attributes: dict) -> Event:
+    """This context's replay left the recorded order of steps (``replay_order.Divergence``): a
+    diagnostic of non-determinism; nothing else changes."""
+    return Event("ReplayDiverged", attributes)

@@ -468,7 +468,13 @@ class ContextStore:
 
     # -- the end ---------------------------------------------------------------------------------------
     def commit_terminal(
-        self, *, status: str, now: dt.datetime, output: dict | None = None, error: dict | None = None
+        self,
+        *,
+        status: str,
+        now: dt.datetime,
+        output: dict | None = None,
+        error: dict | None = None,
+        details: dict | None = None,
     ) -> None:
         """Publish ``complete`` (with ``output``) or ``errored`` (with ``error``), purge the inbox and
         the timers, append the history: one statement. Raises :class:`Fenced`.
@@ -480,7 +486,8 @@ class ContextStore:
         purges it. No event can be accepted afterwards: the instance is terminal.
         """
         assert status in ("complete", "errored")
-        event = history.completed() if status == "complete" else history.errored(error or {})
+        # ``details`` (type, traceback) go to the history event only, never into ``error``.
+        event = history.completed() if status == "complete" else history.errored(error or {}, details=details)
         row = self.conn.execute(
             instance_sql.COMMIT_TERMINAL,
             self._params(

@@ -1,0 +1,289 @@
+"""Capture of tenant output in the sandbox child: ``log`` frames to the host (issue 13 item 1).
+
+:func:`install` (called by ``child.run_job`` before the Version's code is imported) points file
+descriptors 1 and 2 at pipes drained by a thread of the child, and replaces ``sys.stdout`` and
+``sys.stderr`` by line writers (no system call per ``print``). ``logging`` needs nothing: left
+unconfigured it writes WARNING and above to ``sys.stderr``, and ``logging.basicConfig`` binds
+``sys.stderr`` as it is at that moment. Subprocesses inherit descriptors 1 and 2.
+
+Lines are cut to ``tenant_logs.MAX_LINE_CHARS``, undecodable bytes become U+FFFD, and a
+:class:`~takohost.domain.tenant_logs.Budget` drops what exceeds the context's rate (the count
+travels in the next frame's ``dropped``). Frames are
+``{"op": "log", "lines": [[time_ms, stream, text], ...], "dropped": n}``: ``time_ms`` is UTC epoch
+milliseconds, ``stream`` ``"stdout"``/``"stderr"``. The sink sends a frame when it holds
+``FRAME_LINES`` lines, after ``FLUSH_SECONDS``, and **before every other frame** the child sends
+(``Sink.before_send``): what an effect printed reaches the host before its ``effect_result``, and
+nothing is lost at a final message. A log line is JSON text inside a frame of the runtime's own
+making: nothing written to descriptors 1/2 can ever be read by the host as a frame.
+
+Standard library and ``takohost.domain`` only (this runs beside user code).
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import logging
+import os
+import re
+import select
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from takohost.domain import tenant_logs
+
+__all__ = ["FLUSH_SECONDS", "LineWriter", "Sink", "install"]
+
+#: A line waits at most this long in the child before it is sent (seconds).
+FLUSH_SECONDS = 0.2
+_READ_BYTES = 1 << 16
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scalar(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (frames are strict UTF-8)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+class _Splitter:
+    """Cuts a stream of text into lines, holding at most ``MAX_LINE_CHARS`` of a partial line."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._partial: list[str] = []
+        self._size = 0
+        self._cut = 0  # characters of an over-long line discarded so far
+
+    def feed(self, text: str) -> None:
+        while text:
+            newline = text.find("\n")
+            piece, text = (text, "") if newline < 0 else (text[:newline], text[newline + 1 :])
+            room = tenant_logs.MAX_LINE_CHARS - self._size
+            if len(piece) > room:
+                self._cut += len(piece) - room
+                piece = piece[:room]
+            if piece:
+                self._partial.append(piece)
+                self._size += len(piece)
+            if newline >= 0:
+                self.end()
+
+    def end(self) -> None:
+        """Emit the partial line (if any)."""
+        if not self._partial and not self._cut:
+            return
+        text = "".join(self._partial)
+        if self._cut:
+            keep = tenant_logs.MAX_LINE_CHARS - 40  # the marker is at most 40 characters
+            text = text[:keep] + f" … [{self._size + self._cut - keep} characters cut]"
+        self._partial, self._size, self._cut = [], 0, 0
+        self._emit(text)
+
+
+class Sink:
+    """The child's log buffer: lines in, ``log`` frames out through ``send`` (thread-safe).
+
+    ``send`` writes one frame without running ``before_send`` again (``child.Channel._write``).
+    ``clock`` is monotonic seconds (the budget), ``wall`` epoch seconds (the lines' time).
+    """
+
+    def __init__(
+        self,
+        send: Callable[[dict[str, Any]], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._send = send
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.RLock()
+        self._lines: list[list[Any]] = []
+        self._dropped = 0
+        self._oldest = 0.0
+        self._budget = tenant_logs.Budget(now=clock())
+        self._pipes: dict[int, tuple[str, _Splitter, Any]] = {}
+        self._writers: list[LineWriter] = []
+
+    # -- lines in ------------------------------------------------------------------------------
+    def line(self, stream: str, text: str) -> None:
+        """Keep one complete line of ``stream`` (cut and budgeted)."""
+        text = tenant_logs.clip_line(_scalar(text))
+        with self._lock:
+            now = self._clock()
+            if not self._budget.take(len(text), now):
+                self._dropped += 1
+                return
+            if not self._lines:
+                self._oldest = now
+            self._lines.append([int(self._wall() * 1000), stream, text])
+            if len(self._lines) >= tenant_logs.FRAME_LINES:
+                self._flush_locked()
+
+    def add_pipe(self, fd: int, stream: str) -> None:
+        """Drain the read end ``fd`` (non-blocking) of a pipe as ``stream``."""
+        os.set_blocking(fd, False)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        splitter = _Splitter(lambda text: self.line(stream, text))
+        self._pipes[fd] = (stream, splitter, decoder)
+
+    def add_writer(self, writer: LineWriter) -> None:
+        """Register a line writer whose partial line is emitted at a final message."""
+        self._writers.append(writer)
+
+    # -- frames out ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Send the buffered lines (and the dropped count) as one frame, if there is any."""
+        with self._lock:
+            self._flush_locked()
+
+    def before_send(self, *, final: bool) -> None:
+        """Called before the child sends any other frame: drain the pipes, then flush (with
+        ``final`` also the partial lines of every writer and pipe)."""
+        if final:  # writer lock before sink lock, the order a print takes them in
+            for writer in self._writers:
+                writer.end_line()
+        with self._lock:
+            self._drain_pipes()
+            if final:
+                for _, splitter, decoder in self._pipes.values():
+                    splitter.feed(decoder.decode(b"", final=True))
+                    splitter.end()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if not self._lines and not self._dropped:
+            return
+        message = {"op": "log", "lines": self._lines, "dropped": self._dropped}
+        self._lines, self._dropped = [], 0
+        self._send(message)
+
+    def _drain_pipes(self) -> bool:
+        """Read what the pipes hold now; False once every pipe reached EOF."""
+        alive = False
+        for fd, (_, splitter, decoder) in list(self._pipes.items()):
+            while True:
+                try:
+                    data = os.read(fd, _READ_BYTES)
+                except BlockingIOError:
+                    alive = True
+                    break
+                except OSError:
+                    data = b""
+                if not data:  # the tenant closed every write end: finish its last line
+                    splitter.feed(decoder.decode(b"", final=True))
+                    splitter.end()
+                    del self._pipes[fd]
+                    break
+                splitter.feed(decoder.decode(data))
+        return alive
+
+    def run(self) -> None:
+        """The drain thread: poll the pipes, flush lines older than ``FLUSH_SECONDS``."""
+        while True:
+            fds = list(self._pipes)
+            try:
+                if fds:
+                    poller = select.poll()
+                    for fd in fds:
+                        poller.register(fd, select.POLLIN)
+                    poller.poll(FLUSH_SECONDS * 1000)
+                else:
+                    time.sleep(FLUSH_SECONDS)
+                with self._lock:
+                    self._drain_pipes()
+                    if self._lines and self._clock() - self._oldest >= FLUSH_SECONDS:
+                        self._flush_locked()
+                    elif self._dropped and not self._lines:
+                        self._flush_locked()
+            except Exception:  # noqa: BLE001 - user code may close our descriptors; keep going
+                time.sleep(FLUSH_SECONDS)
+
+
+class LineWriter(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of tenant code: text in, lines to the :class:`Sink`.
+
+    ``fileno()`` is the descriptor (1 or 2, a pipe to the same sink), so a subprocess given
+    ``stdout=sys.stdout`` is captured too. A partial line waits for its newline (or the end).
+    """
+
+    def __init__(self, sink: Sink, *, stream: str, fd: int) -> None:
+        super().__init__()
+        self._sink = sink
+        self._stream = stream
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._splitter = _Splitter(lambda text: sink.line(stream, text))
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        """Always UTF-8."""
+        return "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        """Unencodable text is replaced."""
+        return "replace"
+
+    def writable(self) -> bool:
+        """Always writable."""
+        return True
+
+    def isatty(self) -> bool:
+        """Never a terminal."""
+        return False
+
+    def fileno(self) -> int:
+        """The descriptor behind this stream (a pipe into the same sink)."""
+        return self._fd
+
+    def write(self, text: str) -> int:
+        """Add ``text``; complete lines go to the sink. ``TypeError`` for anything but ``str``."""
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            self._splitter.feed(str.__str__(text))
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: a partial line waits for its newline."""
+
+    def end_line(self) -> None:
+        """Emit the partial line (at the end of the context)."""
+        with self._lock:
+            self._splitter.end()
+
+
+def install(send: Callable[[dict[str, Any]], None]) -> Sink:
+    """Capture descriptors 1/2, ``sys.stdout`` and ``sys.stderr`` into a new :class:`Sink` sending
+    through ``send``; starts its drain thread. Returns the sink (the channel calls its
+    ``before_send``)."""
+    # Logging as a fresh interpreter has it: the zygote's own handlers (inherited over fork)
+    # would format tenant records their way and make ``logging.basicConfig`` a no-op.
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    sink = Sink(send)
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd, inheritable=True)
+        os.close(write_end)
+        sink.add_pipe(read_end, stream)
+    out = LineWriter(sink, stream="stdout", fd=1)
+    err = LineWriter(sink, stream="stderr", fd=2)
+    sink.add_writer(out)
+    sink.add_writer(err)
+    sys.stdout = out
+    sys.stderr = err
+    threading.Thread(target=sink.run, name="takohost-logs", daemon=True).start()
+    return sink

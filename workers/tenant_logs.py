@@ -1,0 +1,194 @@
+"""The host side of tenant log capture: one :class:`LogCollector` per replay context or cron
+delivery (issue 13 item 1; limits ``takohost.domain.tenant_logs``; frames PROTOCOL.md "Logs").
+
+The child is untrusted, so the collector holds every ``log`` frame to the host's own copy of the
+context's budget (started before the job is sent, so an honest child, which spends its own bucket
+later, never exceeds it), clamps the lines' times into the context's lifetime, and tags each line
+itself with the context's epoch and the step and attempt **the host** is running (``step`` /
+``attempt``, set by the context around ``run_effect``): a forged frame can neither claim another
+step nor write a ``host`` line. Lines are buffered and written in batches of up to
+:data:`BATCH_LINES`, at most :data:`FLUSH_SECONDS` after they arrived (the context waits on the
+child with :meth:`LogCollector.wait_timeout`), and before the context publishes a status. A write
+that fails drops its batch with a warning: logs never fail a context. Instance batches are fenced
+(``models.log_sql``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from models import log_sql
+from models.base import utcnow
+from takohost.domain import tenant_logs
+from takohost.runtime import protocol
+
+log = logging.getLogger(__name__)
+
+#: Lines written per statement at most, and the longest a line waits in the host (seconds).
+BATCH_LINES = 500
+FLUSH_SECONDS = 1.0
+#: Longest host-written line (a failure with its traceback), in characters.
+MAX_HOST_LINE_CHARS = 16_384
+#: Lines a context may send beyond the host's budget before it counts as a flood (a violation:
+#: an honest child stays within its own, identical, later-started budget).
+FLOOD_LINES = tenant_logs.BURST_LINES
+
+
+class LogFlood(Exception):
+    """The child sent far more log lines than its budget allows, or an empty ``log`` frame: it is
+    forging frames (the context treats this as a protocol violation)."""
+
+
+class LogCollector:
+    """Log lines of one context (``instance_pk`` with ``epoch``) or one delivery (``delivery_pk``).
+
+    ``connection()`` returns the psycopg autocommit connection to write on (the context's).
+    ``clock`` is monotonic seconds, ``wall`` the aware UTC now.
+    """
+
+    def __init__(
+        self,
+        *,
+        connection: Callable[[], psycopg.Connection],
+        instance_pk: int | None = None,
+        delivery_pk: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        if (instance_pk is None) == (delivery_pk is None):
+            raise ValueError("a log collector belongs to exactly one instance or delivery")
+        self.instance_pk = instance_pk
+        self.delivery_pk = delivery_pk
+        self.epoch: int | None = None
+        self.step: str | None = None
+        self.attempt: int | None = None
+        self._connection = connection
+        self._clock = clock
+        self._wall = wall
+        self._started = wall()
+        self._budget = tenant_logs.Budget(now=clock())
+        self._lines: list[tuple[dt.datetime, str | None, int | None, str, str]] = []
+        self._oldest = 0.0
+        self._host_dropped = 0
+        self._host_dropped_total = 0
+        self._next_seq: int | None = None
+        self.written = 0
+
+    # -- lines in ----------------------------------------------------------------------------
+    def accept(self, message: dict[str, Any]) -> None:
+        """Take one ``log`` frame already checked by ``protocol.check_child_message``.
+
+        Raises :class:`LogFlood` for an empty frame or a child far over its budget.
+        """
+        lines, dropped = message["lines"], message["dropped"]
+        if not lines and not dropped:
+            raise LogFlood("an empty log frame")
+        if dropped:
+            self.host_line(tenant_logs.dropped_text(dropped, by="sandbox"))
+        now = self._clock()
+        wall = self._wall()
+        floor = self._started - dt.timedelta(seconds=1)
+        for t_ms, stream, text in lines:
+            if not self._budget.take(len(text), now):
+                self._host_dropped += 1
+                self._host_dropped_total += 1
+                continue
+            try:
+                at = dt.datetime.fromtimestamp(t_ms / 1000, tz=dt.UTC)
+            except (OverflowError, ValueError, OSError):
+                at = wall
+            self._add(min(max(at, floor), wall), stream, tenant_logs.clip_line(text))
+        if self._host_dropped_total > FLOOD_LINES:
+            raise LogFlood(f"{self._host_dropped_total} log lines over the budget")
+
+    def host_line(self, text: str, *, step: object = ..., attempt: object = ...) -> None:
+        """Add a line of the ``host`` stream (tagged with the running step unless given)."""
+        text = protocol.safe_text(text, limit=MAX_HOST_LINE_CHARS).replace("\x00", "\ufffd")
+        self._add(
+            self._wall(),
+            tenant_logs.HOST_STREAM,
+            text,
+            step=self.step if step is ... else step,  # type: ignore[arg-type]
+            attempt=self.attempt if attempt is ... else attempt,  # type: ignore[arg-type]
+        )
+
+    def _add(
+        self, at: dt.datetime, stream: str, text: str, *, step: str | None = None, attempt: int | None = None
+    ) -> None:
+        if stream != tenant_logs.HOST_STREAM:
+            step, attempt = self.step, self.attempt
+        if not self._lines:
+            self._oldest = self._clock()
+        self._lines.append((at, step, attempt, stream, text))
+
+    # -- lines out ---------------------------------------------------------------------------
+    def wait_timeout(self, limit: float | None = None) -> float | None:
+        """How long the caller may wait for the child before :meth:`flush_due` has work (seconds;
+        ``None``: no lines wait), never more than ``limit``."""
+        if not self._lines:
+            return limit
+        due = max(0.0, self._oldest + FLUSH_SECONDS - self._clock())
+        return due if limit is None else min(due, limit)
+
+    def flush_due(self) -> None:
+        """Write the buffered lines if the oldest waited :data:`FLUSH_SECONDS` or they fill a batch."""
+        if self._lines and (
+            len(self._lines) >= BATCH_LINES or self._clock() - self._oldest >= FLUSH_SECONDS
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered line now (the host-dropped marker first). Never raises."""
+        if self._host_dropped:
+            count, self._host_dropped = self._host_dropped, 0
+            self.host_line(tenant_logs.dropped_text(count, by="host"))
+        if not self._lines:
+            return
+        lines, self._lines = self._lines, []
+        try:
+            conn = self._connection()
+            for start in range(0, len(lines), BATCH_LINES):
+                self._write(conn, lines[start : start + BATCH_LINES])
+        except (psycopg.Error, OSError):
+            log.warning(
+                "tenant log lines dropped: the write failed",
+                extra={"instance": self.instance_pk, "delivery": self.delivery_pk, "lines": len(lines)},
+                exc_info=True,
+            )
+
+    def _write(self, conn: psycopg.Connection, batch: list[tuple]) -> None:
+        if self.instance_pk is not None and self.epoch is None:
+            return  # no token: nothing of this context may be stored
+        if self._next_seq is None:
+            if self.instance_pk is not None:
+                row = conn.execute(log_sql.MAX_INSTANCE_SEQ, {"pk": self.instance_pk}).fetchone()
+            else:
+                row = conn.execute(log_sql.MAX_DELIVERY_SEQ, {"delivery": self.delivery_pk}).fetchone()
+            self._next_seq = (row[0] if row else 0) + 1
+        first = self._next_seq
+        self._next_seq += len(batch)
+        cap = tenant_logs.MAX_STORED_LINES
+        if len(batch) > cap:  # lines the cap removes at once are not written at all
+            first, batch = first + len(batch) - cap, batch[-cap:]
+        params: dict[str, Any] = {
+            "seqs": list(range(first, first + len(batch))),
+            "ats": [line[0] for line in batch],
+            "steps": [None if line[1] is None else line[1].encode("utf-8") for line in batch],
+            "attempts": [line[2] for line in batch],
+            "streams": [line[3] for line in batch],
+            "messages": [line[4] for line in batch],
+            "cut": self._next_seq - 1 - cap,
+        }
+        if self.instance_pk is not None:
+            params.update(pk=self.instance_pk, epoch=self.epoch)
+            row = conn.execute(log_sql.INSERT_INSTANCE_LINES, params).fetchone()
+        else:
+            params.update(delivery=self.delivery_pk)
+            row = conn.execute(log_sql.INSERT_DELIVERY_LINES, params).fetchone()
+        self.written += row[0] if row else 0
