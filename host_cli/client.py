@@ -355,7 +355,28 @@ class Client:
         """Every history event, oldest first, following ``nextPageToken``."""
         return _pages(lambda token: self.get_history(workflow_uid, instance_id, page_token=token), "events")
 
+    def get_logs(self, workflow_uid: str, instance_id: str, *, page_token: str | None = None) -> dict[str, Any]:
+        """``GET …/instances/{id}/logs[?pageToken=]`` → ``{"logs": [{"time", "epoch", "step",
+        "attempt", "stream", "message"}], "nextPageToken", "removedLines"}`` (the token is a cursor
+        after the last line, always present; README "Logs")."""
+        return self._request(
+            "GET",
+            self._instances_path(workflow_uid, encode_segment(instance_id), "logs"),
+            query={"pageToken": page_token},
+        )
+
     # --- cron runs (CONTRACT §7) ------------------------------------------------------------
+
+    def get_run_logs(
+        self, trigger_uid: str, scheduled_time: str, *, page_token: str | None = None
+    ) -> dict[str, Any]:
+        """``GET …/resources/{uid}/runs/{scheduledTime}/logs[?pageToken=]`` → ``{"logs": [{"time",
+        "delivery", "stream", "message"}], "nextPageToken", "removedLines"}``."""
+        return self._request(
+            "GET",
+            self._space_path("resources", encode_segment(trigger_uid), "runs", encode_segment(scheduled_time), "logs"),
+            query={"pageToken": page_token},
+        )
 
     def list_runs(self, trigger_uid: str, *, page_token: str | None = None) -> dict[str, Any]:
         """``GET …/resources/{uid}/runs[?pageToken=]`` → ``{"runs": [...], "nextPageToken"?}`` (newest first)."""

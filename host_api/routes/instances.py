@@ -17,6 +17,7 @@ and test client, or ``REQUEST_URI``), splits it on ``/`` and percent-decodes the
 | POST / GET | ``/{id}/events`` | send_event (``202 {}``, optional Idempotency-Key) / inbox |
 | POST | ``/{id}/terminate`` | terminate → ``{"status"}`` |
 | GET | ``/{id}/history`` | history (``pageToken``, ``limit``) |
+| GET | ``/{id}/logs`` | tenant log lines (``pageToken``, ``limit``; ``workers.services.tenant_logs``) |
 | GET | ``/{id}/progress`` | where is it: what it runs or waits for (``instance_progress``) |
 """
 
@@ -38,6 +39,7 @@ from workers.services import (
     instance_progress,
     instance_stop,
     instances,
+    tenant_logs,
 )
 
 bp = flask.Blueprint("instances", __name__)
@@ -45,7 +47,7 @@ bp = flask.Blueprint("instances", __name__)
 _PREFIX = re.compile(
     r"^/v2/spaces/(?P<space>[^/?#]*)/resources/(?P<uid>[^/?#]*)/instances(?P<rest>/[^?#]*)?$"
 )
-_ACTIONS = {"events", "terminate", "history", "progress"}
+_ACTIONS = {"events", "terminate", "history", "progress", "logs"}
 _CREATE_KEYS = {"id", "params"}
 _EVENT_KEYS = {"type", "payload"}
 
@@ -139,6 +141,16 @@ def route_instances() -> flask.Response | None:
         return _json(instance_stop.terminate(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("GET", "progress"):
         return _json(instance_progress.progress(space=space, workflow_uid=uid, instance_id=instance_id))
+    if key == ("GET", "logs"):
+        return _json(
+            tenant_logs.instance_logs(
+                space=space,
+                workflow_uid=uid,
+                instance_id=instance_id,
+                page_token=flask.request.args.get("pageToken"),
+                limit=_limit(),
+            )
+        )
     if key == ("GET", "history"):
         return _json(
             instance_history.history(

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import flask
 
-from host_api import db
+from host_api import db, query
 from host_api.errors import ApiError
-from workers.services import cron_runs
+from workers.services import cron_runs, tenant_logs
 
 bp = flask.Blueprint("runs", __name__)
 
@@ -29,3 +29,28 @@ def list_runs(space: str, uid: str) -> flask.Response:
             session, space=space, trigger_uid=uid, page_token=flask.request.args.get("pageToken")
         )
     return flask.jsonify(body)
+
+
+@bp.get("/v2/spaces/<space>/resources/<uid>/runs/<scheduled_time>/logs")
+def run_logs(space: str, uid: str, scheduled_time: str) -> flask.Response:
+    """``200 {"logs": [{"time", "delivery", "stream", "message"}], "nextPageToken", "removedLines"}``:
+    the tenant log lines of every delivery of the run at ``scheduled_time`` (as the runs ledger
+    writes it, RFC 3339 UTC, or epoch milliseconds), oldest first (``workers.services.tenant_logs``).
+
+    ``404 not_found`` for a resource that is not a live WorkerCronTrigger of this Space or a time
+    with no recorded match; ``400 invalid_request`` for a malformed time, ``pageToken`` or ``limit``.
+    """
+    if getattr(flask.g, "space", None) != space:
+        raise ApiError("not_found", "no such resource or route")
+    unknown = set(flask.request.args) - {"pageToken", "limit"}
+    if unknown:
+        raise ApiError("invalid_request", f"unknown query parameter(s): {', '.join(sorted(unknown))}")
+    return flask.jsonify(
+        tenant_logs.run_logs(
+            space=space,
+            trigger_uid=uid,
+            scheduled_time=scheduled_time,
+            page_token=flask.request.args.get("pageToken"),
+            limit=query.count_param("limit"),
+        )
+    )

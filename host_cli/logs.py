@@ -1,0 +1,199 @@
+"""Tenant logs and failure tracebacks on the command line (issue 13 items 1, 2).
+
+Commands: ``takohost instances logs WORKFLOW ID [--follow]`` (registered on the ``instances``
+group by ``host_cli.client_commands``) and ``takohost run-logs TRIGGER SCHEDULED_TIME
+[--follow]``. Each line prints as ``TIME  STEP#ATTEMPT  STREAM  MESSAGE`` (``-`` outside a
+step); the lines are the tenant's, so control characters are shown escaped (``\\x1b``) and rich
+markup is never interpreted: a log line cannot repaint the terminal. ``--json`` prints the lines
+as one JSON document (without ``--follow``).
+
+:func:`print_failure` and :func:`print_tracebacks` show the tenant's traceback of an errored
+instance (``instances status``) and of failed attempts (``instances history``) from the history's
+``traceback`` attributes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from host_cli import client as http
+from host_cli import common
+from takohost.runtime import tracebacks
+
+__all__ = ["failure_frames", "instances_logs", "print_failure", "print_tracebacks", "render_line", "run_logs"]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_STREAM_STYLE = {"stderr": "yellow", "host": "cyan"}
+
+
+def _visible(text: str) -> str:
+    """``text`` with control characters (but tab and newline) written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def render_line(line: dict[str, Any]) -> str:
+    """One log line as rich markup-safe text (``TIME  STEP#ATTEMPT  STREAM  MESSAGE``)."""
+    where = "-"
+    if line.get("step") is not None:
+        where = f"{line['step']}#{line.get('attempt') or '-'}"
+    elif line.get("delivery") is not None:
+        where = f"delivery {line['delivery']}"
+    stream = str(line.get("stream", ""))
+    style = _STREAM_STYLE.get(stream)
+    head = f"{line.get('time', '')}  {escape(_visible(where))}  "
+    label = f"[{style}]{stream:<6}[/{style}]" if style else f"{stream:<6}"
+    return head + label + "  " + escape(_visible(str(line.get("message", ""))))
+
+
+def _follow(
+    fetch: Callable[[str | None], dict[str, Any]],
+    *,
+    follow: bool,
+    interval: float,
+    as_json: bool,
+    done: Callable[[], bool] | None = None,
+) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    token: str | None = None
+    collected: list[dict[str, Any]] = []
+    first = True
+    while True:
+        page = fetch(token)
+        lines = page.get("logs") or []
+        if first and page.get("removedLines"):
+            note = f"… {page['removedLines']} older line(s) were removed (the per-instance cap)"
+            if not as_json:
+                console.print(f"[dim]{escape(note)}[/dim]")
+        first = False
+        if as_json:
+            collected.extend(lines)
+        else:
+            for line in lines:
+                console.print(render_line(line))
+        token = page.get("nextPageToken") or token
+        if lines:
+            continue  # more may be there: read on until a page comes back empty
+        if not follow:
+            break
+        if done is not None and done():
+            # One last read: lines written just before the end.
+            page = fetch(token)
+            for line in page.get("logs") or []:
+                console.print(render_line(line))
+            break
+        time.sleep(interval)
+    if as_json:
+        common.emit_json({"logs": collected})
+
+
+_FOLLOW = click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (instances: until terminal).")
+_INTERVAL = click.option(
+    "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between polls."
+)
+
+
+@click.command("logs")
+@click.argument("workflow")
+@click.argument("instance_id", metavar="ID")
+@_FOLLOW
+@_INTERVAL
+@common.json_option
+@common.client_command
+def instances_logs(
+    api: http.Client, *, workflow: str, instance_id: str, follow: bool, interval: float, as_json: bool
+) -> None:
+    """Print the log lines of instance ID of WORKFLOW (print, stderr, logging), oldest first."""
+    if follow and as_json:
+        raise click.UsageError("--follow and --json do not go together")
+    workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
+
+    def done() -> bool:
+        return api.get_instance(workflow_uid, instance_id).get("status") in http.TERMINAL_STATUSES
+
+    _follow(
+        lambda token: api.get_logs(workflow_uid, instance_id, page_token=token),
+        follow=follow,
+        interval=interval,
+        as_json=as_json,
+        done=done,
+    )
+
+
+@click.command("run-logs")
+@click.argument("trigger")
+@click.argument("scheduled_time", metavar="SCHEDULED_TIME")
+@_FOLLOW
+@_INTERVAL
+@common.json_option
+@common.client_command
+def run_logs(
+    api: http.Client, *, trigger: str, scheduled_time: str, follow: bool, interval: float, as_json: bool
+) -> None:
+    """Print the log lines of the run of cron TRIGGER at SCHEDULED_TIME (as `takohost runs` shows it)."""
+    if follow and as_json:
+        raise click.UsageError("--follow and --json do not go together")
+    trigger_uid = common.resolve(api, trigger, form="WorkerCronTrigger")
+    _follow(
+        lambda token: api.get_run_logs(trigger_uid, scheduled_time, page_token=token),
+        follow=follow,
+        interval=interval,
+        as_json=as_json,
+    )
+
+
+# --- tracebacks from the history ----------------------------------------------------------
+
+
+def failure_frames(events: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]] | None:
+    """``(headline, frames)`` of why an errored instance failed, from its history (oldest first):
+    the ``InstanceErrored`` traceback of a ``run_threw``, else the last failed attempt's."""
+    for event in reversed(events):
+        attributes = event.get("attributes") or {}
+        if event.get("eventType") == "InstanceErrored" and attributes.get("traceback"):
+            return str(attributes.get("message", "")), attributes["traceback"]
+        if event.get("eventType") == "StepAttemptFailed":
+            error = attributes.get("error") or {}
+            if error.get("traceback"):
+                headline = (
+                    f"step {attributes.get('name')!r} attempt {attributes.get('attempt')}: "
+                    f"{error.get('type')}: {error.get('message')}"
+                )
+                return headline, error["traceback"]
+    return None
+
+
+def _print_frames(console: Console, headline: str, frames: list[dict[str, Any]]) -> None:
+    console.print(f"[red]{escape(_visible(headline))}[/red]")
+    console.print("Traceback (the Version's frames, innermost last):")
+    console.print(escape(_visible(tracebacks.format_frames(frames))))
+
+
+def print_failure(answer: dict[str, Any], events: list[dict[str, Any]], *, console: Console | None = None) -> None:
+    """Under an errored instance's status: the traceback of its failure, when the history has one."""
+    if answer.get("status") != "errored":
+        return
+    found = failure_frames(events)
+    if found is not None:
+        _print_frames(console or Console(highlight=False), *found)
+
+
+def print_tracebacks(events: list[dict[str, Any]], *, console: Console | None = None) -> None:
+    """After a history table: each failed attempt's and run's traceback, by event id."""
+    console = console or Console(highlight=False)
+    for event in events:
+        attributes = event.get("attributes") or {}
+        frames = attributes.get("traceback") or (attributes.get("error") or {}).get("traceback")
+        if not frames:
+            continue
+        error = attributes.get("error") or {}
+        headline = f"#{event.get('eventId')} {event.get('eventType')}: " + (
+            f"{error.get('type')}: {error.get('message')}" if error else str(attributes.get("message", ""))
+        )
+        _print_frames(console, headline, frames)

@@ -1,0 +1,200 @@
+"""Reading tenant logs (issue 13 item 1): an instance's lines and a cron run's lines, paged.
+
+``GET …/resources/{uid}/instances/{id}/logs`` and ``GET …/resources/{uid}/runs/{scheduledTime}/logs``
+answer ``{"logs": [...], "nextPageToken", "removedLines"}``, oldest line first. An instance line is
+``{"time", "epoch", "step", "attempt", "stream", "message"}`` (``time`` RFC 3339 UTC with
+milliseconds; ``epoch`` the context's fencing token; ``step``/``attempt`` the step attempt the host
+was running when the line was written, ``null`` outside effects; ``stream`` ``stdout``/``stderr``
+for the tenant's output and ``host`` for lines of the host: dropped-line markers, failures with
+their traceback, replay diagnostics). A run line is ``{"time", "delivery", "stream", "message"}``
+(``delivery``: 1 for the match's first delivery, 2 for a redelivery …).
+
+Unlike the history, the logs always answer ``nextPageToken``: a cursor after the last line
+returned, so a follower (``takohost instances logs --follow``) polls with it; a page shorter than
+the limit means there is nothing more yet. ``removedLines`` counts the oldest lines that gave way
+to the per-instance (per-delivery) cap ``tenant_logs.MAX_STORED_LINES``.
+
+Domain failures are ``DomainError`` (``unknown_instance``, ``not_found``, ``invalid_request``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from models import cron as cron_models
+from models import db as models_db
+from models import log_sql
+from models import resources as res_models
+from models.errors import DomainError
+from workers.services import cron_runs, instance_common, instance_pages
+
+#: Lines per page: default and largest ``limit``.
+DEFAULT_PAGE = 500
+MAX_PAGE = 1000
+_MAX_SEQ = 2**63 - 1
+
+
+def _time(value: dt.datetime) -> str:
+    return cron_runs.rfc3339_ms(value)
+
+
+def _page_size(limit: int | None) -> int:
+    if limit is None:
+        return DEFAULT_PAGE
+    if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
+        raise DomainError("invalid_request", f"limit must be an integer 1..{MAX_PAGE}")
+    return limit
+
+
+def _name(value: bytes | memoryview | None) -> str | None:
+    return None if value is None else bytes(value).decode("utf-8")
+
+
+def instance_logs(
+    *,
+    space: str,
+    workflow_uid: str,
+    instance_id: str,
+    page_token: str | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """One page of an instance's log lines after ``page_token`` (see module doc).
+
+    Raises ``DomainError``: ``not_found`` (no such DurableWorkflow in ``space``),
+    ``unknown_instance``, ``invalid_request`` (a token this API did not issue, a bad ``limit``).
+    """
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    after = instance_pages.decode_token(page_token, maximum=_MAX_SEQ) or 0
+    size = _page_size(limit)
+    with models_db.session_scope() as session:
+        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
+        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        rows = (
+            session.connection()
+            .exec_driver_sql(log_sql.SELECT_INSTANCE_PAGE, {"pk": instance.pk, "after": after, "limit": size})
+            .all()
+        )
+        first = rows[0].first if rows else _first_instance_seq(session, instance.pk)
+    logs = [
+        {
+            "time": _time(row.logged_at),
+            "epoch": row.epoch,
+            "step": _name(row.step),
+            "attempt": row.attempt,
+            "stream": row.stream,
+            "message": row.message,
+        }
+        for row in rows
+    ]
+    last = rows[-1].seq if rows else after
+    return {
+        "logs": logs,
+        "nextPageToken": instance_pages.encode_token(last),
+        "removedLines": max(0, (first or 1) - 1),
+    }
+
+
+def _first_instance_seq(session: sa.orm.Session, instance_pk: int) -> int | None:
+    return session.connection().exec_driver_sql(
+        "SELECT MIN(seq) FROM tenant_logs WHERE instance_pk = %(pk)s", {"pk": instance_pk}
+    ).scalar()
+
+
+def parse_scheduled_time(text: str) -> dt.datetime:
+    """A run's ``scheduledTime`` as the runs ledger writes it (RFC 3339 UTC, e.g.
+    ``2026-03-04T10:05:00Z``) or as UTC epoch milliseconds (``1772618700000``).
+    Raises ``DomainError`` ``invalid_request`` for anything else."""
+    try:
+        if text.isascii() and text.isdigit():
+            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=int(text))
+        if not text.endswith("Z"):
+            raise ValueError
+        value = dt.datetime.fromisoformat(text[:-1] + "+00:00")
+        if value.tzinfo is None:
+            raise ValueError
+        return value.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        raise DomainError(
+            "invalid_request", "the run is named by its scheduledTime (RFC 3339 UTC, …Z) or epoch milliseconds"
+        ) from None
+
+
+def _encode_run_token(delivery: int, seq: int) -> str:
+    raw = json.dumps({"d": delivery, "after": seq}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_run_token(token: str | None) -> tuple[int, int]:
+    if token is None:
+        return 0, 0
+    try:
+        if not token.isascii():
+            raise ValueError
+        value = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        delivery, seq = value["d"], value["after"]
+        if type(delivery) is not int or type(seq) is not int or not 0 <= delivery < 2**31 or not 0 <= seq <= _MAX_SEQ:
+            raise ValueError
+        if _encode_run_token(delivery, seq) != token:
+            raise ValueError
+        return delivery, seq
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise DomainError("invalid_request", "pageToken is not a token this API issued") from None
+
+
+def run_logs(
+    *,
+    space: str,
+    trigger_uid: str,
+    scheduled_time: str,
+    page_token: str | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """One page of the log lines of every delivery of one recorded cron match (see module doc).
+
+    Raises ``DomainError``: ``not_found`` (not a live WorkerCronTrigger of ``space``, or no
+    recorded match at that ``scheduledTime``), ``invalid_request``.
+    """
+    at = parse_scheduled_time(scheduled_time)
+    delivery, after = _decode_run_token(page_token)
+    size = _page_size(limit)
+    with models_db.session_scope() as session:
+        trigger = session.get(res_models.Resource, trigger_uid)
+        if (
+            trigger is None
+            or trigger.space != space
+            or trigger.form != "WorkerCronTrigger"
+            or trigger.deleted_at is not None
+        ):
+            raise DomainError("not_found", "no such WorkerCronTrigger in this Space")
+        match_pk = session.scalar(
+            sa.select(cron_models.CronMatch.pk).where(
+                cron_models.CronMatch.trigger_uid == trigger_uid, cron_models.CronMatch.scheduled_time == at
+            )
+        )
+        if match_pk is None:
+            raise DomainError("not_found", "no recorded run of this trigger at that scheduledTime")
+        rows = (
+            session.connection()
+            .exec_driver_sql(
+                log_sql.SELECT_MATCH_PAGE, {"match": match_pk, "d": delivery, "after": after, "limit": size}
+            )
+            .all()
+        )
+    logs = [
+        {"time": _time(row.logged_at), "delivery": row.n, "stream": row.stream, "message": row.message}
+        for row in rows
+    ]
+    removed = 0
+    seen: set[int] = set()
+    for row in rows:
+        if row.delivery_pk not in seen:
+            seen.add(row.delivery_pk)
+            removed += max(0, row.first - 1)
+    token = _encode_run_token(rows[-1].n, rows[-1].seq) if rows else _encode_run_token(delivery, after)
+    return {"logs": logs, "nextPageToken": token, "removedLines": removed}
