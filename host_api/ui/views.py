@@ -80,8 +80,12 @@ def _when(value: dt.datetime | str | None) -> str:
 
 @bp.app_template_filter("pretty")
 def _pretty(value: object) -> str:
-    """A document as indented JSON."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    """A document as indented JSON (one line, through the app's JSON provider, when it nests too
+    deep for the standard encoder: documents have no depth limit, CONTRACT §8)."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except RecursionError:
+        return flask.current_app.json.dumps(value)
 
 
 @bp.app_template_filter("duration")
