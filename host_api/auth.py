@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import flask
 import sqlalchemy as sa
 
@@ -16,6 +18,31 @@ PUBLIC_ENDPOINTS = {"meta.healthz", "meta.openapi", "static"}
 SELF_AUTHENTICATING_BLUEPRINTS = {"ui"}
 
 
+#: Seconds a known token's Space is remembered by an API process (issue 12 item 3: no database
+#: transaction per request). A token deleted from the database is refused by every API process at
+#: most this long after (README "Security model"); an unknown token is never remembered.
+TOKEN_CACHE_SECONDS = 5.0
+#: Remembered tokens per process (the memo is cleared when full).
+TOKEN_CACHE_SIZE = 10_000
+_known: dict[tuple[str, str], tuple[str, float]] = {}
+
+
+def _space_of(token_hash: str) -> str | None:
+    """The Space of the token with ``token_hash`` on this app's database, or ``None``."""
+    url = flask.current_app.config["TAKOHOST_DATABASE_URL"]
+    now = time.monotonic()
+    known = _known.get((url, token_hash))
+    if known is not None and known[1] > now:
+        return known[0]
+    with db.session() as session:
+        space = session.scalar(sa.select(res_models.Token.space).where(res_models.Token.token_hash == token_hash))
+    if space is not None:
+        if len(_known) >= TOKEN_CACHE_SIZE:
+            _known.clear()
+        _known[(url, token_hash)] = (space, now + TOKEN_CACHE_SECONDS)
+    return space
+
+
 def authenticate() -> None:
     """``before_request`` hook: resolve the token to its Space into ``flask.g.space``.
 
@@ -28,9 +55,7 @@ def authenticate() -> None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError("unauthenticated", "missing or malformed Authorization: Bearer <token> header")
-    token_hash = tokens.hash_token(token.strip())
-    with db.session() as session:
-        space = session.scalar(sa.select(res_models.Token.space).where(res_models.Token.token_hash == token_hash))
+    space = _space_of(tokens.hash_token(token.strip()))
     if space is None:
         raise ApiError("unauthenticated", "unknown token")
     url_space = (flask.request.view_args or {}).get("space")

@@ -8,12 +8,37 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import orm
 
 _engines: dict[tuple[int, str], sa.Engine] = {}
+_makers: dict[tuple[int, str], orm.sessionmaker[orm.Session]] = {}
+
+#: A pooled connection idle longer than this (seconds) is pinged when checked out, and replaced if
+#: dead (Postgres restarted, an idle timeout dropped it). A connection reused sooner is not: a ping
+#: on every checkout cost a round trip per request and per session (issue 12 item 3). One that died
+#: within this window fails its statement once, and SQLAlchemy then invalidates the whole pool.
+PING_AFTER_IDLE_SECONDS = 10.0
+
+
+def _ping_if_idle(engine: sa.Engine) -> None:
+    @sa.event.listens_for(engine, "checkin")
+    def _checkin(dbapi_connection: object, record: object) -> None:
+        record.info["idle_since"] = time.monotonic()  # type: ignore[attr-defined]
+
+    @sa.event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: object, record: object, proxy: object) -> None:
+        since = record.info.get("idle_since")  # type: ignore[attr-defined]
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+            dbapi_connection.rollback()  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - any failure: the pool retries with a new connection
+            raise sa.exc.DisconnectionError() from exc
 
 
 def get_engine(url: str) -> sa.Engine:
@@ -21,7 +46,8 @@ def get_engine(url: str) -> sa.Engine:
     key = (os.getpid(), url)
     engine = _engines.get(key)
     if engine is None:
-        engine = _engines[key] = sa.create_engine(url, pool_size=5, max_overflow=10, pool_pre_ping=True)
+        engine = _engines[key] = sa.create_engine(url, pool_size=5, max_overflow=10)
+        _ping_if_idle(engine)
     return engine
 
 
@@ -33,8 +59,13 @@ def database_url() -> str:
 
 
 def sessionmaker(url: str | None = None) -> orm.sessionmaker[orm.Session]:
-    """A session factory bound to the engine for ``url`` (default: configured URL)."""
-    return orm.sessionmaker(bind=get_engine(url or database_url()), expire_on_commit=False)
+    """This process's session factory bound to the engine for ``url`` (default: configured URL);
+    one per process and URL, like the engine."""
+    key = (os.getpid(), url or database_url())
+    maker = _makers.get(key)
+    if maker is None:
+        maker = _makers[key] = orm.sessionmaker(bind=get_engine(key[1]), expire_on_commit=False)
+    return maker
 
 
 @contextlib.contextmanager
@@ -53,6 +84,7 @@ def session_scope(url: str | None = None) -> Iterator[orm.Session]:
 
 def dispose_all() -> None:
     """Dispose every engine of this process (after fork, or at shutdown)."""
+    _makers.clear()
     for key, engine in list(_engines.items()):
         engine.dispose(close=key[0] == os.getpid())
         del _engines[key]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from celery import Celery
 
 from takohost import config
-from workers import message_guard
+from workers import broker, message_guard
 
 #: Modules that define tasks; imported by worker processes only.
 TASK_MODULES = ["workers.tasks"]
@@ -45,6 +45,8 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
+        # One publishing Redis client per channel instead of one per message (workers/broker.py).
+        broker_transport=broker.transport_for(settings.broker_url),
         broker_transport_options={
             "global_keyprefix": f"{settings.namespace}:",
             # Redelivery of unacknowledged messages is a backstop only: beat sweeps

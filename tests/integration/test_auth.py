@@ -55,3 +55,28 @@ def test_unknown_route_is_json_404(client, space_token):
     response = client.get(f"/v2/spaces/{space}/nope", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 404
     assert response.is_json
+
+
+def test_a_deleted_token_is_refused_once_its_cached_space_expires(client, space_token, db_url, monkeypatch):
+    """The API remembers a known token's Space for ``TOKEN_CACHE_SECONDS`` (no transaction per
+    request, issue 12 item 3); a token deleted from the database is refused after at most that."""
+    import sqlalchemy as sa
+
+    from host_api import auth
+    from models import db as models_db
+    from models import resources
+    from workers.services import tokens
+
+    monkeypatch.setattr(auth, "TOKEN_CACHE_SECONDS", 0.3)
+    space, token = space_token
+    headers = {"Authorization": f"Bearer {token}"}
+    assert client.get(f"/v2/spaces/{space}/resources", headers=headers).status_code == 200
+    with models_db.session_scope(db_url) as session:
+        session.execute(sa.delete(resources.Token).where(resources.Token.token_hash == tokens.hash_token(token)))
+    assert client.get(f"/v2/spaces/{space}/resources", headers=headers).status_code == 200  # remembered
+    import time
+
+    time.sleep(0.35)
+    response = client.get(f"/v2/spaces/{space}/resources", headers=headers)
+    assert response.status_code == 401
+    assert response.get_json()["error"]["code"] == "unauthenticated"

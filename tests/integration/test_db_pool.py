@@ -1,0 +1,42 @@
+"""The SQLAlchemy pool of ``models.db`` (issue 12 item 3): one session factory per process and URL,
+no ping on every checkout, and a connection that died while idle is replaced, not reported."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from models import db as models_db
+
+
+def test_one_sessionmaker_per_url(db_url):
+    assert models_db.sessionmaker(db_url) is models_db.sessionmaker(db_url)
+
+
+def _backend_pid(url: str) -> int:
+    with models_db.session_scope(url) as session:
+        return session.scalar(sa.text("SELECT pg_backend_pid()"))
+
+
+def test_a_connection_reused_at_once_is_not_pinged(db_url):
+    engine = models_db.get_engine(db_url)
+    _backend_pid(db_url)
+    pings = []
+    original = engine.dialect.do_ping
+    engine.dialect.do_ping = lambda conn: pings.append(conn) or original(conn)
+    try:
+        _backend_pid(db_url)
+        _backend_pid(db_url)
+    finally:
+        del engine.dialect.do_ping
+    assert pings == []
+
+
+def test_a_connection_killed_while_idle_is_replaced(db_url, monkeypatch):
+    from tests.conftest import _admin
+
+    monkeypatch.setattr(models_db, "PING_AFTER_IDLE_SECONDS", 0.0)
+    models_db.get_engine(db_url).dispose()
+    first = _backend_pid(db_url)
+    with _admin().connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": first})
+    assert _backend_pid(db_url) != first  # a fresh connection, no error
