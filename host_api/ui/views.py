@@ -44,7 +44,7 @@ from workers.services import (
     cron_runs,
     instance_common,
     instance_events,
-    instance_history,
+    instance_progress,
     instance_stop,
 )
 
@@ -54,8 +54,6 @@ bp = flask.Blueprint(
     "ui", __name__, url_prefix="/ui", template_folder="templates", static_folder="static"
 )
 
-#: History events the instance page reads at most (pages of the history service).
-HISTORY_CAP = 5000
 #: How often a live instance page asks whether something changed (milliseconds).
 POLL_MS = 1000
 #: Notices after a successful action (Post/Redirect/Get), by the ``done`` query value.
@@ -218,20 +216,6 @@ def instances_page(uid: str) -> flask.Response:
     )
 
 
-def _history(space: str, uid: str, instance_id: str) -> tuple[list[dict], bool]:
-    events: list[dict] = []
-    token = None
-    while len(events) < HISTORY_CAP:
-        page = instance_history.history(
-            space=space, workflow_uid=uid, instance_id=instance_id, page_token=token, limit=1000
-        )
-        events.extend(page["events"])
-        token = page.get("nextPageToken")
-        if token is None:
-            return events, False
-    return events[:HISTORY_CAP], True
-
-
 def _traceback(events: list[dict]) -> tuple[str, str] | None:
     """``(title, text)`` of the newest traceback in the history: the ``run_threw`` of an errored
     instance, else the last failed attempt's; None when the history has none."""
@@ -252,9 +236,11 @@ def _traceback(events: list[dict]) -> tuple[str, str] | None:
 def _where(user: console_session.SignedIn, uid: str, instance_id: str, *, terminal: bool) -> str | None:
     if terminal:
         return None
-    path = console_logs.instance_path(user.space, uid, instance_id, "progress")
-    status, body = console_logs.api_get(path, token=user.token)
-    return console_where.where_text(body) if status == 200 else None
+    try:
+        body = instance_progress.progress(space=user.space, workflow_uid=uid, instance_id=instance_id)
+    except DomainError:  # gone since the page's other reads
+        return None
+    return console_where.where_text(dict(body))
 
 
 def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str) -> dict:
@@ -264,7 +250,7 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
             session, space=user.space, workflow_uid=uid, instance_id=instance_id
         )
         name = workflow.name
-    events, history_cut = _history(user.space, uid, instance_id)
+    events, history_cut = detail["history"], detail["historyCut"]
     inbox = instance_events.inbox(space=user.space, workflow_uid=uid, instance_id=instance_id)["events"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
     chart = console_timeline.build(events, now=utcnow(), terminal=terminal)

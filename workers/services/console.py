@@ -28,12 +28,14 @@ from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
 from takohost.domain import cron
-from workers.services import forms, instance_common, operations
+from workers.services import forms, instance_common, instance_history, operations
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50
 #: Longest instance id prefix accepted by the filter (ids are at most 256 scalar values).
 MAX_PREFIX = 256
+#: History events an instance page reads at most.
+HISTORY_CAP = 5000
 
 
 class WorkflowRow(TypedDict):
@@ -191,12 +193,15 @@ def instance_page_txn(
     return page, token
 
 
-def instance_detail_txn(session: orm.Session, *, space: str, workflow_uid: str, instance_id: str) -> dict:
+def instance_detail_txn(
+    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, history_cap: int = HISTORY_CAP
+) -> dict:
     """An instance as the console shows it: ``{"id", "status", "params"?, "output"?, "error"?,
     "createdAt", "updatedAt", "terminalAt"?, "lifetimeEndsAt", "versionUid"?, "inboxCount",
-    "stepCount", "nextEventId", "steps": [...]}`` (times are aware datetimes; ``steps`` are the
-    step rows by first use: ``{"name", "kind", "state", "attempts", "config"?, "wakeAt"?,
-    "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``).
+    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut"}`` (times are aware
+    datetimes; ``steps`` are the step rows by first use: ``{"name", "kind", "state", "attempts",
+    "config"?, "wakeAt"?, "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``; ``history`` the
+    first ``history_cap`` history events as the API serves them, ``historyCut`` when more exist).
 
     Raises DomainError ``not_found`` / ``unknown_instance`` / ``invalid_request``.
     """
@@ -237,6 +242,9 @@ def instance_detail_txn(session: orm.Session, *, space: str, workflow_uid: str, 
         }
         for s in steps
     ]
+    body["history"], body["historyCut"] = instance_history.events_txn(
+        session, instance_pk=row.pk, after=0, size=history_cap
+    )
     return body
 
 

@@ -49,6 +49,42 @@ def append_history_txn(
         instance.last_event_at = stamp
 
 
+def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int) -> tuple[list[dict], bool]:
+    """Up to ``size`` history events of instance ``instance_pk`` with ``eventId > after``, oldest
+    first, as the API serves them (``StepCompleted`` of a ``do``/``wait`` step carries the recorded
+    ``result`` from the step row), and whether more follow. Runs in the caller's transaction."""
+    rows = session.scalars(
+        sa.select(inst_models.HistoryEvent)
+        .where(inst_models.HistoryEvent.instance_pk == instance_pk, inst_models.HistoryEvent.event_id > after)
+        .order_by(inst_models.HistoryEvent.event_id)
+        .limit(size + 1)
+    ).all()
+    names = {row.attributes.get("name") for row in rows[:size] if row.event_type == "StepCompleted"}
+    results = {}
+    if names:
+        results = dict(
+            session.execute(
+                sa.select(inst_models.Step.name, inst_models.Step.result).where(
+                    inst_models.Step.instance_pk == instance_pk, inst_models.Step.name.in_(names)
+                )
+            ).all()
+        )
+    events = []
+    for row in rows[:size]:
+        attributes = dict(row.attributes)
+        if row.event_type == "StepCompleted" and results.get(attributes.get("name")) is not None:
+            attributes["result"] = results[attributes["name"]]
+        events.append(
+            {
+                "eventId": row.event_id,
+                "eventTimestamp": instance_common.rfc3339(row.event_timestamp),
+                "eventType": row.event_type,
+                "attributes": attributes,
+            }
+        )
+    return events, len(rows) > size
+
+
 def history(
     *,
     space: str,
@@ -66,38 +102,8 @@ def history(
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-        rows = session.scalars(
-            sa.select(inst_models.HistoryEvent)
-            .where(
-                inst_models.HistoryEvent.instance_pk == instance.pk, inst_models.HistoryEvent.event_id > after
-            )
-            .order_by(inst_models.HistoryEvent.event_id)
-            .limit(size + 1)
-        ).all()
-        names = {row.attributes.get("name") for row in rows[:size] if row.event_type == "StepCompleted"}
-        results = {}
-        if names:
-            results = dict(
-                session.execute(
-                    sa.select(inst_models.Step.name, inst_models.Step.result).where(
-                        inst_models.Step.instance_pk == instance.pk, inst_models.Step.name.in_(names)
-                    )
-                ).all()
-            )
-    events = []
-    for row in rows[:size]:
-        attributes = dict(row.attributes)
-        if row.event_type == "StepCompleted" and results.get(attributes.get("name")) is not None:
-            attributes["result"] = results[attributes["name"]]
-        events.append(
-            {
-                "eventId": row.event_id,
-                "eventTimestamp": instance_common.rfc3339(row.event_timestamp),
-                "eventType": row.event_type,
-                "attributes": attributes,
-            }
-        )
+        events, more = events_txn(session, instance_pk=instance.pk, after=after, size=size)
     body: dict[str, Any] = {"events": events}
-    if len(rows) > size:
-        body["nextPageToken"] = instance_pages.encode_token(rows[size - 1].event_id)
+    if more:
+        body["nextPageToken"] = instance_pages.encode_token(events[-1]["eventId"])
     return body
