@@ -1,19 +1,20 @@
-"""Benchmark the durable-workflow engine on the local stack (issue 3 item 13; ANCHORS.md).
+"""Benchmark the durable-workflow engine on the local stack (issue 3 item 13, issue 12 item 3).
 
 Prints one JSON object: instances/s and steps/s of N instances of a 10-step workflow (trivial
-effects) started at once, create → first-effect latency (p50/p99; unloaded, one instance at a time,
-and under the burst), and send_event → wait-resumed latency (p50/p99).
+effects) started at once, CPU per instance counted per process (``bench.proc_cpu``), create →
+first-effect latency (p50/p99; unloaded, one instance at a time, and under the burst), 1-step
+create → complete, and send_event → wait-resumed latency (p50/p99), all over HTTP.
 
-    python -m bench.engine_bench                      # scratch database, own namespace and worker
-    python -m bench.engine_bench --instances 500 --workers 2 --pool solo --concurrency 1
-    python -m bench.engine_bench --workers 1 --pool prefork --concurrency 2
+    python -m bench.engine_bench                       # takohost worker --concurrency 2 (default pool)
+    python -m bench.engine_bench --pool prefork        # takohost worker --pool prefork --concurrency 2
+    python -m bench.engine_bench --workers 2 --concurrency 1 --instances 500
 
 It creates a scratch database on the local Postgres (``TAKOHOST_TEST_PG``, default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), migrates it, deploys the workflows by
-inserting their resources directly, starts ``takohost worker`` processes against it under a
-private Redis namespace, and creates instances in-process through ``workers.services.instances``
-(the code path the API uses, without HTTP). Effects stamp ``time.time()`` into their results, so
-latencies are measured from the records, not from polling.
+inserting their resources directly, starts ``takohost api`` and ``takohost worker`` processes
+against it under a private Redis namespace, and creates instances and sends events over HTTP.
+Effects stamp ``time.time()`` into their results (and 1-step completion is the host's
+``terminal_at``), so latencies are measured from the records, not from polling.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class Ten:
         for i in range(1, 10):
             step.do(f"s{i}", lambda: {"i": i})
         return {"first": first["t"], "last": time.time()}
+
+class One:
+    def __init__(self, env):
+        pass
+    def run(self, event, step):
+        return step.do("only", lambda: {"t": time.time()})
 
 class Waiter:
     def __init__(self, env):
@@ -78,13 +85,16 @@ def summary_ms(values: list[float]) -> dict:
 
 
 class Scratch:
-    """A scratch database + Redis namespace + worker processes; ``close()`` removes everything."""
+    """A scratch database + Redis namespace + ``takohost api`` and worker processes; ``close()``
+    removes everything. ``bench_url`` is the database URL of this process's own reads (tagged
+    ``application_name=bench``, so its Postgres backends are not counted as the host's)."""
 
-    def __init__(self, *, workers: int, concurrency: int, pool: str = "prefork") -> None:
+    def __init__(self, *, workers: int, concurrency: int, pool: str = "solo", api_workers: int = 1) -> None:
         import sqlalchemy as sa
 
         self.name = f"takohost_bench_{uuid.uuid4().hex[:8]}"
         self.url = ADMIN_URL.rsplit("/", 1)[0] + "/" + self.name
+        self.bench_url = self.url + "?application_name=bench"
         self.namespace = f"tkb{uuid.uuid4().hex[:8]}"
         self.admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
         with self.admin.connect() as conn:
@@ -97,26 +107,32 @@ class Scratch:
         self.workers: list[subprocess.Popen] = []
         self.logs: list[str] = []
         for _ in range(workers):
-            log = tempfile.NamedTemporaryFile(prefix="takohost-bench-worker-", suffix=".log", delete=False)
-            self.logs.append(log.name)
-            self.workers.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "host_cli",
-                        "worker",
-                        f"--concurrency={concurrency}",
-                        f"--pool={pool}",
-                        "--loglevel=WARNING",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=dict(os.environ),
-                    start_new_session=True,
-                )
-            )
+            self.workers.append(self._start("worker", [f"--concurrency={concurrency}", f"--pool={pool}",
+                                                       "--loglevel=WARNING"]))
+        self.port = _free_port()
+        self.api = self._start("api", [f"--port={self.port}", f"--workers={api_workers}"])
+        self.api_url = f"http://127.0.0.1:{self.port}"
+        _wait_http(self.api_url + "/healthz", self.api)
         time.sleep(0.5)
+
+    def _start(self, command: str, args: list[str]) -> subprocess.Popen:
+        log = tempfile.NamedTemporaryFile(prefix=f"takohost-bench-{command}-", suffix=".log", delete=False)
+        self.logs.append(log.name)
+        return subprocess.Popen([sys.executable, "-m", "host_cli", command, *args], stdout=log,
+                                stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
+
+    def roots(self) -> dict[str, int]:
+        """Root pid per host process tree: ``api``, ``worker0``…"""
+        return {"api": self.api.pid, **{f"worker{i}": w.pid for i, w in enumerate(self.workers)}}
+
+    def backends(self) -> list[int]:
+        """Pids of the host's Postgres backends on the scratch database (not this process's)."""
+        import sqlalchemy as sa
+
+        with self.admin.connect() as conn:
+            return list(conn.execute(sa.text(
+                "SELECT pid FROM pg_stat_activity WHERE datname = :d AND application_name <> 'bench'"
+                " AND pid <> pg_backend_pid()"), {"d": self.name}).scalars())
 
     def close(self) -> None:
         import signal
@@ -127,13 +143,13 @@ class Scratch:
         from models import db as models_db
         from takohost import config
 
-        for worker in self.workers:
-            os.killpg(worker.pid, signal.SIGTERM)
-        for worker in self.workers:
+        for proc in [*self.workers, self.api]:
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in [*self.workers, self.api]:
             try:
-                worker.wait(20)
+                proc.wait(20)
             except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
         client = redis.Redis.from_url(config.load_settings().redis_url)
         keys = list(client.scan_iter(match=f"{self.namespace}:*", count=1000))
         if keys:
@@ -143,8 +159,88 @@ class Scratch:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
 
 
-def deploy(url: str, space: str) -> dict[str, str]:
-    """Insert Worker, Version, Deployment and the two DurableWorkflows; returns {class: uid}."""
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited ({proc.returncode})")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(url)
+
+
+class Client:
+    """The public HTTP API of one scratch stack, one keep-alive connection per thread."""
+
+    def __init__(self, base: str, token: str, space: str) -> None:
+        import threading
+        import urllib.parse
+
+        parsed = urllib.parse.urlsplit(base)
+        self.host, self.port = parsed.hostname, parsed.port
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.space = space
+        self.local = threading.local()
+
+    def post(self, path: str, body: dict) -> dict:
+        """POST ``body`` (JSON) to ``/v2/spaces/{space}{path}``; returns the JSON answer (2xx)."""
+        import http.client
+
+        for attempt in (1, 2):
+            conn = getattr(self.local, "conn", None)
+            if conn is None:
+                conn = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            try:
+                conn.request("POST", f"/v2/spaces/{self.space}{path}", body=json.dumps(body),
+                             headers=self.headers)
+                response = conn.getresponse()
+                raw = response.read()
+            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                # the server closed an idle keep-alive connection before reading this request
+                conn.close()
+                self.local.conn = None
+                if attempt == 2:
+                    raise
+                continue
+            if (response.getheader("Connection") or "").lower() == "close":
+                conn.close()
+                self.local.conn = None
+            break
+        if response.status >= 300:
+            raise RuntimeError(f"POST {path}: {response.status} {raw[:300]!r}")
+        return json.loads(raw) if raw else {}
+
+    def create(self, workflow: str, instance_id: str) -> float:
+        """Create instance ``instance_id``; returns ``time.time()`` just before the request."""
+        started = time.time()
+        self.post(f"/resources/{workflow}/instances", {"id": instance_id})
+        return started
+
+    def send_event(self, workflow: str, instance_id: str, event_type: str) -> float:
+        """Send an event; returns ``time.time()`` just before the request."""
+        started = time.time()
+        self.post(f"/resources/{workflow}/instances/{instance_id}/events", {"type": event_type})
+        return started
+
+
+def deploy(url: str, space: str, *, source: str = TEN_STEPS,
+           classes: tuple[str, ...] = ("Ten", "One", "Waiter")) -> dict[str, str]:
+    """Insert Worker, Version (``source``), applied Deployment and a DurableWorkflow per class of
+    ``classes``; returns {class: uid}."""
     from models import db as models_db
     from models import resources as res_models
     from models.base import utcnow
@@ -179,27 +275,22 @@ def deploy(url: str, space: str) -> dict[str, str]:
             {
                 "worker": {"resourceUid": worker},
                 "mainModule": "main.py",
-                "modules": {"main.py": TEN_STEPS},
+                "modules": {"main.py": source},
                 "vars": {},
                 "workflowBindings": [],
             },
             worker,
-            observed={"validated": True, "workflowClasses": ["Ten", "Waiter"], "handlers": []},
+            observed={"validated": True, "workflowClasses": list(classes), "handlers": []},
         )
-        resource(
-            session,
-            "WorkerDeployment",
-            {
-                "worker": {"resourceUid": worker},
-                "versions": [{"version": {"resourceUid": version}, "weight": 100}],
-            },
-            worker,
-        )
+        versions = [{"version": {"resourceUid": version}, "weight": 100}]
+        # observed.versions: the applied allocation (a create is refused before it is applied)
+        resource(session, "WorkerDeployment", {"worker": {"resourceUid": worker}, "versions": versions},
+                 worker, observed={"versions": versions})
         return {
             name: resource(
                 session, "DurableWorkflow", {"worker": {"resourceUid": worker}, "className": name}, worker
             )
-            for name in ("Ten", "Waiter")
+            for name in classes
         }
 
 
@@ -239,46 +330,69 @@ def wait_all(
         time.sleep(interval)
 
 
+def terminal_seconds(url: str, workflow: str, instance_id: str) -> float:
+    """``terminal_at`` of one instance (the host's commit of its end), seconds since the epoch."""
+    import sqlalchemy as sa
+
+    from models import db as models_db
+    from models import instances as inst_models
+
+    table = inst_models.Instance
+    with models_db.session_scope(url) as session:
+        return session.scalar(
+            sa.select(table.terminal_at).where(table.workflow_uid == workflow, table.instance_id == instance_id)
+        ).timestamp()
+
+
 def run(args: argparse.Namespace) -> dict:
-    """Run all phases on a scratch stack; returns the JSON result."""
-    scratch = Scratch(workers=args.workers, concurrency=args.concurrency, pool=args.pool)
+    """Run all phases on a scratch stack, every request over HTTP; returns the JSON result.
+
+    CPU per instance of the burst is counted per process from ``/proc`` (``bench.proc_cpu``): the
+    API's and each worker's process tree (supervisor or Celery main, worker/pool processes, zygotes
+    with their sandbox children) and the host's Postgres backends — not this load generator."""
+    from bench import proc_cpu
+    from models import db as models_db
+    from workers.services import tokens
+
+    scratch = Scratch(workers=args.workers, concurrency=args.concurrency, pool=args.pool,
+                      api_workers=getattr(args, "api_workers", 1))
     try:
-        from models import db as models_db
-        from workers.services import instance_events, instances, tokens
-
         space = "bench"
-        with models_db.session_scope(scratch.url) as session:
-            tokens.create_token_txn(session, space=space)
-        uids = deploy(scratch.url, space)
-        ten, waiter = uids["Ten"], uids["Waiter"]
+        with models_db.session_scope(scratch.bench_url) as session:
+            token = tokens.create_token_txn(session, space=space)
+        uids = deploy(scratch.bench_url, space)
+        ten, one, waiter = uids["Ten"], uids["One"], uids["Waiter"]
+        client = Client(scratch.api_url, token, space)
+        url = scratch.bench_url
 
-        def create(workflow: str, instance_id: str) -> float:
-            started = time.time()
-            instances.create(space=space, workflow_uid=workflow, instance_id=instance_id)
-            return started
-
-        # warm-up: every pool process starts its zygote and connections
+        # warm-up: every process starts its zygote and connections, the API its pool
         warm = [f"warm{i}" for i in range(args.concurrency * args.workers * 4)]
         for instance_id in warm:
-            create(ten, instance_id)
-        wait_all(scratch.url, ten, warm, status="complete", timeout=120)
+            client.create(ten, instance_id)
+        wait_all(url, ten, warm, status="complete", timeout=120)
 
-        # unloaded create → first effect: one instance at a time
-        unloaded = []
+        # unloaded create → first effect, and 1-step create → complete: one instance at a time
+        unloaded, one_step = [], []
         for i in range(args.latency_samples):
             instance_id = f"lat{i}"
-            started = create(ten, instance_id)
-            output = wait_all(scratch.url, ten, [instance_id], status="complete", timeout=60, interval=0.005)
+            started = client.create(ten, instance_id)
+            output = wait_all(url, ten, [instance_id], status="complete", timeout=60, interval=0.002)
             unloaded.append(output[instance_id]["first"] - started)
+            started = client.create(one, instance_id)
+            wait_all(url, one, [instance_id], status="complete", timeout=60, interval=0.002)
+            one_step.append(terminal_seconds(url, one, instance_id) - started)
 
         # burst: N instances created at once from a few threads
         ids = [f"i{i}" for i in range(args.instances)]
+        backends = scratch.backends()
+        cpu_before = proc_cpu.snapshot(scratch.roots(), backends)
         busy_before = busy_cpu_seconds()
         began = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.create_threads) as pool:
-            starts = dict(zip(ids, pool.map(lambda i: create(ten, i), ids), strict=True))
+            starts = dict(zip(ids, pool.map(lambda i: client.create(ten, i), ids), strict=True))
         created = time.time()
-        outputs = wait_all(scratch.url, ten, ids, status="complete", timeout=600, interval=0.25)
+        outputs = wait_all(url, ten, ids, status="complete", timeout=600, interval=0.25)
+        cpu_after = proc_cpu.snapshot(scratch.roots(), backends)
         burst_cpu = busy_cpu_seconds() - busy_before
         last_done = max(output["last"] for output in outputs.values())
         burst = [outputs[i]["first"] - starts[i] for i in ids]
@@ -287,17 +401,12 @@ def run(args: argparse.Namespace) -> dict:
         # send_event → wait resumed
         waits = [f"w{i}" for i in range(args.latency_samples)]
         for instance_id in waits:
-            create(waiter, instance_id)
-        wait_all(scratch.url, waiter, waits, status="waiting", timeout=120)
+            client.create(waiter, instance_id)
+        wait_all(url, waiter, waits, status="waiting", timeout=120)
         resumed = []
         for instance_id in waits:
-            sent = time.time()
-            instance_events.send_event(
-                space=space, workflow_uid=waiter, instance_id=instance_id, event_type="go"
-            )
-            output = wait_all(
-                scratch.url, waiter, [instance_id], status="complete", timeout=60, interval=0.005
-            )
+            sent = client.send_event(waiter, instance_id, "go")
+            output = wait_all(url, waiter, [instance_id], status="complete", timeout=60, interval=0.002)
             resumed.append(output[instance_id]["t"] - sent)
 
         return {
@@ -311,10 +420,13 @@ def run(args: argparse.Namespace) -> dict:
             "elapsed_seconds": round(elapsed, 3),
             "instances_per_s": round(args.instances / elapsed, 1),
             "steps_per_s": round(args.instances * 10 / elapsed, 1),
+            "cpu_ms_per_instance": proc_cpu.difference_ms_per(cpu_before, cpu_after, args.instances),
             "machine_cpu_ms_per_instance": round(burst_cpu * 1000 / args.instances, 2),
             "create_to_first_effect_unloaded": summary_ms(unloaded),
+            "one_step_create_to_complete": summary_ms(one_step),
             "create_to_first_effect_burst": summary_ms(burst),
             "send_event_to_wait_resumed": summary_ms(resumed),
+            "load_average": os.getloadavg(),
         }
     finally:
         scratch.close()
@@ -323,20 +435,21 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=int, default=200, help="instances in the burst (default 200)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2: one per core)")
+    parser.add_argument("--workers", type=int, default=1, help="takohost worker commands (default 1)")
     parser.add_argument(
         "--pool",
         choices=("solo", "prefork"),
         default="solo",
-        help="Celery pool of each worker (default solo)",
+        help="--pool of each worker (default solo: N solo processes under one supervisor)",
     )
     parser.add_argument(
-        "--concurrency", type=int, default=1, help="pool processes per worker (default 1; solo needs 1)"
+        "--concurrency", type=int, default=2, help="--concurrency of each worker (default 2: one per core)"
     )
     parser.add_argument(
         "--create-threads", type=int, default=4, help="threads creating the burst (default 4)"
     )
     parser.add_argument("--latency-samples", type=int, default=100, help="samples per latency (default 100)")
+    parser.add_argument("--api-workers", type=int, default=1, help="gunicorn worker processes (default 1)")
     args = parser.parse_args(argv)
     print(json.dumps(run(args), indent=2))
 

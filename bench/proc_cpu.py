@@ -1,0 +1,106 @@
+"""CPU counted per process from ``/proc`` (issue 12: never whole-machine CPU, which the other jobs
+of a shared machine inflate).
+
+A process tree's CPU is the sum, over its live processes, of ``utime + stime + cutime + cstime``:
+a descendant that has exited and been reaped is in its reaper's ``cutime``/``cstime`` (a sandbox
+child in its zygote's, a restarted worker process in its supervisor's), a live one in its own
+fields. The difference of two snapshots is what the tree spent in between. Postgres backends are
+counted by pid (from ``pg_stat_activity``; a backend that exits between two snapshots is lost,
+so use long-lived connections).
+"""
+
+from __future__ import annotations
+
+import os
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def process_seconds(pid: int, *, children: bool = True) -> float:
+    """CPU seconds of ``pid`` (user + system; with ``children``, plus its reaped descendants');
+    0 if it is gone."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    end = 15 if children else 13
+    return sum(int(value) for value in fields[11:end]) / _TICK
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat(int(name))
+            if fields is not None and fields[0] != "Z":
+                parents[int(name)] = int(fields[1])
+    return parents
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and its live descendants (pids), parents before children."""
+    by_parent: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        by_parent.setdefault(ppid, []).append(pid)
+    order, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop(0)
+        order.append(pid)
+        frontier.extend(by_parent.get(pid, []))
+    return order
+
+
+def roles(root: int) -> dict[str, list[int]]:
+    """The live processes under ``root`` by role: ``root`` (a supervisor, Celery main or gunicorn
+    master), ``sandbox`` (zygotes with their keepers and sandbox children), ``processes`` (the
+    others: solo worker processes, prefork pool processes, gunicorn workers)."""
+    pids = tree(root)
+    sandbox: set[int] = set()
+    for pid in pids:
+        if pid not in sandbox and "takohost.runtime.zygote" in _cmdline(pid):
+            sandbox.update(tree(pid))
+    return {
+        "root": [root],
+        "sandbox": [pid for pid in pids if pid in sandbox],
+        "processes": [pid for pid in pids if pid != root and pid not in sandbox],
+    }
+
+
+def snapshot(roots: dict[str, int], backends: list[int] = ()) -> dict[str, float]:
+    """CPU seconds so far per ``{name}.{role}`` of each named root (see :func:`roles`) and
+    ``postgres_backends`` (the sum over ``backends`` pids)."""
+    out: dict[str, float] = {}
+    for name, root in roots.items():
+        for role, pids in roles(root).items():
+            out[f"{name}.{role}"] = sum(process_seconds(pid) for pid in pids)
+    out["postgres_backends"] = sum(process_seconds(pid, children=False) for pid in backends)
+    return out
+
+
+def self_seconds() -> float:
+    """CPU seconds of this process (all threads, with reaped children)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def difference_ms_per(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+    """``after - before`` per key, in milliseconds per one of ``count`` units, plus ``total``."""
+    keys = sorted(set(before) | set(after))
+    out = {key: round((after.get(key, 0.0) - before.get(key, 0.0)) * 1000 / count, 2) for key in keys}
+    out["total"] = round(sum(out.values()), 2)
+    return out
