@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import resources as res_models
 from tests.support import workflows
-from workers.services import instance_events, instance_progress, instances
+from workers.services import instance_events, instance_progress, instance_stop, instances
 from workers.telemetry import tracing
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
@@ -46,25 +46,6 @@ class Where:
             step.wait_for_event("approval", {"type": "approved", "timeoutSeconds": 600})
         return {}
 """
-
-
-@pytest.fixture(scope="module")
-def db_url():
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
 
 
 @pytest.fixture()
@@ -121,6 +102,17 @@ def test_one_trace_links_create_contexts_attempts_commits_and_the_waking_event(d
     assert event.parent.span_id == create.context.span_id
     assert event.attributes["takohost.event_type"] == "approved" and event.attributes["takohost.woke"] is True
     assert event.start_time < contexts[-1].start_time  # the event woke the last context
+    assert "retry" in [c.attributes.get("takohost.woken_by") for c in contexts]  # the 0 s retry
+    spawns = by_name["takohost.sandbox.spawn"]
+    assert {s.parent.span_id for s in spawns} <= context_ids and len(spawns) >= 2
+
+    # terminate lands in the trace of the instance it stops
+    instances.create(space=space, workflow_uid=wf, instance_id="t-2")
+    driver.run()
+    instance_stop.terminate(space=space, workflow_uid=wf, instance_id="t-2")
+    (stopped,) = [s for s in spans.get_finished_spans() if s.name == "takohost.instance.terminated"]
+    assert stopped.context.trace_id == tracing.trace_id_of(wf, "t-2")
+    assert stopped.parent.span_id == tracing.root_span_id_of(wf, "t-2")
 
 
 def test_progress_says_what_each_instance_does(db_url, space_token, driver):
@@ -171,3 +163,99 @@ def test_progress_says_no_version_when_no_deployment_can_run_it(db_url, space_to
     body = instance_progress.progress(space=space, workflow_uid=deployed.workflow, instance_id="q")
     assert body["status"] == "queued" and body["activity"] == "queued"
     assert body["reason"] == "no_version" and "Deployment" in body["message"]
+
+
+BLOCKING = """
+import os, time
+class Blocking:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        p = event["params"]
+        def effect():
+            open(p["started"], "w").close()
+            while not os.path.exists(p["go"]):
+                time.sleep(0.01)
+            return {"v": 1}
+        return step.do("a", effect)
+"""
+
+
+@pytest.fixture()
+def metrics_dir(tmp_path, monkeypatch):
+    """Metrics on in this process (a multiprocess directory of its own); yields a reader of
+    ``{(name, labels): value}``."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from workers.telemetry import metrics
+
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    monkeypatch.setenv(metrics.ENV_DIR, str(directory))
+
+    def read() -> dict:
+        text = generate_latest(metrics.registry()).decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    yield read
+    monkeypatch.delenv(metrics.ENV_DIR)
+    metrics._get("")  # forget the directory's metric objects
+
+
+def test_a_fenced_context_is_counted(db_url, space_token, zygote, monkeypatch, tmp_path, metrics_dir):
+    import threading
+
+    from models import instances as inst_models
+    from takohost import config
+    from workers.engine import context, heartbeat, store
+    from workers.engine import lease as lease_mod
+
+    space = space_token[0]
+    deployed = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
+    driver = workflows.Driver(monkeypatch, zygote=zygote)
+    params = {"started": str(tmp_path / "started"), "go": str(tmp_path / "go")}
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="f", params=params)
+    pk = driver.queue.pop()
+    settings = config.load_settings()
+    leases = lease_mod.store_for(redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms)
+    beat = heartbeat.heartbeat_for(leases=leases, url=db_url, read_epochs=store.backend_for(db_url).read_epochs)
+    monkeypatch.setattr(beat, "beat", lambda current: None)  # the commit is fenced, not the heartbeat
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(context.run_context(pk, zygote=zygote)))
+    thread.start()
+    workflows.wait_until(lambda: (tmp_path / "started").exists(), timeout=20, message="effect started")
+    with models_db.session_scope(db_url) as session:
+        session.execute(
+            sa.update(inst_models.Instance).where(inst_models.Instance.pk == pk)
+            .values(epoch=inst_models.Instance.epoch + 1)
+        )
+    (tmp_path / "go").touch()
+    thread.join(30)
+    assert outcome == ["fenced"]
+    samples = metrics_dir()
+    assert samples[("takohost_fencing_rejections_total", ())] == 1
+    assert samples[("takohost_context_duration_seconds_count", (("outcome", "fenced"),))] == 1
+    assert samples[("takohost_instances_started_total", (("space", space), ("workflow", deployed.workflow)))] == 1
+    assert samples[("takohost_step_commit_seconds_count", (("kind", "start"),))] == 1
+    assert samples[("takohost_sandbox_spawn_seconds_count", (("kind", "workflow"),))] == 1
+
+
+def test_cron_recording_lateness_is_observed(db_url, space_token, monkeypatch, metrics_dir):
+    from beat import cron_recorder
+    from tests.integration.test_cron_support import create_stack
+
+    now = dt.datetime.now(dt.UTC)
+    minute = now.replace(second=0, microsecond=0)
+    create_stack(db_url, space=space_token[0], cron="* * * * *", now=minute - dt.timedelta(seconds=1))
+    monkeypatch.setattr(cron_recorder.dispatch, "deliver_cron_matches", lambda pks: len(pks))
+    assert cron_recorder.record_due(now=now, beat_id="test-beat") >= 1
+    samples = metrics_dir()
+    assert samples[("takohost_cron_record_lateness_seconds_count", ())] >= 1
+    late = samples[("takohost_cron_record_lateness_seconds_sum", ())] / samples[
+        ("takohost_cron_record_lateness_seconds_count", ())
+    ]
+    assert 0 <= late < 61  # recorded within the minute, as the 60 s rule requires
