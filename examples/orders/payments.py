@@ -16,6 +16,7 @@ class PaymentError(Exception):
 
 def charge(*, idempotency_key, payment_method, amount, currency):
     """Charge ``amount`` cents; returns {"chargeId", "amount", "currency"}."""
+    print(f"charging {amount} {currency} to {payment_method}")  # kept in the instance's logs
     if payment_method == "pm_card_declined":
         raise PaymentError("card declined")
     if payment_method == "pm_card_unavailable":

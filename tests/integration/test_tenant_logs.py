@@ -380,3 +380,44 @@ def test_a_syntax_error_names_file_and_line(zygote):
         zygote=zygote, main_module="main.py", modules={"main.py": "A = 1\nB = undefined_name\n"}
     )
     assert outcome.message == "NameError: name 'undefined_name' is not defined (main.py, line 2)"
+
+
+# -- cron runs -------------------------------------------------------------------------------
+
+CHATTY_HANDLER = """
+import logging
+def scheduled(event, env, ctx):
+    print("handler starts", event["scheduledTime"])
+    logging.warning("about to fail")
+    fail(event)
+
+def fail(event):
+    raise RuntimeError("boom at " + str(event["scheduledTime"]))
+"""
+
+
+def test_a_cron_run_keeps_its_logs_and_its_traceback(db_url, space_token):
+    from tests.integration.test_cron_support import at, create_stack, decide
+    from workers import cron_tasks
+
+    space, _ = space_token
+    minute = "2030-03-04T10:05:00Z"
+    stack = create_stack(
+        db_url, space=space, cron="*/5 * * * *", source=CHATTY_HANDLER, now=at(minute) - dt.timedelta(seconds=30)
+    )
+    [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(match_pk) == "failed"
+    page = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute)
+    messages = [(line["delivery"], line["stream"], line["message"]) for line in page["logs"]]
+    assert messages[:2] == [(1, "stdout", "handler starts 1898849100000"), (1, "stderr", "WARNING:root:about to fail")]
+    assert messages[-1][1] == "host" and "RuntimeError: boom at 1898849100000 (main.py, line 9)" in messages[-1][2]
+    assert 'File "main.py", line 6, in scheduled' in messages[-1][2]
+    # the same run by epoch milliseconds; an unknown time is not_found
+    by_ms = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time="1898849100000")
+    assert by_ms["logs"] == page["logs"]
+    with pytest.raises(Exception) as exc:
+        log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time="2030-03-04T10:06:00Z")
+    assert exc.value.code == "not_found"
+    with pytest.raises(Exception) as exc:
+        log_service.run_logs(space="other", trigger_uid=stack.trigger_uid, scheduled_time=minute)
+    assert exc.value.code == "not_found"
