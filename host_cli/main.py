@@ -37,7 +37,10 @@ def _serve_metrics(role: str, port: int | None, *, host_state: bool = False) -> 
     if port is None:
         return
     metrics.prepare(role)
-    metrics.serve(port, host_state=host_state)
+    try:
+        metrics.serve(port, host_state=host_state)
+    except OSError as exc:  # e.g. two commands given one port (each command needs its own)
+        raise click.ClickException(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
     logging.getLogger("takohost.metrics").info(
         "metrics at http://%s:%d/metrics", os.environ.get("TAKOHOST_METRICS_ADDR") or "127.0.0.1", port)
 

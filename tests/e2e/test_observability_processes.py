@@ -187,3 +187,18 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
         worker.stop(timeout=30)
         time.sleep(0.5)
         assert {p.name.split("-")[0] for p in metrics_dir.iterdir()} == {"api", "beat"}, os.listdir(metrics_dir)
+
+
+def test_a_taken_metrics_port_stops_the_command_with_the_reason():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "host_cli", "beat", f"--metrics-port={port}"],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"cannot serve metrics on port {port}" in done.stderr
