@@ -2,8 +2,8 @@
 
 Thin like the rest of ``host_api``: each view resolves the signed-in Space
 (``host_api.ui.session``), reads through the services (``workers.services.console`` for lists and
-counts the JSON API has no call for; the instance, event, history, stop and cron-run services for
-the rest) and renders a Jinja template. Actions call the same service functions as the JSON
+counts the JSON API has no call for; the instance, event, progress, stop, tenant-log and cron-run
+services for the rest) and renders a Jinja template. Actions call the same service functions as the JSON
 routes, so their errors are the API's (``code: message``), shown on the page. Instance ids travel
 in the query string (``?id=``), where any Unicode id survives without the raw-path routing of the
 JSON instance routes.
@@ -16,6 +16,7 @@ JSON instance routes.
 | ``GET /ui/workflows/{uid}/instance?id=`` | one instance; ``…/live`` for its live part |
 | ``POST /ui/workflows/{uid}/instance/events?id=`` / ``…/terminate?id=`` | actions |
 | ``GET /ui/triggers``, ``GET /ui/triggers/{uid}?page=`` | cron triggers and a runs ledger |
+| ``GET /ui/triggers/{uid}/run?t=`` | one run's log lines |
 | ``GET /ui/operations?page=`` | Operations, newest first |
 """
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import urllib.parse
 
 import flask
 from werkzeug import exceptions as wz
@@ -254,7 +254,7 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
     inbox = instance_events.inbox(space=user.space, workflow_uid=uid, instance_id=instance_id)["events"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
     chart = console_timeline.build(events, now=utcnow(), terminal=terminal)
-    logs = console_logs.fetch(console_logs.instance_path(user.space, uid, instance_id, "logs"), token=user.token)
+    logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)
     version = f"{detail['status']}:{detail['nextEventId']}:{detail['inboxCount']}:{detail['stopping'] or ''}"
     return {
         "uid": uid,
@@ -378,16 +378,12 @@ def trigger_page(uid: str) -> flask.Response:
 @bp.get("/triggers/<uid>/run")
 def run_page(uid: str) -> flask.Response:
     """One run of a trigger (``?t=`` its ``scheduledTime`` as the ledger writes it): the log lines
-    of its deliveries, read through the API's ``…/runs/{scheduledTime}/logs``."""
+    of its deliveries (the service of the API's ``…/runs/{scheduledTime}/logs``)."""
     user = _user()
     scheduled = flask.request.args.get("t", "")
     with models_db.session_scope() as session:
         trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
-    path = (
-        f"/v2/spaces/{urllib.parse.quote(user.space, safe='')}/resources/{uid}"
-        f"/runs/{urllib.parse.quote(scheduled, safe='')}/logs"
-    )
-    logs = console_logs.fetch(path, token=user.token)
+    logs = console_logs.run_logs(space=user.space, trigger_uid=uid, scheduled_time=scheduled)
     return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs)
 
 
