@@ -17,7 +17,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from host_api import schemas
 from host_api.errors import STATUS_BY_CODE
 from models import instances as inst_models
-from workers.services import ids, instance_pages, resources, tokens
+from workers.services import ids, instance_pages, resources, tenant_logs, tokens
 
 SPACE = {
     "name": "space",
@@ -76,6 +76,7 @@ def _limit(maximum: int, default: int) -> dict:
 
 RESOURCE_LIMIT = _limit(resources.MAX_PAGE_SIZE, resources.DEFAULT_PAGE_SIZE)
 INSTANCE_LIMIT = _limit(instance_pages.MAX_PAGE, instance_pages.DEFAULT_PAGE)
+LOG_LIMIT = _limit(tenant_logs.MAX_PAGE, tenant_logs.DEFAULT_PAGE)
 
 SCHEMAS = {
     cls.__name__: cls
@@ -114,6 +115,10 @@ SCHEMAS = {
         schemas.CronDeliveryView,
         schemas.CronRunView,
         schemas.CronRunList,
+        schemas.LogLine,
+        schemas.LogPage,
+        schemas.RunLogLine,
+        schemas.RunLogPage,
         schemas.Empty,
         schemas.Health,
     )
@@ -266,6 +271,27 @@ def _paths() -> dict[str, dict]:
                 "responses": {"200": _json("CronRunList", "one page"), **_errors("invalid_request")},
             },
         },
+        resources + "/{uid}/runs/{scheduledTime}/logs": {
+            "parameters": [
+                SPACE,
+                UID,
+                {
+                    "name": "scheduledTime",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "description": "the run's scheduledTime as the ledger writes it (RFC 3339 UTC), or epoch ms",
+                },
+            ],
+            "get": {
+                "summary": "what one cron run's handler printed (every delivery of the match), oldest first",
+                "parameters": [PAGE_TOKEN, LOG_LIMIT],
+                "responses": {
+                    "200": _json("RunLogPage", "one page"),
+                    **_errors("not_found", "invalid_request"),
+                },
+            },
+        },
         instances: {
             "parameters": [SPACE, UID],
             "post": {
@@ -356,6 +382,17 @@ def _paths() -> dict[str, dict]:
                 "parameters": [PAGE_TOKEN, INSTANCE_LIMIT],
                 "responses": {
                     "200": _json("HistoryPage", "one page"),
+                    **_errors("unknown_instance", "invalid_request"),
+                },
+            },
+        },
+        instances + "/{instance_id}/logs": {
+            "parameters": [SPACE, UID, INSTANCE_ID],
+            "get": {
+                "summary": "what the instance's code printed, by step and attempt, oldest first",
+                "parameters": [PAGE_TOKEN, LOG_LIMIT],
+                "responses": {
+                    "200": _json("LogPage", "one page"),
                     **_errors("unknown_instance", "invalid_request"),
                 },
             },

@@ -583,6 +583,44 @@ class CronRunList(ma.Schema):
     nextPageToken = fields.String()
 
 
+class LogLine(ma.Schema):
+    """One captured line of an instance (issue 13; README "Logs"): ``stream`` ``stdout``/``stderr``
+    (the tenant's) or ``host`` (markers, failures with their traceback, replay diagnostics)."""
+
+    time = fields.String(required=True, metadata={"format": "date-time"})
+    epoch = fields.Integer(required=True, allow_none=True)
+    step = fields.String(required=True, allow_none=True)
+    attempt = fields.Integer(required=True, allow_none=True)
+    stream = fields.String(required=True, validate=validate.OneOf(["stdout", "stderr", "host"]))
+    message = fields.String(required=True)
+
+
+class LogPage(ma.Schema):
+    """``{"logs": [...], "nextPageToken", "removedLines"}``, oldest first; the token is a cursor
+    after the last line (always present: poll with it to follow)."""
+
+    logs = fields.List(fields.Nested(LogLine), required=True)
+    nextPageToken = fields.String(required=True)
+    removedLines = fields.Integer(required=True, metadata={"description": "oldest lines removed by the cap"})
+
+
+class RunLogLine(ma.Schema):
+    """One captured line of a cron run: ``delivery`` 1 for the match's first delivery, 2 …"""
+
+    time = fields.String(required=True, metadata={"format": "date-time"})
+    delivery = fields.Integer(required=True)
+    stream = fields.String(required=True, validate=validate.OneOf(["stdout", "stderr", "host"]))
+    message = fields.String(required=True)
+
+
+class RunLogPage(ma.Schema):
+    """``{"logs": [...], "nextPageToken", "removedLines"}`` of one cron run, oldest first."""
+
+    logs = fields.List(fields.Nested(RunLogLine), required=True)
+    nextPageToken = fields.String(required=True)
+    removedLines = fields.Integer(required=True)
+
+
 class Empty(ma.Schema):
     """``{}``."""
 
