@@ -31,14 +31,14 @@ def run(args: argparse.Namespace) -> dict:
         client = engine_bench.Client(scratch.api_url, token, "bench")
         for i in range(200):
             client.create(ten, f"warm{i}")
-        backends = scratch.backends()
-        before = proc_cpu.snapshot({"api": scratch.api.pid}, backends)
+        backends = proc_cpu.Backends(scratch.backends)
+        before = {**proc_cpu.snapshot({"api": scratch.api.pid}), "postgres_backends": 0.0}
         latencies = []
         for i in range(args.creates):
             started = time.perf_counter()
             client.create(ten, f"c{i}")
             latencies.append(time.perf_counter() - started)
-        after = proc_cpu.snapshot({"api": scratch.api.pid}, backends)
+        after = {**proc_cpu.snapshot({"api": scratch.api.pid}), "postgres_backends": backends.seconds()}
         return {
             "creates": args.creates,
             "create_latency": engine_bench.summary_ms(latencies),

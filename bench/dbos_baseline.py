@@ -85,8 +85,8 @@ def run_dbos(args: argparse.Namespace) -> dict:
             DBOS.start_workflow(one).get_result()
             one_step.append(time.time() - started)
 
-        backends = _backends(name)
-        cpu_before = proc_cpu.self_seconds(), proc_cpu.snapshot({}, backends)["postgres_backends"]
+        backends = proc_cpu.Backends(lambda: _backends(name))
+        cpu_before = proc_cpu.self_seconds(), 0.0
         busy_before = engine_bench.busy_cpu_seconds()
         began = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.create_threads) as pool:
@@ -96,7 +96,7 @@ def run_dbos(args: argparse.Namespace) -> dict:
         created = time.time()
         results = [(started, handle.get_result()) for started, handle in started_handles]
         burst_cpu = engine_bench.busy_cpu_seconds() - busy_before
-        cpu_after = proc_cpu.self_seconds(), proc_cpu.snapshot({}, backends)["postgres_backends"]
+        cpu_after = proc_cpu.self_seconds(), backends.seconds()
         last_done = max(result["last"] for _, result in results)
         burst = [result["first"] - started for started, result in results]
         elapsed = last_done - began

@@ -384,15 +384,15 @@ def run(args: argparse.Namespace) -> dict:
 
         # burst: N instances created at once from a few threads
         ids = [f"i{i}" for i in range(args.instances)]
-        backends = scratch.backends()
-        cpu_before = proc_cpu.snapshot(scratch.roots(), backends)
+        backends = proc_cpu.Backends(scratch.backends)
+        cpu_before = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": 0.0}
         busy_before = busy_cpu_seconds()
         began = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.create_threads) as pool:
             starts = dict(zip(ids, pool.map(lambda i: client.create(ten, i), ids), strict=True))
         created = time.time()
         outputs = wait_all(url, ten, ids, status="complete", timeout=600, interval=0.25)
-        cpu_after = proc_cpu.snapshot(scratch.roots(), backends)
+        cpu_after = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": backends.seconds()}
         burst_cpu = busy_cpu_seconds() - busy_before
         last_done = max(output["last"] for output in outputs.values())
         burst = [outputs[i]["first"] - starts[i] for i in ids]

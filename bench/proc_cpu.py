@@ -12,6 +12,7 @@ so use long-lived connections).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -81,15 +82,33 @@ def roles(root: int) -> dict[str, list[int]]:
     }
 
 
-def snapshot(roots: dict[str, int], backends: list[int] = ()) -> dict[str, float]:
-    """CPU seconds so far per ``{name}.{role}`` of each named root (see :func:`roles`) and
-    ``postgres_backends`` (the sum over ``backends`` pids)."""
+def snapshot(roots: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far per ``{name}.{role}`` of each named root (see :func:`roles`)."""
     out: dict[str, float] = {}
     for name, root in roots.items():
         for role, pids in roles(root).items():
             out[f"{name}.{role}"] = sum(process_seconds(pid) for pid in pids)
-    out["postgres_backends"] = sum(process_seconds(pid, children=False) for pid in backends)
     return out
+
+
+class Backends:
+    """CPU of a set of Postgres backends since this object was made. ``list_pids`` lists the
+    backends now (it is asked again at each :meth:`seconds`): one that appeared since counts
+    from zero (a connection pool grows under load); one that exited is lost (its CPU went to the
+    postmaster's reaping, which serves every database) — prefer long-lived connections."""
+
+    def __init__(self, list_pids: Callable[[], list[int]]) -> None:
+        self.list_pids = list_pids
+        self.start = {pid: process_seconds(pid, children=False) for pid in list_pids()}
+
+    def seconds(self) -> float:
+        """CPU seconds the backends spent since construction."""
+        total = 0.0
+        for pid in set(self.list_pids()) | set(self.start):
+            if _stat(pid) is None:
+                continue
+            total += process_seconds(pid, children=False) - self.start.get(pid, 0.0)
+        return total
 
 
 def self_seconds() -> float:
