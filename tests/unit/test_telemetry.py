@@ -105,3 +105,15 @@ def test_timer_lateness_is_that_of_the_due_pending_step():
     assert observe.timer_lateness(wait, now=now) is None  # not due: woken by an event
     retry = {"r": decide.StepRecord(name="r", kind="do", state="pending", wake_at=ago(0.5))}
     assert observe.timer_lateness(retry, now=now) == ("retry", 0.5)
+
+
+def test_text_format_writes_values_as_compact_json_and_leaves_celerys_data_out():
+    logger, stream = _logger("text")
+    logger.info("x", extra={"event": {"cron": "* * * * *", "n": 1}, "count": 3})
+    assert stream.getvalue().strip().endswith('x count=3 event={"cron":"* * * * *","n":1}')
+    celery = logging.getLogger("celery.app.trace.test")
+    celery.handlers[:] = logger.handlers
+    celery.propagate = False
+    celery.setLevel(logging.INFO)
+    celery.info("Task t[1] succeeded", extra={"data": {"id": "1"}})
+    assert stream.getvalue().splitlines()[-1].endswith("Task t[1] succeeded")

@@ -102,10 +102,13 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _text_value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    if text == "" or any(c.isspace() or c in '"=' for c in text):
-        return json.dumps(text, ensure_ascii=False)
-    return text
+    """A string as is (JSON-quoted when empty or holding spaces, quotes or ``=``); anything else
+    as compact JSON."""
+    if not isinstance(value, str):
+        return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
+    if value == "" or any(c.isspace() or c in '"=' for c in value):
+        return json.dumps(value, ensure_ascii=False)
+    return value
 
 
 class TextFormatter(logging.Formatter):
@@ -117,6 +120,8 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:  # noqa: A003 - logging's API
         text = super().format(record)
         fields = record_fields(record)
+        if record.name.startswith("celery"):
+            fields.pop("data", None)  # Celery's own message already says what its ``data`` holds
         if not fields:
             return text
         head, sep, tail = text.partition("\n")  # fields on the message line, before a traceback
