@@ -58,10 +58,12 @@ def test_db_upgrade_on_a_new_database(db_url):
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-def test_worker_solo_pool_refuses_a_concurrency_it_cannot_give():
-    result = _cli("worker", "--pool", "solo", "--concurrency", "2")
+def test_a_supervised_solo_process_refuses_a_concurrency_it_cannot_give():
+    """``--pool solo --concurrency N`` is N supervised processes (host_cli.worker_pool); one
+    supervised process runs one task at a time."""
+    result = _cli("worker", "--pool", "solo", "--supervised", "--concurrency", "2")
     assert result.returncode == 2
-    assert "--pool solo runs one task at a time" in result.stderr
+    assert "a supervised solo process runs one task at a time" in result.stderr
     assert "Traceback" not in result.stderr
 
 
