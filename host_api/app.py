@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import flask
+import flask.json.provider
 
 from host_api import auth, errors, telemetry
 from host_api.routes import instances, meta, resources, runs
 from host_api.ui import views as ui_views
 from takohost import config
+from takohost.domain import deepjson
 from workers.services import ids
 
 #: The API's blueprints, registered in this order.
@@ -16,6 +18,18 @@ BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp, ui_views.bp)
 #: Largest accepted request body: 16 MiB (a WorkerVersion may carry 4 MiB of sources,
 #: which JSON escaping can grow several-fold). Larger → 413.
 MAX_CONTENT_LENGTH = 16 * 1024 * 1024
+
+
+class DeepJSONProvider(flask.json.provider.DefaultJSONProvider):
+    """Flask's JSON provider, for answers holding documents of any depth (issue 15 item 5): a
+    value too deep for the stdlib encoder is written by ``takohost.domain.deepjson`` instead."""
+
+    def dumps(self, obj: object, **kwargs: object) -> str:
+        """``DefaultJSONProvider.dumps``, or the iterative encoder past the recursion limit."""
+        try:
+            return super().dumps(obj, **kwargs)
+        except RecursionError:
+            return deepjson.dumps(obj, ensure_ascii=self.ensure_ascii)
 
 
 def create_app(settings: config.Settings | None = None) -> flask.Flask:
@@ -31,6 +45,7 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
         # API does not serve, so it is a JSON 405 with Allow like any other (§2.4).
         PROVIDE_AUTOMATIC_OPTIONS=False,
     )
+    app.json = DeepJSONProvider(app)
     app.json.ensure_ascii = False
     app.json.sort_keys = False
     # Routing never redirects (a redirect is an HTML page, CONTRACT §2.4) and each route has one

@@ -131,7 +131,7 @@ class WorkerVersionSpec(_Closed):
                 errors.setdefault("vars", {})[name] = ["var names must match ^[A-Z_][A-Z0-9_]*$"]
         if "vars" not in errors:
             try:
-                documents.canonical_document(var_map, allow_none=False)
+                documents.canonical_document(var_map, allow_none=False, max_depth=documents.VARS_MAX_DEPTH)
             except documents.InvalidDocument as exc:
                 errors["vars"] = [PointedMessage(f"not a document: {exc.message}", pointer=exc.pointer)]
             except documents.DocumentTooLargeError as exc:

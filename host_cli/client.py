@@ -28,6 +28,8 @@ from typing import Any
 import requests
 import tenacity
 
+from takohost.domain import deepjson
+
 __all__ = [
     "FORM_URLS",
     "TERMINAL_OPERATION_STATES",
@@ -147,7 +149,11 @@ class Client:
             headers["Authorization"] = f"Bearer {self._token}"
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
-        prepared = requests.Request(method, url, headers=headers, json=body).prepare()
+        data = None
+        if body is not None:  # any depth (issue 15 item 5): requests' own json= recurses
+            headers["Content-Type"] = "application/json"
+            data = deepjson.dumps(body).encode("utf-8")
+        prepared = requests.Request(method, url, headers=headers, data=data).prepare()
         prepared.url = url  # send our encoding byte-for-byte (requests would unquote %2E)
         if retry is None:
             retry = method in _IDEMPOTENT_METHODS or idempotency_key is not None
@@ -414,7 +420,7 @@ def _decode(response: requests.Response) -> Any:
     """The JSON body of a 2xx answer, or :class:`ClientError` from the error envelope."""
     status = response.status_code
     try:
-        body = response.json() if response.content else {}
+        body = deepjson.loads(response.content) if response.content else {}
     except ValueError:
         body = None
     if 200 <= status < 300:

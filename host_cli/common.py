@@ -27,6 +27,7 @@ from rich.console import Console
 from host_cli import client as http
 from host_cli import manifest as manifests
 from host_cli.errors import CommandFailed
+from takohost.domain import deepjson
 
 __all__ = [
     "DEFAULT_SPACE",
@@ -121,12 +122,18 @@ def json_option(fn: Callable[..., None]) -> Callable[..., None]:
 
 def emit_json(value: Any) -> None:
     """Print ``value`` on stdout as the stable ``--json`` document (sorted keys, ASCII, indent 2)."""
-    click.echo(json.dumps(value, sort_keys=True, indent=2, ensure_ascii=True))
+    try:
+        click.echo(json.dumps(value, sort_keys=True, indent=2, ensure_ascii=True))
+    except RecursionError:  # a document deeper than the stdlib encoder goes: compact, as it is
+        click.echo(deepjson.dumps(value, ensure_ascii=True))
 
 
 def compact(value: Any) -> str:
     """``value`` as one line of JSON for a table cell (sorted keys, non-ASCII kept)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
+    except RecursionError:
+        return deepjson.dumps(value)
 
 
 def resolve(api: http.Client, ref: str, *, form: str) -> str:

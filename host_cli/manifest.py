@@ -270,7 +270,7 @@ def _variables(table: object) -> dict[str, Any]:
         if identifiers.VAR_NAME_RE.match(name) is None:
             raise ManifestError(f"vars.{name}", "var names must match ^[A-Z_][A-Z0-9_]*$")
     try:
-        documents.canonical_document(table, allow_none=False)
+        documents.canonical_document(table, allow_none=False, max_depth=documents.VARS_MAX_DEPTH)
     except documents.InvalidDocument as exc:
         pointer = exc.pointer.lstrip("/").replace("/", ".")
         raise ManifestError(

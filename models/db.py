@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from takohost.domain import deepjson
+
 _engines: dict[tuple[int, str], sa.Engine] = {}
 _makers: dict[tuple[int, str], orm.sessionmaker[orm.Session]] = {}
 
@@ -46,7 +48,14 @@ def get_engine(url: str) -> sa.Engine:
     key = (os.getpid(), url)
     engine = _engines.get(key)
     if engine is None:
-        engine = _engines[key] = sa.create_engine(url, pool_size=5, max_overflow=10)
+        engine = _engines[key] = sa.create_engine(
+            url,
+            pool_size=5,
+            max_overflow=10,
+            # JSON columns hold documents of any depth (issue 15 item 5): see takohost.domain.deepjson
+            json_serializer=deepjson.dumps_stored,
+            json_deserializer=deepjson.loads_stored,
+        )
         _ping_if_idle(engine)
     return engine
 

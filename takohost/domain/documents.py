@@ -21,11 +21,13 @@ Nothing user-defined is ever called: every value is classified by ``type(x) is �
 touched, containers are snapshotted with the C-level ``list(d.items())`` / ``list(l)``, and error
 messages never ``repr`` a value of a foreign type.
 
-Host decision (not in the seed): containers may nest at most ``MAX_DEPTH`` (512) levels, the root
-being level 1; deeper is ``InvalidDocument``. The walk here is iterative and would handle any
-depth, but the stdlib tools the rest of the host uses on stored documents (``json.loads``,
-``json.dumps``, ``pickle``, ``==``) recurse once per level against the interpreter's recursion
-limit (1000 frames by default), so a deeper document could be accepted and then crash a replay.
+Depth (CONTRACT §8, issue 15 item 5): the seed sets no depth limit, so none is added — any nesting
+that fits the key and byte limits is a document (the deepest 1 MiB document nests about 524 000
+levels). The walk and the serialiser here are iterative; the host's other tools on stored
+documents (JSON text in and out, the sandbox frames, the Postgres columns) go through
+``takohost.domain.deepjson``, which has no recursion limit either. ``vars`` of a WorkerVersion
+are the one exception: they are copied and compared with recursive stdlib tools, so their
+validation passes ``max_depth=VARS_MAX_DEPTH`` (512; ``invalid_spec`` beyond).
 
 ``rfc8785`` serialises every float and every string that needs an escape (its escaping and
 ECMAScript number formatting are right: checked against Node 20 ``JSON.stringify`` on 200 000
@@ -43,8 +45,10 @@ import re
 
 import rfc8785
 
+from takohost.domain import deepjson
+
 __all__ = [
-    "MAX_DEPTH",
+    "VARS_MAX_DEPTH",
     "MAX_DOCUMENT_BYTES",
     "MAX_KEYS",
     "MAX_SAFE_INTEGER",
@@ -55,7 +59,7 @@ __all__ = [
 
 MAX_DOCUMENT_BYTES = 1_048_576
 MAX_KEYS = 1024
-MAX_DEPTH = 512
+VARS_MAX_DEPTH = 512
 MAX_SAFE_INTEGER = 2**53 - 1
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -103,15 +107,18 @@ class DocumentTooLargeError(ValueError):
         return f"document is {amount} bytes in RFC 8785 form; the limit is {MAX_DOCUMENT_BYTES}"
 
 
-def canonical_document(value: object, *, allow_none: bool) -> bytes | None:
+def canonical_document(value: object, *, allow_none: bool, max_depth: int | None = None) -> bytes | None:
     """Validate a document and return its RFC 8785 canonical UTF-8 bytes.
 
     ``value`` is the Python value (a ``dict`` root); ``allow_none`` says whether ``None`` means
     "no document" here (step results, outputs, binding params/payload defaults), in which case
     ``None`` is returned. ``len(result)`` is the document's size in bytes (CONTRACT §5).
 
-    Raises ``InvalidDocument`` (→ ``invalid_params``) and, for a valid document whose canonical
-    form exceeds ``MAX_DOCUMENT_BYTES``, ``DocumentTooLargeError`` (→ ``document_too_large``).
+    ``max_depth`` (levels, the root being level 1) is ``None`` for every document of the seed (no
+    depth limit); only ``vars`` pass ``VARS_MAX_DEPTH``. Raises ``InvalidDocument`` (→
+    ``invalid_params``; also for nesting beyond ``max_depth``) and, for a valid document whose
+    canonical form exceeds ``MAX_DOCUMENT_BYTES``, ``DocumentTooLargeError`` (→
+    ``document_too_large``).
     Validity is decided first: an invalid and oversized value raises ``InvalidDocument``.
     """
     if value is None:
@@ -120,17 +127,19 @@ def canonical_document(value: object, *, allow_none: bool) -> bytes | None:
         raise InvalidDocument("", "a document is required here; None is not a document")
     if type(value) is not dict:
         raise InvalidDocument("", f"the document root must be a dict, not {_type_name(value)}")
-    snapshots = _validate(value)
-    return _serialize(value, snapshots)
+    with deepjson.paused_gc():  # one snapshot per container: see deepjson.paused_gc
+        snapshots = _validate(value, max_depth=max_depth)
+        return _serialize(value, snapshots)
 
 
-def _validate(root: dict) -> dict[int, _Children]:
+def _validate(root: dict, *, max_depth: int | None) -> dict[int, _Children]:
     """Check every value under ``root``; return the children snapshot of each container by id.
 
     Iterative depth-first walk. ``on_path`` holds the ids of the containers on the current path
     (a repeat is a cycle); ``heights`` memoises finished containers so a shared sub-object is
-    walked once and only its height is re-checked against ``MAX_DEPTH`` where it reappears.
+    walked once and only its height is re-checked against ``max_depth`` where it reappears.
     """
+    limit = max_depth if max_depth is not None else -1
     snapshots: dict[int, _Children] = {id(root): _children(root, [])}
     heights: dict[int, int] = {}
     on_path: set[int] = {id(root)}
@@ -169,15 +178,15 @@ def _validate(root: dict) -> dict[int, _Children]:
             raise InvalidDocument(_pointer(frames, token), "cycle: a container contains itself")
         height = heights.get(child_id)
         if height is None:
-            if len(frames) + 1 > MAX_DEPTH:
-                raise InvalidDocument(_pointer(frames, token), f"nesting deeper than {MAX_DEPTH}")
+            if limit >= 0 and len(frames) + 1 > limit:
+                raise InvalidDocument(_pointer(frames, token), f"nesting deeper than {limit}")
             grandchildren = _children(child, frames, token)  # type: ignore[arg-type]
             snapshots[child_id] = grandchildren
             on_path.add(child_id)
             frames.append([child_id, grandchildren, 0, 0, token])
             continue
-        if len(frames) + height > MAX_DEPTH:
-            raise InvalidDocument(_pointer(frames, token), f"nesting deeper than {MAX_DEPTH}")
+        if limit >= 0 and len(frames) + height > limit:
+            raise InvalidDocument(_pointer(frames, token), f"nesting deeper than {limit}")
         if frame[3] < height:
             frame[3] = height
     return snapshots

@@ -18,8 +18,9 @@ This is the standard library's ``json`` decoder with hooks, not a parser of our 
 
 Integers stay ``int`` whatever their size (up to the interpreter's 4300-digit conversion limit,
 beyond which the text is rejected); the document rules (``documents.canonical_document``) reject
-those outside ±(2**53−1). Nesting deeper than the interpreter's recursion limit allows is
-rejected too (``RecursionError`` inside the decoder), never a crash.
+those outside ±(2**53−1). Nesting has no limit (CONTRACT §8, issue 15 item 5): a text too deep for
+the C decoder is parsed again by ``deepjson``'s iterative parser with the same hooks, so the
+rules above hold at any depth.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import json
 import math
 import re
+
+from takohost.domain import deepjson
 
 __all__ = ["StrictJSONError", "loads_strict"]
 
@@ -57,7 +60,7 @@ def loads_strict(raw: bytes) -> object:
     if text.startswith("\ufeff"):
         raise StrictJSONError("body starts with a byte order mark")
     try:
-        value = json.loads(
+        value = deepjson.loads_with(
             text,
             object_pairs_hook=_object_without_duplicates,
             parse_constant=_reject_constant,
@@ -67,8 +70,6 @@ def loads_strict(raw: bytes) -> object:
         raise
     except json.JSONDecodeError as exc:
         raise StrictJSONError(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise StrictJSONError("JSON nesting is too deep") from None
     except ValueError as exc:  # e.g. an integer literal beyond the int conversion digit limit
         raise StrictJSONError(f"invalid JSON number: {exc}") from None
     _reject_lone_surrogates(value)

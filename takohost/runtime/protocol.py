@@ -13,13 +13,12 @@ with ``check_child_message`` (shapes) and the domain validators (values) before 
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import struct
 from typing import Any
 
-from takohost.domain import identifiers, jsonstrict, tenant_logs
+from takohost.domain import deepjson, identifiers, jsonstrict, tenant_logs
 
 __all__ = [
     "CHILD_OPS",
@@ -87,7 +86,7 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     lone surrogate (not UTF-8 encodable), or its body exceeds ``MAX_FRAME_BYTES``.
     """
     try:
-        body = json.dumps(message, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        body = deepjson.dumps(message).encode("utf-8")  # any depth (issue 15 item 5)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"message is not encodable as a frame: {exc}") from None
     if len(body) > MAX_FRAME_BYTES:

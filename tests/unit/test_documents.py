@@ -318,18 +318,24 @@ def _nested(depth: int) -> dict:
     return doc
 
 
-def test_depth_limit_is_inclusive_and_never_a_recursion_error() -> None:
-    deepest = canon(_nested(documents.MAX_DEPTH))
-    assert deepest.count(b"[") + deepest.count(b"{") == documents.MAX_DEPTH
+def test_no_depth_limit_and_never_a_recursion_error() -> None:
+    """Issue 15 item 5 / CONTRACT §8: the seed sets no depth limit, so none is added."""
+    for depth in (512, 513, 1_000, 10_000, 200_000):
+        deepest = canon(_nested(depth))
+        assert deepest.count(b"[") + deepest.count(b"{") == depth
+
+
+def test_a_depth_limit_only_where_asked_for_vars() -> None:
+    limit = documents.VARS_MAX_DEPTH
+    deepest = canonical_document(_nested(limit), allow_none=False, max_depth=limit)
+    assert deepest.count(b"[") + deepest.count(b"{") == limit
     with pytest.raises(InvalidDocument, match="nesting"):
-        canon(_nested(documents.MAX_DEPTH + 1))
-    with pytest.raises(InvalidDocument, match="nesting"):
-        canon(_nested(100_000))
+        canonical_document(_nested(limit + 1), allow_none=False, max_depth=limit)
 
 
 def test_works_with_an_almost_exhausted_stack() -> None:
     # The walk is iterative: a caller deep in its own recursion can still validate deep documents.
-    doc = _nested(documents.MAX_DEPTH)
+    doc = _nested(10_000)
     limit = sys.getrecursionlimit()
 
     def recurse(n: int) -> bytes:
@@ -344,8 +350,9 @@ def test_shared_sub_object_depth_counts_where_it_reappears() -> None:
     wrapped: list = [chain]
     for _ in range(250):
         wrapped = [wrapped]
+    assert canon({"a": chain, "b": wrapped})
     with pytest.raises(InvalidDocument, match="nesting"):
-        canon({"a": chain, "b": wrapped})
+        canonical_document({"a": chain, "b": wrapped}, allow_none=False, max_depth=512)
 
 
 def test_shared_objects_count_every_occurrence_and_blowup_stops_early() -> None:

@@ -67,7 +67,7 @@ def test_integers_stay_int_and_decimals_are_float() -> None:
         pytest.param(b".5", id="bare-fraction"),
         pytest.param(b"\xc2\xa0{}", id="nbsp-whitespace"),
         pytest.param(b"1" * 5000, id="int-beyond-digit-limit"),
-        pytest.param(b"[" * 100_000 + b"]" * 100_000, id="deep-nesting"),
+        pytest.param(b"[" * 100_000 + b"]" * 99_999, id="deep-nesting-unclosed"),
     ],
 )
 def test_rejects(raw: bytes) -> None:
@@ -100,3 +100,11 @@ json_values = st.recursive(
 def test_round_trips_whatever_json_dumps_writes(value: object, ascii_only: bool) -> None:
     raw = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8")
     assert loads_strict(raw) == value
+
+
+def test_any_depth_is_parsed() -> None:
+    """Issue 15 item 5: nesting is no fault (CONTRACT §8); before, 990+ levels were invalid_json."""
+    value = loads_strict(b"[" * 100_000 + b"]" * 100_000)
+    for _ in range(99_999):
+        value = value[0]
+    assert value == []

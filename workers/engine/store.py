@@ -35,9 +35,11 @@ import os
 from typing import Any
 
 import psycopg
+import psycopg.types.json
 import sqlalchemy as sa
 
 from models import instance_sql
+from takohost.domain import deepjson
 from workers.engine import commits, decide, history
 
 
@@ -46,7 +48,12 @@ class Fenced(Exception):
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, allow_nan=False)
+    return None if value is None else deepjson.dumps_stored(value)
+
+
+# Documents of any depth (issue 15 item 5): json columns read by this module's own connections
+# are parsed like the SQLAlchemy engine's (models.db), with takohost.domain.deepjson.
+psycopg.types.json.set_json_loads(deepjson.loads_stored)
 
 
 def _name(value: bytes | memoryview | str) -> str:

@@ -26,7 +26,7 @@ from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from takohost.domain import documents
+from takohost.domain import deepjson, documents
 from workers import dispatch
 from workers.services import idempotency as idempotency_service
 from workers.services import instance_common
@@ -161,7 +161,7 @@ def _accept_event_txn(
             "pk": row.pk,
             "type": event_type.encode("utf-8"),
             "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
-            "payload": None if payload is instance_common.ABSENT else json.dumps(payload, allow_nan=False),
+            "payload": None if payload is instance_common.ABSENT else deepjson.dumps_stored(payload),
             "size": size,
             "now": now,
             "direct": direct,

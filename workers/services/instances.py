@@ -31,6 +31,7 @@ from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
+from takohost.domain import deepjson
 from workers import dispatch
 from workers.services import forms, instance_common, instance_pages
 from workers.telemetry import lifecycle
@@ -72,7 +73,7 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
             "uid": values["workflow_uid"],
             "space": values["space"],
             "instance_id": values["instance_id"].encode("utf-8"),
-            "params": None if values["params"] is None else json.dumps(values["params"], allow_nan=False),
+            "params": None if values["params"] is None else deepjson.dumps_stored(values["params"]),
             "now": values["now"],
             "lifetime": values["lifetime"],
             "attributes": json.dumps({"instanceId": values["instance_id"]}),
