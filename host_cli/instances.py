@@ -124,7 +124,8 @@ def progress_detail(progress: dict[str, Any]) -> str | None:
             "starting": "starting: a replay context is due",
             "running": "running"}.get(activity, activity)
     if activity == "running" and name:
-        text = f"running step {name!r} attempt {step.get('attempt')}"
+        since = f" since {progress['since']}" if progress.get("since") else ""
+        text = f"running step {name!r} attempt {step.get('attempt')}{since}"
     elif activity == "running" and progress.get("context"):
         context = progress["context"]
         text = f"running (context epoch {context.get('epoch')} since {context.get('startedAt')})"

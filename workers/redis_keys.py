@@ -13,6 +13,13 @@ def lease_key(namespace: str, instance_pk: int) -> str:
     return f"{namespace}:lease:{instance_pk}"
 
 
+def running_step_key(namespace: str, instance_pk: int) -> str:
+    """The Redis key where the heartbeat publishes the step attempt a context's child is running
+    (``{"name", "attempt", "since", "epoch"}``, JSON, expiring with the lease TTL) for the
+    progress view: ``{namespace}:step:{pk}``."""
+    return f"{namespace}:step:{instance_pk}"
+
+
 def delivery_lease_key(namespace: str, match_pk: int) -> str:
     """The Redis key of a cron match's delivery lease: ``{namespace}:cronlease:{match_pk}``."""
     return f"{namespace}:cronlease:{match_pk}"

@@ -2,8 +2,9 @@
 
 :func:`progress` decides the body of ``GET …/instances/{id}/progress`` from what the store holds —
 the instance's status, its pending step (the steps table: at most one step is pending at a time,
-steps run one after the other), the latest ``ContextStarted`` event of its history and whether a
-Version can run it now — with the clock passed in. It is a view beside the seed's ``status()``,
+steps run one after the other), the latest ``ContextStarted`` event of its history, the step attempt
+a context runs right now (published by its worker's heartbeat, at most one lease renewal late) and
+whether a Version can run it now — with the clock passed in. It is a view beside the seed's ``status()``,
 whose shape it never changes (CONTRACT §4.5), and it adds nothing to the history.
 
 Body (``TypedDict`` :class:`Progress`)::
@@ -11,6 +12,7 @@ Body (``TypedDict`` :class:`Progress`)::
     {"status": "running",                 # the seven statuses of status()
      "activity": "retrying",              # see ACTIVITIES
      "step"?: {"name", "kind": "do"|"sleep"|"wait", "attempt"?},   # the step it is on
+     "since"?,                                                     # its running attempt's start
      "retryAt"?, "lastError"?: {"type", "message"},               # a do step between attempts
      "wakeAt"?,                                                    # a sleep
      "eventType"?, "timeoutAt"?,                                   # a wait
@@ -51,6 +53,17 @@ class PendingStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunningStep:
+    """The step attempt a context's child runs right now, as its worker's heartbeat published it
+    (``epoch``: that context's token; ``since``: when the attempt started)."""
+
+    name: str
+    attempt: int
+    since: dt.datetime
+    epoch: int
+
+
+@dataclasses.dataclass(frozen=True)
 class ContextInfo:
     """The latest ``ContextStarted``: its ``epoch``, Version and time."""
 
@@ -69,6 +82,7 @@ class Progress(TypedDict):
     status: str
     activity: str
     step: NotRequired[StepView]
+    since: NotRequired[str]
     retryAt: NotRequired[str]
     lastError: NotRequired[dict]
     wakeAt: NotRequired[str]
@@ -92,13 +106,16 @@ def progress(
     context: ContextInfo | None,
     no_version: str | None,
     now: dt.datetime,
+    running: RunningStep | None = None,
 ) -> Progress:
     """Decide what instance is doing (see the module doc).
 
     ``status`` and ``stopping`` come from the instance row; ``pending`` is its pending step (if
     several are stored, the most recently updated one); ``context`` the latest ``ContextStarted``;
     ``no_version`` a human reason when no applied Deployment can run the workflow now (``None``:
-    a Version can run it, or not checked); ``now`` aware UTC.
+    a Version can run it, or not checked); ``now`` aware UTC; ``running`` the step attempt the
+    heartbeat says a context runs (used only while it is the latest context's and no other step is
+    pending: ``step`` and ``since``).
     """
     body: dict[str, Any] = {"status": status}
     if context is not None:
@@ -113,7 +130,18 @@ def progress(
         body["activity"] = "stopping"
         body["reason"] = stopping
         return body  # type: ignore[return-value]
-    if pending is not None:
+    if running is not None and status == "running" and context is not None and running.epoch == context.epoch and (
+        pending is None or (pending.kind == "do" and pending.name == running.name)
+    ):
+        body["activity"] = "running"
+        body["step"] = {"name": running.name, "kind": "do", "attempt": running.attempt}
+        body["since"] = rfc3339(running.since)
+        if pending is not None and pending.error:
+            body["lastError"] = {
+                "type": pending.error.get("type", "Error"),
+                "message": pending.error.get("message", ""),
+            }
+    elif pending is not None:
         body.update(_pending(pending, status=status, context=context, now=now))
     elif status == "queued":
         body["activity"] = "queued"

@@ -23,6 +23,13 @@ class Obs:
             step.do("charge", lambda: 1 / 0, {"maxAttempts": 3, "initialDelaySeconds": 3600})
         elif mode == "nap":
             step.sleep("nap", 1)
+        elif mode == "slow":
+            import os, time
+            def effect():
+                while not os.path.exists(event["params"]["go"]):
+                    time.sleep(0.05)
+                return {}
+            step.do("slow effect", effect)
         else:
             step.wait_for_event("approval", {"type": "approved", "timeoutSeconds": 600})
         return {"mode": mode}
@@ -119,6 +126,14 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
         )
         assert wait["eventType"] == "approved" and "timeoutAt" in wait and wait["step"]["name"] == "approval"
         assert http.status("wait") == {"id": "wait", "status": "waiting"}  # the seed's shape, unchanged
+        go = tmp_path / "go"
+        code, body = http.call("POST", "", {"id": "slow", "params": {"mode": "slow", "go": str(go)}})
+        assert code == 201, body
+        slow = workflows.wait_until(  # published by the worker's heartbeat (every 0.75 s here)
+            lambda: (p := progress("slow")).get("step") and p, timeout=30, message="running step shown"
+        )
+        assert slow["activity"] == "running" and slow["step"] == {"name": "slow effect", "kind": "do", "attempt": 1}
+        assert "since" in slow
         # the CLI shows the same for a non-terminal instance
         cli_env = {**os.environ, "TAKOHOST_URL": stack.api_url, "TAKOHOST_TOKEN": stack.token, "TAKOHOST_SPACE": stack.space,
                    "COLUMNS": "300"}
@@ -133,6 +148,9 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
         assert "retrying step 'charge' (attempt 2 at " in shown["retry"], shown["retry"]
         assert "attempt 1 failed: ZeroDivisionError" in shown["retry"]
         assert "waiting for event 'approved' (step 'approval', until " in shown["wait"], shown["wait"]
+        go.touch()
+        workflows.wait_until(lambda: http.status("slow")["status"] == "complete", timeout=60, message="slow done")
+        assert "step" not in progress("slow")
         workflows.wait_until(lambda: http.status("nap")["status"] == "complete", timeout=60, message="nap done")
         code, _ = http.call("POST", "/wait/events", {"type": "approved"})
         assert code == 202
@@ -141,15 +159,15 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
 
         # --- metrics: each command sums its own processes ---
         api_samples = _scrape(ports["api_metrics"])
-        assert _value(api_samples, "takohost_instances_started_total", space=stack.space, workflow=wf) == 3
+        assert _value(api_samples, "takohost_instances_started_total", space=stack.space, workflow=wf) == 4
         route = "/v2/spaces/<space>/resources/<uid>/instances"
         assert _value(api_samples, "takohost_http_request_duration_seconds_count",
-                      method="POST", route=route, status="201") == 3
+                      method="POST", route=route, status="201") == 4
         assert _value(api_samples, "takohost_http_request_duration_seconds_count",
                       method="GET", route=route + "/<id>/progress", status="200") >= 3
         worker_samples = workflows.wait_until(
             lambda: (s := _scrape(ports["worker"]))
-            and _value(s, "takohost_instances_finished_total", workflow=wf, status="complete") == 2
+            and _value(s, "takohost_instances_finished_total", workflow=wf, status="complete") == 3
             and s,
             timeout=30,
             message="finished instances counted",
@@ -163,7 +181,7 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
         assert _value(worker_samples, "takohost_operation_duration_seconds_count",
                       form="WorkerVersion", kind="create", state="succeeded") >= 1
         beat_samples = _scrape(ports["beat"])
-        assert _value(beat_samples, "takohost_instances", status="complete") == 2
+        assert _value(beat_samples, "takohost_instances", status="complete") == 3
         assert _value(beat_samples, "takohost_instances", status="running") == 1  # the retry delay
         assert ("takohost_broker_queue_depth", (("queue", f"{stack.namespace}.tasks"),)) in beat_samples
         # the tenant-facing port serves no metrics

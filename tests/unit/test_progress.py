@@ -109,3 +109,20 @@ def test_the_cli_says_it_in_one_line():
     queued = cli.progress_detail(decide("queued", context=None, no_version="its Worker has no Deployment"))
     assert queued == "queued: no replay context has started yet; no Version to run it: its Worker has no Deployment"
     assert cli.progress_detail(decide("complete")) is None
+
+
+def test_the_step_a_context_runs_now_as_its_heartbeat_published_it():
+    running = p.RunningStep(name="charge", attempt=1, since=EARLIER, epoch=3)
+    body = p.progress(status="running", stopping=None, pending=None, context=CONTEXT, no_version=None,
+                      now=NOW, running=running)
+    assert body["activity"] == "running" and body["since"] == "2026-12-01T11:55:00.000Z"
+    assert body["step"] == {"name": "charge", "kind": "do", "attempt": 1}
+    stale = p.RunningStep(name="charge", attempt=1, since=EARLIER, epoch=2)  # an earlier context's
+    assert "step" not in p.progress(status="running", stopping=None, pending=None, context=CONTEXT,
+                                    no_version=None, now=NOW, running=stale)
+    waiting = p.PendingStep(name="approval", kind="wait", timeout_at=LATER, config={"type": "ok"})
+    assert p.progress(status="waiting", stopping=None, pending=waiting, context=CONTEXT, no_version=None,
+                      now=NOW, running=running)["activity"] == "waiting"
+    from host_cli import instances as cli
+
+    assert cli.progress_detail(body) == "running step 'charge' attempt 1 since 2026-12-01T11:55:00.000Z"

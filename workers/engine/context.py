@@ -215,6 +215,7 @@ class ReplayContext:
             last_ping=self.job_sent or time.monotonic(),
         )
         self.heartbeat.register(self.watched)
+        self.observer.watched = self.watched  # it publishes the running step for …/progress
         if lifetime_over:
             return self._end_errored(
                 "lifetime_exceeded", "the instance reached its lifetime of 31536000 seconds"

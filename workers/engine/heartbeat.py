@@ -32,12 +32,14 @@ fraction of a second. The hint is only for speed: without it the next beat does 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 
+from workers import redis_keys
 from workers.engine import lease as lease_mod
 from workers.engine import sandbox
 from workers.services import stop_signals
@@ -76,6 +78,10 @@ class Watched:
     renewed_at: float = dataclasses.field(default_factory=time.monotonic)
     last_ping: float = dataclasses.field(default_factory=time.monotonic)
     max_gap: float = 0.0
+    #: The step attempt the child runs now (``{"name", "attempt", "since"}``, set by the context's
+    #: observer), published by the beat for the progress view; ``published``: a key is out there.
+    step: dict | None = None
+    published: bool = False
 
     def ping_gap(self) -> float:
         """The longest time in seconds without a ping so far, the current stretch included."""
@@ -160,6 +166,8 @@ class Heartbeat:
         with self._lock:
             self._watched.discard(watched)
             watched.active = False
+        if watched.published:
+            self._publish_step(watched, gone=True)
 
     def _loop(self) -> None:
         while True:
@@ -215,6 +223,7 @@ class Heartbeat:
                     continue
                 if renewed:
                     watched.renewed_at = started
+                    self._publish_step(watched)
                     continue
                 watched.lost = True
             log.warning("lease lost", extra={"instance": watched.instance_pk})
@@ -225,6 +234,24 @@ class Heartbeat:
                 log.info("context fenced", extra={"instance": watched.instance_pk, "epoch": watched.epoch})
                 watched.fenced = True
                 self._kill(watched)
+
+    def _publish_step(self, watched: Watched, *, gone: bool = False) -> None:
+        """Publish (or withdraw) the step attempt ``watched``'s child runs, for ``…/progress``: at
+        most one Redis write per beat, none while no step runs; best effort (the key expires with
+        the lease TTL)."""
+        step = None if gone else watched.step
+        if step is None and not watched.published:
+            return
+        key = redis_keys.running_step_key(self.leases.namespace, watched.instance_pk)
+        try:
+            if step is None:
+                self.leases.client.delete(key)
+            else:
+                value = json.dumps({**step, "epoch": watched.epoch})
+                self.leases.client.set(key, value, px=int(self.ttl_s * 1000))
+            watched.published = step is not None
+        except Exception:  # noqa: BLE001 - the view is a hint; the lease is what matters
+            log.debug("running step not published", exc_info=True)
 
     def _epochs(self, pks: list[int]) -> dict[int, int] | None:
         try:

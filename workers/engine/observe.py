@@ -67,6 +67,7 @@ class ContextObserver:
         self.span: Any = None
         self.step_span: Any = None
         self.epoch: int | None = None
+        self.watched: Any = None  # the heartbeat's Watched: it publishes the running step
         self._scope: contextlib.ExitStack | None = None
 
     # -- the context's life ------------------------------------------------------------------------
@@ -136,7 +137,10 @@ class ContextObserver:
         metrics.observe("takohost_sandbox_spawn_seconds", time.perf_counter() - started, kind="workflow")
 
     def attempt_started(self, name: str, attempt: int) -> None:
-        """Attempt ``attempt`` of ``step.do(name)`` is sent to the child."""
+        """Attempt ``attempt`` of ``step.do(name)`` is sent to the child; the heartbeat publishes it
+        for ``…/progress`` while it runs (no write per step)."""
+        if self.watched is not None:
+            self.watched.step = {"name": name, "attempt": attempt, "since": time.time()}
         if self.span is not None:
             self.step_span = tracing.start(
                 "takohost.step.attempt", parent=self.span, step=name, attempt=attempt, kind="do"
@@ -144,6 +148,8 @@ class ContextObserver:
 
     def attempt_done(self, outcome: decide.Outcome) -> None:
         """The attempt's outcome is committed."""
+        if self.watched is not None:
+            self.watched.step = None
         if self.step_span is not None:
             failed = not isinstance(outcome, decide.AttemptSucceeded)
             tracing.end(

@@ -2,7 +2,8 @@
 instance handed to the pure ``takohost.domain.progress.progress``.
 
 Reads, in one read-only transaction: the instance row, its pending step (at most one at a time),
-its latest ``ContextStarted`` event and — only for an instance a context could be running or about
+its latest ``ContextStarted`` event, the step attempt a context runs now (one Redis ``GET`` of
+what the worker's heartbeat published, for a ``running`` instance) and — only for an instance a context could be running or about
 to run — whether an applied Deployment can run its workflow (``forms``). Never writes, never
 changes the seed's ``status()`` (CONTRACT §4.5). This module must not import ``workers.engine``
 (the API imports it).
@@ -11,6 +12,8 @@ changes the seed's ``status()`` (CONTRACT §4.5). This module must not import ``
 from __future__ import annotations
 
 import datetime as dt
+import json
+import logging
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -18,8 +21,12 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instances as inst_models
 from models.base import utcnow
+from takohost import config
 from takohost.domain import progress as progress_mod
+from workers import redis_client, redis_keys
 from workers.services import forms, instance_common
+
+log = logging.getLogger(__name__)
 
 
 def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetime | None = None) -> dict:
@@ -65,6 +72,7 @@ def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetim
                 started_at=started.event_timestamp,
                 version_uid=started.attributes.get("versionUid"),
             )
+        running = _running_step(instance.pk) if instance.status == "running" else None
         no_version = None
         if instance.status in ("queued", "running") and instance.stopping is None and (
             pending is None or pending.kind != "do" or pending.wake_at is None or pending.wake_at <= now
@@ -78,6 +86,7 @@ def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetim
                 context=context,
                 no_version=no_version,
                 now=now,
+                running=running,
             )
         )
 
@@ -90,3 +99,23 @@ def _no_version_reason(session: orm.Session, workflow: object) -> str | None:
     if forms.workflow_ready_txn(session, workflow=workflow):
         return None
     return "no applied Deployment whose every weighted Version exports the workflow's class"
+
+
+def _running_step(instance_pk: int) -> progress_mod.RunningStep | None:
+    """The step attempt a context of ``instance_pk`` runs now, as its heartbeat published it
+    (``None``: none, or Redis cannot say: the view then does without it)."""
+    settings = config.load_settings()
+    try:
+        raw = redis_client.client(settings.redis_url).get(redis_keys.running_step_key(settings.namespace, instance_pk))
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        return progress_mod.RunningStep(
+            name=str(data["name"]),
+            attempt=int(data["attempt"]),
+            since=dt.datetime.fromtimestamp(float(data["since"]), tz=dt.UTC),
+            epoch=int(data["epoch"]),
+        )
+    except Exception:  # noqa: BLE001 - a hint only
+        log.debug("running step unreadable", exc_info=True)
+        return None
