@@ -530,6 +530,7 @@ class InstanceProgress(ma.Schema):
     status = fields.String(required=True)
     activity = fields.String(required=True, validate=validate.OneOf(list(progress.ACTIVITIES)))
     step = fields.Nested(ProgressStep)
+    since = fields.String(metadata={"format": "date-time"})
     retryAt = fields.String(metadata={"format": "date-time"})
     lastError = fields.Dict()
     wakeAt = fields.String(metadata={"format": "date-time"})
