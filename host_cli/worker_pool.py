@@ -36,6 +36,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from workers.telemetry import metrics
+
 log = logging.getLogger("takohost.worker")
 
 #: Environment variable naming the supervisor's pid in each supervised process.
@@ -103,6 +105,7 @@ class Supervisor:
         """Schedule the restart of ``slot`` whose process has exited."""
         assert slot.proc is not None
         code = slot.proc.returncode
+        metrics.process_exit(slot.proc.pid)  # a SIGKILLed process too: its live gauges stop counting
         ran = now - slot.started_at
         slot.quick_crashes = 0 if ran >= STABLE_SECONDS else slot.quick_crashes + 1
         pause = min(MAX_RESTART_PAUSE_SECONDS, float(2 ** max(0, slot.quick_crashes - 1)))
