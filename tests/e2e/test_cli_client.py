@@ -12,8 +12,6 @@ import textwrap
 import time
 from dataclasses import dataclass
 
-import pytest
-
 from tests.support import processes
 
 
@@ -68,12 +66,6 @@ class Cli:
                 return answer
             assert time.monotonic() < deadline, f"{instance_id!r} is {answer}, not {wanted!r}"
             time.sleep(0.5)
-
-
-@pytest.fixture()
-def cli(api_server, worker, beat_process, space_token) -> Cli:
-    space, token = space_token
-    return Cli(url=api_server.extra["url"], space=space, token=token)
 
 
 ECHO = textwrap.dedent(

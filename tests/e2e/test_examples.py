@@ -10,17 +10,9 @@ import re
 import shutil
 import time
 
-import pytest
-
 from tests.e2e.test_cli_client import Cli
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
-
-
-@pytest.fixture()
-def cli(api_server, worker, beat_process, space_token) -> Cli:
-    space, token = space_token
-    return Cli(url=api_server.extra["url"], space=space, token=token)
 
 
 def copy_example(name: str, tmp_path: pathlib.Path, replacements: dict[str, str]) -> pathlib.Path:

@@ -22,7 +22,6 @@ from tests.integration.test_resources_support import (
     create_ok,
     headers,
     name,
-    no_dispatch,  # noqa: F401 - fixture
     version_spec,
 )
 

@@ -11,15 +11,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_parent import FakeParent, StepRecord
-from workers.engine import sandbox
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = sandbox.Zygote()
-    z.start()
-    yield z
-    z.stop()
 
 
 def parent(zygote, source: str, class_name: str = "W", **kwargs) -> FakeParent:

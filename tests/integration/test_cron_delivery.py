@@ -52,18 +52,6 @@ def _record(
     return stack.trigger_uid, recorded[0][0]
 
 
-@pytest.fixture()
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    sent: list[int] = []
-
-    def capture(match_pks: list[int]) -> int:
-        sent.extend(match_pks)
-        return len(match_pks)
-
-    monkeypatch.setattr(cron_tasks.dispatch, "deliver_cron_matches", capture)
-    return sent
-
-
 def test_delivery_calls_scheduled_with_the_exact_event_once(
     db_url: str, space_token: tuple[str, str]
 ) -> None:

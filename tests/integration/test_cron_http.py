@@ -14,11 +14,10 @@ import sqlalchemy as sa
 from models import cron as cron_models
 from models import db as models_db
 from models import resources as res_models
-from tests.integration.test_resources_support import (  # noqa: F401 - no_dispatch is a fixture
+from tests.integration.test_resources_support import (
     create_ok,
     deployed_worker,
     headers,
-    no_dispatch,
     post,
     settle,
 )

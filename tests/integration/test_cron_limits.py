@@ -21,7 +21,6 @@ from models import db as models_db
 from models import resources as res_models
 from takohost import config
 from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of, matches_of
-from tests.support import workflows
 from workers import cron_tasks, redis_client, redis_keys, sandbox_host
 
 LOOPING = {
@@ -44,26 +43,6 @@ def scheduled(event, env, ctx):
     ctx.wait_until(forever(env.OUT))
 """,
 }
-
-
-@pytest.fixture(scope="module")
-def db_url():
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    sent: list[int] = []
-    monkeypatch.setattr(cron_tasks.dispatch, "deliver_cron_matches", lambda pks: sent.extend(pks) or len(pks))
-    return sent
 
 
 def _size(path) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from models.errors import DomainError
 from tests.support import workflows
 from workers.services import instance_events, instance_history, instance_stop, instances, workflow_observer
@@ -23,31 +21,6 @@ class Waiter:
         got = step.wait_for_event("w", {"type": "go", "timeoutSeconds": 600})
         return {"got": got}
 """
-
-
-@pytest.fixture(scope="module")
-def db_url():
-    """This module's own database (``workflows.isolated_database``)."""
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
-
-
-@pytest.fixture()
-def space(space_token):
-    return space_token[0]
 
 
 def _call(fn, **kwargs):

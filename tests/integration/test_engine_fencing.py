@@ -50,20 +50,6 @@ class Forever:
 """
 
 
-@pytest.fixture(scope="module")
-def db_url():
-    """This module's own database (see ``workflows.isolated_database``)."""
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
 def _pk(db_url, workflow, instance_id):
     return workflows.instance_row(db_url, workflow=workflow, instance_id=instance_id).pk
 

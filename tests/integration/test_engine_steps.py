@@ -18,31 +18,6 @@ from tests.support import workflows
 from workers.services import instance_common, instance_events, instance_history, instances
 
 
-@pytest.fixture(scope="module")
-def db_url():
-    """This module's own database (``workflows.isolated_database``)."""
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
-
-
-@pytest.fixture()
-def space(space_token):
-    return space_token[0]
-
-
 class Run:
     """One deployed workflow plus shortcuts for the service calls (at the driver's clock)."""
 

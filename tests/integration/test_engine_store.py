@@ -24,12 +24,6 @@ class W:
 """
 
 
-@pytest.fixture(scope="module")
-def db_url():
-    with workflows.isolated_database() as url:
-        yield url
-
-
 @pytest.fixture()
 def started(db_url, space_token, monkeypatch):
     """A context store that took the token of a fresh instance (no child: the store alone)."""

@@ -26,12 +26,6 @@ class Nap:
 """
 
 
-@pytest.fixture(scope="module")
-def db_url():
-    with workflows.isolated_database() as url:
-        yield url
-
-
 @pytest.fixture()
 def dispatched(monkeypatch, db_url):
     sent: list[int] = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
 import sqlalchemy as sa
 
 from models import db as models_db
@@ -23,31 +22,6 @@ from workers.services import instance_history, instance_stop, instances, retenti
 
 YEAR = 31_536_000
 THIRTY_DAYS = 2_592_000
-
-
-@pytest.fixture(scope="module")
-def db_url():
-    """This module's own database (``workflows.isolated_database``)."""
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
-
-
-@pytest.fixture()
-def space(space_token):
-    return space_token[0]
 
 
 def _call(fn, **kwargs):

@@ -4,24 +4,8 @@ BaseException`` rescues the instance (1025 commits; the limit is decided by ``de
 
 from __future__ import annotations
 
-import pytest
-
 from tests.support import workflows
 from workers.services import instances
-
-
-@pytest.fixture(scope="module")
-def db_url():
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
 
 MANY = """
 class Many:

@@ -48,26 +48,6 @@ class Where:
 """
 
 
-@pytest.fixture(scope="module")
-def db_url():
-    """This module's own database (tests/integration/conftest.py gives every module one too)."""
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
-
-
 @pytest.fixture()
 def spans():
     exporter = InMemorySpanExporter()

@@ -8,12 +8,11 @@ import uuid
 
 import pytest
 
-from tests.integration.test_resources_support import (  # noqa: F401 - no_dispatch is a fixture
+from tests.integration.test_resources_support import (
     FORMS,
     create_ok,
     headers,
     hold,
-    no_dispatch,
     post,
     settle,
 )

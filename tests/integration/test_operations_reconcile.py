@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_resources_support import (  # noqa: F401 - no_dispatch is a fixture
+from tests.integration.test_resources_support import (
     create_ok,
     headers,
-    no_dispatch,
     post,
     version_spec,
 )

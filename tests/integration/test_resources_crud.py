@@ -15,7 +15,6 @@ from tests.integration.test_resources_support import (
     headers,
     hold,
     name,
-    no_dispatch,  # noqa: F401 - fixture
     post,
     settle,
     version_spec,

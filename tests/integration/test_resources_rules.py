@@ -18,7 +18,6 @@ from tests.integration.test_resources_support import (
     deployment_spec,
     headers,
     hold,
-    no_dispatch,  # noqa: F401 - fixture
     post,
     settle,
     snapshot,
@@ -27,7 +26,7 @@ from tests.integration.test_resources_support import (
 
 
 @pytest.fixture()
-def api(client, space_token, db_url, no_dispatch):  # noqa: F811
+def api(client, space_token, db_url, no_dispatch):
     space, token = space_token
 
     class Api:

@@ -2,7 +2,7 @@
 
 ``settle(op_id)`` reconciles an Operation in-process (``workers.operations_tasks.reconcile``) and
 waits until it is final, so integration tests need no worker process. The ``no_dispatch``
-fixture keeps the API from sending reconcile messages (the session's real worker, if another
+fixture (``tests/integration/conftest.py``) keeps the API from sending reconcile messages (the session's real worker, if another
 test started it, would otherwise race these tests); the beat sweep only re-dispatches an
 Operation after ``redispatch_after`` (2 s), and ``hold(op_id)`` takes the Operation's reconcile
 lock so that no process can finish it while a test looks at its unfinished state.
@@ -14,7 +14,6 @@ import contextlib
 import time
 import uuid
 
-import pytest
 import sqlalchemy as sa
 
 FORMS = {
@@ -40,16 +39,6 @@ MAIN_FULL = (
 MAIN_CLASS_ONLY = MAIN_FULL.split("\ndef scheduled")[0] + "\n"
 #: Exports another class and no scheduled handler.
 MAIN_OTHER = "class OtherWorkflow:\n    def __init__(self, env):\n        pass\n    def run(self, event, step):\n        return None\n"
-
-
-@pytest.fixture()
-def no_dispatch(monkeypatch) -> list[str]:
-    """Record instead of sending the API's reconcile messages; returns the recorded Operation ids."""
-    from workers import dispatch
-
-    sent: list[str] = []
-    monkeypatch.setattr(dispatch, "reconcile_operation", sent.append)
-    return sent
 
 
 @contextlib.contextmanager

@@ -26,14 +26,6 @@ from workers.engine import sandbox
 logger = logging.getLogger(__name__)
 
 
-@pytest.fixture(scope="module")
-def zygote():
-    z = sandbox.Zygote()
-    z.start()
-    yield z
-    z.stop()
-
-
 def workflow_job(source: str, *, class_name: str = "W", params: dict | None = None, **extra) -> dict:
     event = {"instanceId": "i", **({"params": params} if params is not None else {})}
     return {

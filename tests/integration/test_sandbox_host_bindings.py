@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
-
 from models import db as models_db
 from models import resources as res_models
 from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of
@@ -116,33 +114,6 @@ class Queue:
         step.sleep("nap", 3600)
         return {}
 """
-
-
-@pytest.fixture(scope="module")
-def db_url():
-    """This module's own database (no session worker or beat can take its matches)."""
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
-
-
-@pytest.fixture()
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    sent: list[int] = []
-    monkeypatch.setattr(cron_tasks.dispatch, "deliver_cron_matches", lambda pks: sent.extend(pks) or len(pks))
-    return sent
 
 
 def _targets(db_url: str, space: str) -> dict[str, str]:
