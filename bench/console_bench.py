@@ -11,7 +11,7 @@ real ``takohost api`` (gunicorn, 2 workers) — and a last line ``{"instances", 
 It makes a scratch database on ``TAKOHOST_TEST_DATABASE_URL`` (an admin URL; default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), migrates it, inserts one
 DurableWorkflow with ``--instances`` instances spread over the seven statuses (one of them with
-a 60-event history, 20 steps and an inbox) and a Space token, starts the API, signs in to the
+a 60-event history, 20 steps, 5 inbox events and 300 log lines) and a Space token, starts the API, signs in to the
 console and loads each page; then drops the database. Only the API runs: the pages read, they
 start no work.
 """
@@ -36,6 +36,8 @@ import requests
 import sqlalchemy as sa
 
 BUDGET_MS = 200.0
+#: Log lines of the detailed instance.
+LOG_LINES = 300
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
 
 
@@ -43,7 +45,7 @@ def _populate(url: str, *, n: int) -> tuple[str, str, str]:
     """Migrate ``url`` and fill it; returns ``(token, workflow uid, the detailed instance's id)``."""
     from models import db as models_db
     from models import instances as inst_models
-    from models import migrate
+    from models import migrate, tenant_logs
     from models import resources as res_models
     from workers.services import tokens
 
@@ -108,6 +110,10 @@ def _populate(url: str, *, n: int) -> tuple[str, str, str]:
             session.add(inst_models.InboxEvent(instance_pk=instance.pk, sequence=q + 1, type="note",
                                                payload={"q": q}, canonical_bytes=20, accepted_at=t))
         instance.next_event_id, instance.step_count, instance.inbox_count = len(events) + 1, 20, 5
+        for q in range(LOG_LINES):
+            session.add(tenant_logs.TenantLog(instance_pk=instance.pk, seq=q + 1, epoch=1, step=f"step {q % 20}",
+                                              attempt=1, stream="stdout", message=f"line {q}: did a thing",
+                                              logged_at=t))
     return token, workflow, detailed
 
 

@@ -36,6 +36,12 @@ class Logs:
     truncated: bool = False
     removed: int = 0
 
+    @property
+    def text(self) -> str:
+        """Every line as :func:`line_text` writes it, one per line (rendered in one piece: a
+        template loop over thousands of lines would cost more than the page's queries)."""
+        return "\n".join(line_text(entry) for entry in self.lines)
+
 
 def _follow(page: Callable[[str | None], dict]) -> Logs:
     lines: list[dict] = []
@@ -81,12 +87,15 @@ def run_logs(*, space: str, trigger_uid: str, scheduled_time: str) -> Logs:
 
 
 def line_text(entry: dict) -> str:
-    """The message of one log entry."""
+    """One log entry as the panel shows it: ``time [delivery N] [step #attempt] [stream:] message``
+    (``stdout`` is not named; ``stderr`` and the host's own lines are)."""
+    parts = [entry["time"]] if isinstance(entry.get("time"), str) else []
+    if entry.get("delivery"):
+        parts.append(f"delivery {entry['delivery']}")
+    if entry.get("step"):
+        parts.append(f"[{entry['step']} #{entry['attempt']}]" if entry.get("attempt") else f"[{entry['step']}]")
+    if entry.get("stream") and entry["stream"] != "stdout":
+        parts.append(f"{entry['stream']}:")
     message = entry.get("message")
-    return message if isinstance(message, str) else str(entry)
-
-
-def line_time(entry: dict) -> str:
-    """The time of one log entry (RFC 3339 text), or ``""``."""
-    value = entry.get("time")
-    return value if isinstance(value, str) else ""
+    parts.append(message if isinstance(message, str) else str(entry))
+    return " ".join(parts)

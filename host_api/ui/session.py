@@ -3,8 +3,9 @@
 Signing in takes a Space token (the same tokens as the API, CONTRACT §2.1) and keeps it in a
 cookie the page's scripts cannot read (``HttpOnly``), sent only to ``/ui`` and only by this site's
 own pages (``SameSite=Strict``; ``Secure`` when the request came over HTTPS). Every request
-re-resolves the token to its Space, so a revoked token signs the console out at once and the
-Space is never taken from the URL: every page reads only the token's Space.
+resolves the token to its Space as the API does (``host_api.auth``: a deleted token is refused
+within its few seconds of memo), and the Space is never taken from the URL: every page reads
+only the token's Space.
 
 Actions (send an event, terminate, sign out) are POST forms that carry a CSRF token,
 ``HMAC-SHA256(key=token, "takohost console csrf")``: another site can neither read it nor make
@@ -20,10 +21,8 @@ import hmac
 import urllib.parse
 
 import flask
-import sqlalchemy as sa
 
-from host_api import db
-from models import resources as res_models
+from host_api import auth
 from workers.services import tokens
 
 COOKIE = "takohost_console"
@@ -54,11 +53,9 @@ def csrf_token(token: str) -> str:
 
 
 def space_of(token: str) -> str | None:
-    """The Space of ``token``, or None for an unknown token."""
-    with db.session() as session:
-        return session.scalar(
-            sa.select(res_models.Token.space).where(res_models.Token.token_hash == tokens.hash_token(token))
-        )
+    """The Space of ``token``, or None for an unknown token (the API's own lookup, with its
+    per-process memo of known tokens: ``host_api.auth``)."""
+    return auth._space_of(tokens.hash_token(token))
 
 
 def current() -> SignedIn:

@@ -97,10 +97,6 @@ def instance_url(uid: str, instance_id: str, endpoint: str = "ui.instance_page",
     return flask.url_for(endpoint, uid=uid, id=instance_id, **extra)
 
 
-bp.add_app_template_global(console_logs.line_text, "log_text")
-bp.add_app_template_global(console_logs.line_time, "log_time")
-
-
 @bp.after_request
 def _headers(response: flask.Response) -> flask.Response:
     """No caching of Space data; scripts and styles from this origin only; not framable."""
@@ -251,7 +247,7 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
         )
         name = workflow.name
     events, history_cut = detail["history"], detail["historyCut"]
-    inbox = instance_events.inbox(space=user.space, workflow_uid=uid, instance_id=instance_id)["events"]
+    inbox = detail["inbox"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
     chart = console_timeline.build(events, now=utcnow(), terminal=terminal)
     logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)

@@ -198,10 +198,11 @@ def instance_detail_txn(
 ) -> dict:
     """An instance as the console shows it: ``{"id", "status", "params"?, "output"?, "error"?,
     "createdAt", "updatedAt", "terminalAt"?, "lifetimeEndsAt", "versionUid"?, "inboxCount",
-    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut"}`` (times are aware
-    datetimes; ``steps`` are the step rows by first use: ``{"name", "kind", "state", "attempts",
+    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut", "inbox": [...]}``
+    (times are aware datetimes; ``steps`` are the step rows by first use: ``{"name", "kind", "state", "attempts",
     "config"?, "wakeAt"?, "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``; ``history`` the
-    first ``history_cap`` history events as the API serves them, ``historyCut`` when more exist).
+    first ``history_cap`` history events as the API serves them, ``historyCut`` when more exist;
+    ``inbox`` the unconsumed events as ``GET …/events`` serves them).
 
     Raises DomainError ``not_found`` / ``unknown_instance`` / ``invalid_request``.
     """
@@ -245,6 +246,17 @@ def instance_detail_txn(
     body["history"], body["historyCut"] = instance_history.events_txn(
         session, instance_pk=row.pk, after=0, size=history_cap
     )
+    body["inbox"] = []  # as GET …/events serves it (instance_events.inbox), from the same rows
+    for event in session.scalars(
+        sa.select(inst_models.InboxEvent)
+        .where(inst_models.InboxEvent.instance_pk == row.pk)
+        .order_by(inst_models.InboxEvent.sequence)
+    ):
+        item: dict[str, Any] = {"sequence": event.sequence, "type": event.type}
+        if event.payload is not None:
+            item["payload"] = event.payload
+        item["acceptedAt"] = instance_common.rfc3339(event.accepted_at)
+        body["inbox"].append(item)
     return body
 
 
