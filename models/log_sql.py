@@ -1,52 +1,54 @@
 """The SQL of tenant log lines (``models.tenant_logs``), once, in psycopg's ``%(name)s`` style.
 
 Written by the engine's log collector (``workers.tenant_logs``, raw psycopg on the context's
-connection) in batches: one statement inserts a batch (``unnest`` of parallel arrays) and trims
-the owner's oldest lines beyond the cap. An instance's batch is fenced like every write of a
+connection) in batches: one statement numbers and inserts a batch (``unnest`` of parallel arrays)
+and trims the owner's oldest lines beyond the cap. An instance's batch is fenced like every write of a
 context (``epoch = %(epoch)s``): a stale context's lines are dropped. Reads for the API are the
 ``SELECT_*`` statements, through ``Connection.exec_driver_sql``.
 """
 
 from __future__ import annotations
 
-#: The owner's highest ``seq`` so far (0 without lines).
-MAX_INSTANCE_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM tenant_logs WHERE instance_pk = %(pk)s"
-MAX_DELIVERY_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM tenant_logs WHERE delivery_pk = %(delivery)s"
+_VALUES = """unnest(%(ats)s::timestamptz[], %(steps)s::bytea[], %(attempts)s::int[], %(streams)s::text[],
+              %(messages)s::text[]) WITH ORDINALITY AS v(at, step, attempt, stream, message, ord)"""
 
-_VALUES = """unnest(%(seqs)s::bigint[], %(ats)s::timestamptz[], %(steps)s::bytea[], %(attempts)s::int[],
-              %(streams)s::text[], %(messages)s::text[]) AS v(seq, at, step, attempt, stream, message)"""
-
-#: A batch of an instance's lines under the context's token, and the trim of lines with
-#: ``seq <= %(cut)s``; returns how many lines were inserted (0 when fenced).
+#: A batch of ``%(n)s`` lines of an instance under the context's token, numbered after the
+#: instance's highest ``seq`` and ``%(skip)s`` lines the cap removed before they were written,
+#: and the trim of the lines beyond ``%(cap)s``; one round trip.
+#: Returns how many lines were inserted (0 when fenced).
 INSERT_INSTANCE_LINES = f"""
 WITH f AS (
   SELECT 1 FROM instances WHERE pk = %(pk)s AND epoch = %(epoch)s
+), b AS (
+  SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE instance_pk = %(pk)s
 ), ins AS (
   INSERT INTO tenant_logs (instance_pk, seq, logged_at, epoch, step, attempt, stream, message)
-  SELECT %(pk)s, v.seq, v.at, %(epoch)s, v.step, v.attempt, v.stream, v.message
-  FROM f CROSS JOIN {_VALUES}
+  SELECT %(pk)s, b.m + %(skip)s + v.ord, v.at, %(epoch)s, v.step, v.attempt, v.stream, v.message
+  FROM f CROSS JOIN b CROSS JOIN {_VALUES}
   ON CONFLICT (instance_pk, seq) WHERE instance_pk IS NOT NULL DO NOTHING
   RETURNING 1
 ), trim AS (
-  DELETE FROM tenant_logs WHERE instance_pk = %(pk)s AND seq <= %(cut)s AND EXISTS (SELECT 1 FROM f)
+  DELETE FROM tenant_logs WHERE instance_pk = %(pk)s AND seq <= (SELECT m FROM b) + %(skip)s + %(n)s - %(cap)s
+    AND EXISTS (SELECT 1 FROM f)
 )
 SELECT count(*) FROM ins
 """
 
-#: A batch of a cron delivery's lines, and the trim (the delivery's lease makes it the only writer).
+#: The same for a cron delivery (its lease makes it the only writer).
 INSERT_DELIVERY_LINES = f"""
-WITH ins AS (
+WITH b AS (
+  SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE delivery_pk = %(delivery)s
+), ins AS (
   INSERT INTO tenant_logs (delivery_pk, seq, logged_at, step, attempt, stream, message)
-  SELECT %(delivery)s, v.seq, v.at, v.step, v.attempt, v.stream, v.message
-  FROM {_VALUES}
+  SELECT %(delivery)s, b.m + %(skip)s + v.ord, v.at, v.step, v.attempt, v.stream, v.message
+  FROM b CROSS JOIN {_VALUES}
   ON CONFLICT (delivery_pk, seq) WHERE delivery_pk IS NOT NULL DO NOTHING
   RETURNING 1
 ), trim AS (
-  DELETE FROM tenant_logs WHERE delivery_pk = %(delivery)s AND seq <= %(cut)s
+  DELETE FROM tenant_logs WHERE delivery_pk = %(delivery)s AND seq <= (SELECT m FROM b) + %(skip)s + %(n)s - %(cap)s
 )
 SELECT count(*) FROM ins
 """
-
 #: One page of an instance's lines after ``seq`` ``%(after)s``, and the lowest stored ``seq``.
 SELECT_INSTANCE_PAGE = """
 SELECT seq, logged_at, epoch, step, attempt, stream, message,

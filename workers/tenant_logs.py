@@ -77,7 +77,6 @@ class LogCollector:
         self._oldest = 0.0
         self._host_dropped = 0
         self._host_dropped_total = 0
-        self._next_seq: int | None = None
         self.written = 0
 
     # -- lines in ----------------------------------------------------------------------------
@@ -165,25 +164,18 @@ class LogCollector:
     def _write(self, conn: psycopg.Connection, batch: list[tuple]) -> None:
         if self.instance_pk is not None and self.epoch is None:
             return  # no token: nothing of this context may be stored
-        if self._next_seq is None:
-            if self.instance_pk is not None:
-                row = conn.execute(log_sql.MAX_INSTANCE_SEQ, {"pk": self.instance_pk}).fetchone()
-            else:
-                row = conn.execute(log_sql.MAX_DELIVERY_SEQ, {"delivery": self.delivery_pk}).fetchone()
-            self._next_seq = (row[0] if row else 0) + 1
-        first = self._next_seq
-        self._next_seq += len(batch)
         cap = tenant_logs.MAX_STORED_LINES
-        if len(batch) > cap:  # lines the cap removes at once are not written at all
-            first, batch = first + len(batch) - cap, batch[-cap:]
+        skip = max(0, len(batch) - cap)  # lines the cap would remove at once are not written at all
+        batch = batch[skip:]
         params: dict[str, Any] = {
-            "seqs": list(range(first, first + len(batch))),
             "ats": [line[0] for line in batch],
             "steps": [None if line[1] is None else line[1].encode("utf-8") for line in batch],
             "attempts": [line[2] for line in batch],
             "streams": [line[3] for line in batch],
             "messages": [line[4] for line in batch],
-            "cut": self._next_seq - 1 - cap,
+            "n": len(batch),
+            "skip": skip,
+            "cap": cap,
         }
         if self.instance_pk is not None:
             params.update(pk=self.instance_pk, epoch=self.epoch)

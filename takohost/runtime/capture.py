@@ -22,6 +22,7 @@ Standard library and ``takohost.domain`` only (this runs beside user code).
 from __future__ import annotations
 
 import codecs
+import functools
 import io
 import logging
 import os
@@ -55,38 +56,48 @@ def _scalar(text: str) -> str:
 
 
 class _Splitter:
-    """Cuts a stream of text into lines, holding at most ``MAX_LINE_CHARS`` of a partial line."""
+    """Cuts a stream of text into lines for ``emit(lines)``, holding at most ``MAX_LINE_CHARS``
+    of a partial line (the rest of an over-long line is counted, and the cut said)."""
 
-    def __init__(self, emit: Callable[[str], None]) -> None:
+    def __init__(self, emit: Callable[[list[str]], None]) -> None:
         self._emit = emit
         self._partial: list[str] = []
         self._size = 0
-        self._cut = 0  # characters of an over-long line discarded so far
+        self._cut = 0  # characters of an over-long partial line discarded so far
 
-    def feed(self, text: str) -> None:
-        while text:
-            newline = text.find("\n")
-            piece, text = (text, "") if newline < 0 else (text[:newline], text[newline + 1 :])
-            room = tenant_logs.MAX_LINE_CHARS - self._size
-            if len(piece) > room:
-                self._cut += len(piece) - room
-                piece = piece[:room]
-            if piece:
-                self._partial.append(piece)
-                self._size += len(piece)
-            if newline >= 0:
-                self.end()
+    def _hold(self, piece: str) -> None:
+        room = tenant_logs.MAX_LINE_CHARS - self._size
+        if len(piece) > room:
+            self._cut += len(piece) - room
+            piece = piece[:room]
+        if piece:
+            self._partial.append(piece)
+            self._size += len(piece)
 
-    def end(self) -> None:
-        """Emit the partial line (if any)."""
-        if not self._partial and not self._cut:
-            return
+    def _take_partial(self) -> str:
         text = "".join(self._partial)
         if self._cut:
             keep = tenant_logs.MAX_LINE_CHARS - 40  # the marker is at most 40 characters
             text = text[:keep] + f" … [{self._size + self._cut - keep} characters cut]"
         self._partial, self._size, self._cut = [], 0, 0
-        self._emit(text)
+        return text
+
+    def feed(self, text: str) -> None:
+        """Add ``text``; emit the lines it completes (one call for all of them)."""
+        if "\n" not in text:
+            self._hold(text)
+            return
+        pieces = text.split("\n")
+        self._hold(pieces[0])
+        lines = [self._take_partial()]
+        lines.extend(pieces[1:-1])  # over-long ones are cut by clip_line
+        self._hold(pieces[-1])
+        self._emit(lines)
+
+    def end(self) -> None:
+        """Emit the partial line (if any)."""
+        if self._partial or self._cut:
+            self._emit([self._take_partial()])
 
 
 class Sink:
@@ -116,24 +127,32 @@ class Sink:
 
     # -- lines in ------------------------------------------------------------------------------
     def line(self, stream: str, text: str) -> None:
-        """Keep one complete line of ``stream`` (cut and budgeted)."""
-        text = tenant_logs.clip_line(_scalar(text))
+        """Keep one complete line of ``stream`` (see :meth:`lines`)."""
+        self.lines(stream, [text])
+
+    def lines(self, stream: str, texts: list[str]) -> None:
+        """Keep complete lines of ``stream``, cut and budgeted (a dropped line costs only the
+        budget check)."""
         with self._lock:
             now = self._clock()
-            if not self._budget.take(len(text), now):
-                self._dropped += 1
-                return
-            if not self._lines:
-                self._oldest = now
-            self._lines.append([int(self._wall() * 1000), stream, text])
-            if len(self._lines) >= tenant_logs.FRAME_LINES:
-                self._flush_locked()
+            stamp = int(self._wall() * 1000)
+            take = self._budget.take
+            limit = tenant_logs.MAX_LINE_CHARS
+            for text in texts:
+                if not take(min(len(text), limit), now):
+                    self._dropped += 1
+                    continue
+                if not self._lines:
+                    self._oldest = now
+                self._lines.append([stamp, stream, tenant_logs.clip_line(_scalar(text))])
+                if len(self._lines) >= tenant_logs.FRAME_LINES:
+                    self._flush_locked()
 
     def add_pipe(self, fd: int, stream: str) -> None:
         """Drain the read end ``fd`` (non-blocking) of a pipe as ``stream``."""
         os.set_blocking(fd, False)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        splitter = _Splitter(lambda text: self.line(stream, text))
+        splitter = _Splitter(functools.partial(self.lines, stream))
         self._pipes[fd] = (stream, splitter, decoder)
 
     def add_writer(self, writer: LineWriter) -> None:
@@ -149,9 +168,7 @@ class Sink:
     def before_send(self, *, final: bool) -> None:
         """Called before the child sends any other frame: drain the pipes, then flush (with
         ``final`` also the partial lines of every writer and pipe)."""
-        if final:  # writer lock before sink lock, the order a print takes them in
-            for writer in self._writers:
-                writer.end_line()
+        self._flush_writers(final=final)  # before the sink lock: the order a print takes them in
         with self._lock:
             self._drain_pipes()
             if final:
@@ -159,6 +176,15 @@ class Sink:
                     splitter.feed(decoder.decode(b"", final=True))
                     splitter.end()
             self._flush_locked()
+
+    def _flush_writers(self, *, final: bool = False) -> None:
+        for writer in self._writers:
+            try:
+                writer.flush()
+                if final:
+                    writer.raw_sink.end_line()
+            except Exception:  # noqa: BLE001 - user code may have closed or broken the stream
+                pass
 
     def _flush_locked(self) -> None:
         if not self._lines and not self._dropped:
@@ -199,6 +225,7 @@ class Sink:
                     poller.poll(FLUSH_SECONDS * 1000)
                 else:
                     time.sleep(FLUSH_SECONDS)
+                self._flush_writers()
                 with self._lock:
                     self._drain_pipes()
                     if self._lines and self._clock() - self._oldest >= FLUSH_SECONDS:
@@ -209,30 +236,17 @@ class Sink:
                 time.sleep(FLUSH_SECONDS)
 
 
-class LineWriter(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of tenant code: text in, lines to the :class:`Sink`.
-
-    ``fileno()`` is the descriptor (1 or 2, a pipe to the same sink), so a subprocess given
-    ``stdout=sys.stdout`` is captured too. A partial line waits for its newline (or the end).
-    """
+class _RawLines(io.RawIOBase):
+    """The raw end of a captured ``sys.stdout``/``sys.stderr``: UTF-8 bytes in (in chunks, from
+    the C buffering above it), lines to the :class:`Sink`. ``fileno()`` is the descriptor (1 or
+    2, a pipe into the same sink), so a subprocess given ``stdout=sys.stdout`` is captured too."""
 
     def __init__(self, sink: Sink, *, stream: str, fd: int) -> None:
         super().__init__()
-        self._sink = sink
-        self._stream = stream
         self._fd = fd
         self._lock = threading.Lock()
-        self._splitter = _Splitter(lambda text: sink.line(stream, text))
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        """Always UTF-8."""
-        return "utf-8"
-
-    @property
-    def errors(self) -> str:  # type: ignore[override]
-        """Unencodable text is replaced."""
-        return "replace"
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._splitter = _Splitter(functools.partial(sink.lines, stream))
 
     def writable(self) -> bool:
         """Always writable."""
@@ -243,24 +257,63 @@ class LineWriter(io.TextIOBase):
         return False
 
     def fileno(self) -> int:
-        """The descriptor behind this stream (a pipe into the same sink)."""
+        """The descriptor behind this stream."""
         return self._fd
 
-    def write(self, text: str) -> int:
-        """Add ``text``; complete lines go to the sink. ``TypeError`` for anything but ``str``."""
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+    def write(self, data: Any) -> int:
+        """Take a chunk of bytes; the lines it completes go to the sink."""
+        chunk = bytes(data)
         with self._lock:
-            self._splitter.feed(str.__str__(text))
-        return len(text)
-
-    def flush(self) -> None:
-        """Nothing to do: a partial line waits for its newline."""
+            self._splitter.feed(self._decoder.decode(chunk))
+        return len(chunk)
 
     def end_line(self) -> None:
         """Emit the partial line (at the end of the context)."""
         with self._lock:
+            self._splitter.feed(self._decoder.decode(b"", final=True))
             self._splitter.end()
+
+
+def _fffd(error: UnicodeError) -> tuple[bytes, int]:
+    """Codec error handler: each character UTF-8 cannot encode (a lone surrogate) becomes U+FFFD
+    (as bytes: the UTF-8 encoder takes only ASCII text from a handler)."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    return "\ufffd".encode("utf-8") * (error.end - error.start), error.end
+
+
+codecs.register_error("takohost.fffd", _fffd)
+
+
+class LineWriter(io.TextIOWrapper):
+    """``sys.stdout``/``sys.stderr`` of tenant code: the interpreter's own (C) text and buffer
+    layers, so a ``print`` costs what it costs anywhere; their bytes reach :class:`_RawLines` in
+    chunks, when the sink flushes them (before every frame, and every ``FLUSH_SECONDS``) or when
+    64 KiB are buffered. ``raw_sink`` is the raw end."""
+
+    def __init__(self, sink: Sink, *, stream: str, fd: int, line_buffering: bool = False) -> None:
+        self.raw_sink = _RawLines(sink, stream=stream, fd=fd)
+        self.before: LineWriter | None = None  # flushed first: stdout before stderr
+        super().__init__(
+            io.BufferedWriter(self.raw_sink, buffer_size=1 << 16),
+            encoding="utf-8",
+            errors="takohost.fffd",
+            line_buffering=line_buffering,
+            write_through=False,
+        )
+
+    def write(self, text: str) -> int:
+        """Write ``text``; on a stream with ``before`` (stderr), flush ``before`` (stdout) first:
+        what was printed before a warning is logged before it."""
+        if self.before is not None:
+            io.TextIOWrapper.flush(self.before)
+        return super().write(text)
+
+    def flush(self) -> None:
+        """Flush ``before`` (see :meth:`write`), then this stream."""
+        if self.before is not None:
+            io.TextIOWrapper.flush(self.before)
+        super().flush()
 
 
 def install(send: Callable[[dict[str, Any]], None]) -> Sink:
@@ -280,7 +333,8 @@ def install(send: Callable[[dict[str, Any]], None]) -> Sink:
         os.close(write_end)
         sink.add_pipe(read_end, stream)
     out = LineWriter(sink, stream="stdout", fd=1)
-    err = LineWriter(sink, stream="stderr", fd=2)
+    err = LineWriter(sink, stream="stderr", fd=2, line_buffering=True)  # as Python's own stderr
+    err.before = out
     sink.add_writer(out)
     sink.add_writer(err)
     sys.stdout = out
