@@ -134,6 +134,15 @@ class Scratch:
                 "SELECT pid FROM pg_stat_activity WHERE datname = :d AND application_name <> 'bench'"
                 " AND pid <> pg_backend_pid()"), {"d": self.name}).scalars())
 
+    def commits(self) -> int:
+        """Transactions committed on the scratch database so far (``pg_stat_database``, flushed
+        by the backends within about a second)."""
+        import sqlalchemy as sa
+
+        with self.admin.connect() as conn:
+            return conn.execute(sa.text("SELECT xact_commit FROM pg_stat_database WHERE datname = :d"),
+                                {"d": self.name}).scalar_one()
+
     def close(self) -> None:
         import signal
 
@@ -384,6 +393,8 @@ def run(args: argparse.Namespace) -> dict:
 
         # burst: N instances created at once from a few threads
         ids = [f"i{i}" for i in range(args.instances)]
+        time.sleep(1.5)  # let the backends flush their transaction counts
+        commits_before = scratch.commits()
         backends = proc_cpu.Backends(scratch.backends)
         cpu_before = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": 0.0}
         busy_before = busy_cpu_seconds()
@@ -394,6 +405,8 @@ def run(args: argparse.Namespace) -> dict:
         outputs = wait_all(url, ten, ids, status="complete", timeout=600, interval=0.25)
         cpu_after = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": backends.seconds()}
         burst_cpu = busy_cpu_seconds() - busy_before
+        time.sleep(1.5)
+        commits = scratch.commits() - commits_before  # includes this bench's ~4 polls a second
         last_done = max(output["last"] for output in outputs.values())
         burst = [outputs[i]["first"] - starts[i] for i in ids]
         elapsed = last_done - began
@@ -422,6 +435,7 @@ def run(args: argparse.Namespace) -> dict:
             "steps_per_s": round(args.instances * 10 / elapsed, 1),
             "cpu_ms_per_instance": proc_cpu.difference_ms_per(cpu_before, cpu_after, args.instances),
             "machine_cpu_ms_per_instance": round(burst_cpu * 1000 / args.instances, 2),
+            "postgres_commits_per_instance": round(commits / args.instances, 2),
             "create_to_first_effect_unloaded": summary_ms(unloaded),
             "one_step_create_to_complete": summary_ms(one_step),
             "create_to_first_effect_burst": summary_ms(burst),
