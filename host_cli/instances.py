@@ -410,7 +410,7 @@ def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_j
             str(event.get("eventId", "")),
             str(event.get("eventTimestamp", "")),
             escape(str(event.get("eventType", ""))),
-            escape(common.compact(attributes)) if attributes else "",
+            escape(common.compact(cli_logs.without_traceback(attributes))) if attributes else "",
         )
     Console().print(table)
     cli_logs.print_tracebacks(events)

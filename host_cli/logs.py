@@ -27,7 +27,15 @@ from host_cli import client as http
 from host_cli import common
 from takohost.runtime import tracebacks
 
-__all__ = ["failure_frames", "instances_logs", "print_failure", "print_tracebacks", "render_line", "run_logs"]
+__all__ = [
+    "failure_frames",
+    "instances_logs",
+    "print_failure",
+    "print_tracebacks",
+    "render_line",
+    "run_logs",
+    "without_traceback",
+]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _STREAM_STYLE = {"stderr": "yellow", "host": "cyan"}
@@ -167,6 +175,14 @@ def failure_frames(events: list[dict[str, Any]]) -> tuple[str, list[dict[str, An
                 )
                 return headline, error["traceback"]
     return None
+
+
+def without_traceback(attributes: dict[str, Any]) -> dict[str, Any]:
+    """History attributes without their ``traceback`` (printed under the table instead)."""
+    out = {k: v for k, v in attributes.items() if k != "traceback"}
+    if isinstance(out.get("error"), dict) and "traceback" in out["error"]:
+        out["error"] = {k: v for k, v in out["error"].items() if k != "traceback"}
+    return out
 
 
 def _print_frames(console: Console, headline: str, frames: list[dict[str, Any]]) -> None:
