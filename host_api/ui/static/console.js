@@ -31,6 +31,10 @@
           });
           live.setAttribute("data-version", data.v);
           live.setAttribute("data-terminal", data.terminal ? "true" : "false");
+          if (data.terminal) {  // an ended instance takes no actions: say so instead of the forms
+            Array.prototype.forEach.call(document.querySelectorAll(".action-forms"), function (f) { f.hidden = true; });
+            Array.prototype.forEach.call(document.querySelectorAll(".terminal-note"), function (n) { n.hidden = false; });
+          }
           live.dispatchEvent(new CustomEvent("console:updated", {bubbles: true}));
         })
         .catch(function () { /* keep the page as it is; try again */ })
