@@ -2,7 +2,9 @@
 
 :func:`install` (called by ``child.run_job`` before the Version's code is imported) points file
 descriptors 1 and 2 at pipes drained by a thread of the child, and replaces ``sys.stdout`` and
-``sys.stderr`` by line writers (no system call per ``print``). ``logging`` needs nothing: left
+``sys.stderr`` by :class:`LineWriter` s: the interpreter's own (C) buffered text streams over a raw
+line sink, so a ``print`` costs about what it costs anywhere, with no system call (stderr is
+line-buffered, as Python's own, and flushes stdout first). ``logging`` needs nothing: left
 unconfigured it writes WARNING and above to ``sys.stderr``, and ``logging.basicConfig`` binds
 ``sys.stderr`` as it is at that moment. Subprocesses inherit descriptors 1 and 2.
 
@@ -10,8 +12,9 @@ Lines are cut to ``tenant_logs.MAX_LINE_CHARS``, undecodable bytes become U+FFFD
 :class:`~takohost.domain.tenant_logs.Budget` drops what exceeds the context's rate (the count
 travels in the next frame's ``dropped``). Frames are
 ``{"op": "log", "lines": [[time_ms, stream, text], ...], "dropped": n}``: ``time_ms`` is UTC epoch
-milliseconds, ``stream`` ``"stdout"``/``"stderr"``. The sink sends a frame when it holds
-``FRAME_LINES`` lines, after ``FLUSH_SECONDS``, and **before every other frame** the child sends
+milliseconds (when the line reached the sink: within ``FLUSH_SECONDS`` of its ``print``),
+``stream`` ``"stdout"``/``"stderr"``. The sink flushes the streams and sends a frame when it holds
+``FRAME_LINES`` lines, every ``FLUSH_SECONDS``, and **before every other frame** the child sends
 (``Sink.before_send``): what an effect printed reaches the host before its ``effect_result``, and
 nothing is lost at a final message. A log line is JSON text inside a frame of the runtime's own
 making: nothing written to descriptors 1/2 can ever be read by the host as a frame.
