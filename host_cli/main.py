@@ -169,7 +169,8 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
 
 @main.command()
 @click.option("--concurrency", default=2, show_default=True, type=click.IntRange(min=1),
-              help="Processes running replay contexts, Operations and cron deliveries (one per core).")
+              help="Processes running replay contexts and cron deliveries (one per core); Operations "
+                   "run in one more process of their own.")
 @click.option("--pool", type=click.Choice(["solo", "prefork"]), default="solo", show_default=True,
               help="solo: --concurrency single-process workers under one supervisor (each consumes "
                    "and runs its tasks itself; the fastest measured). prefork: one Celery parent "
@@ -179,10 +180,12 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
                    "before SIGKILL.")
 @click.option("--supervised", is_flag=True, hidden=True,
               help="Internal: one process of a solo pool, run by its supervisor.")
+@click.option("--control-plane", "control", is_flag=True, hidden=True,
+              help="Internal: the process that consumes the control-plane queue only (Operations).")
 @click.option("--loglevel", default="INFO", show_default=True)
 @_observability_options
-def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, loglevel: str,
-           log_format: str | None, metrics_port: int | None) -> None:
+def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, control: bool,
+           loglevel: str, log_format: str | None, metrics_port: int | None) -> None:
     """Run the Celery workers (host_cli.worker_pool: N solo processes under one supervisor)."""
     _host_process()
     _setup_logging(log_format, loglevel)
@@ -195,6 +198,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, l
         _check_sandbox()
         supervisor = worker_pool.Supervisor(command=worker_pool.solo_command(loglevel=loglevel),
                                             concurrency=concurrency, stop_timeout=stop_timeout)
+        supervisor.add_process(_control_command(loglevel))  # issue 15 item 6
         raise SystemExit(supervisor.run())
     if supervised:
         from host_cli import worker_pool
@@ -211,9 +215,38 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, l
 
         # prefork pool processes start their zygote on worker_process_init; solo has no pool process
         children.prespawn(sandbox.get_zygote())
+    if pool == "prefork":
+        _start_control_process(loglevel)  # issue 15 item 6
+    queue = app.conf.takohost_control_queue if control else app.conf.task_default_queue
     app.worker_main(["worker", f"--pool={pool}", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
-                     "-Q", app.conf.task_default_queue, "--without-gossip", "--without-mingle",
+                     "-Q", queue, "--without-gossip", "--without-mingle",
                      "--without-heartbeat"])
+
+
+# --- the control plane's own process (issue 15 item 6) ---------------------------------------
+# Operations (and anything else in workers.celery_app.CONTROL_TASKS) go to a queue of their own,
+# consumed by one more process that every `takohost worker` starts and that runs no workflow or
+# handler code (only the time-limited import check of a new WorkerVersion):
+# with every slot busy in replay contexts or cron handlers, a PUT is still reconciled at once.
+
+
+def _control_command(loglevel: str) -> list[str]:
+    """argv of the control-plane consumer: a supervised solo process on the control queue only."""
+    from host_cli import worker_pool
+
+    return worker_pool.solo_command(loglevel=loglevel, extra=["--control-plane"])
+
+
+def _start_control_process(loglevel: str) -> None:
+    """For ``--pool prefork``: start the control-plane consumer beside this Celery parent; it dies
+    with this process (``PR_SET_PDEATHSIG``, as a supervised one)."""
+    import os
+    import subprocess
+
+    from host_cli import worker_pool
+
+    env = {**os.environ, worker_pool.SUPERVISOR_PID_ENV: str(os.getpid())}
+    subprocess.Popen(_control_command(loglevel), env=env, stdin=subprocess.DEVNULL)
 
 
 def _mark_metrics_dead_at_exit() -> None:

@@ -69,6 +69,8 @@ class _Slot:
 
     index: int
     proc: subprocess.Popen | None = None
+    #: argv of this slot when it is not the pool's ``command`` (:meth:`Supervisor.add_process`).
+    command: list[str] | None = None
     started_at: float = 0.0
     quick_crashes: int = 0
     restart_at: float = 0.0
@@ -90,6 +92,11 @@ class Supervisor:
         self.stopping = False
         self.kill_now = False
 
+    def add_process(self, command: list[str]) -> None:
+        """Supervise one more process that runs ``command`` instead of the pool's (issue 15 item 6:
+        the control-plane consumer of ``takohost worker``); restarted and stopped like the others."""
+        self.slots.append(_Slot(index=len(self.slots), command=command))
+
     def _signal(self, signum: int, _frame: object) -> None:
         if self.stopping:
             self.kill_now = True
@@ -97,7 +104,7 @@ class Supervisor:
 
     def _start(self, slot: _Slot) -> None:
         env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())}
-        slot.proc = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
+        slot.proc = subprocess.Popen(slot.command or self.command, env=env, stdin=subprocess.DEVNULL)
         slot.started_at = time.monotonic()
         log.info("worker process %d started (pid %d)", slot.index, slot.proc.pid)
 

@@ -16,6 +16,23 @@ from workers import broker, message_guard
 #: Modules that define tasks; imported by worker processes only.
 TASK_MODULES = ["workers.tasks"]
 
+#: Tasks of the control plane (issue 15 item 6): they run no tenant code and go to
+#: :func:`control_queue`, which only the control process of every ``takohost worker`` consumes,
+#: so an Operation never waits behind tenant code holding every slot. Everything else (replay
+#: contexts, cron deliveries: tenant code) goes to ``Settings.queue``.
+CONTROL_TASKS = frozenset({"takohost.reconcile_operation"})
+
+
+def control_queue(settings: config.Settings | None = None) -> str:
+    """The control plane's queue: ``{namespace}.control`` beside ``{namespace}.tasks``."""
+    settings = settings or config.load_settings()
+    return settings.namespace + ".control"
+
+
+def queue_for(task_name: str) -> str:
+    """The queue a message of ``task_name`` is sent to (``CONTROL_TASKS`` → the control queue)."""
+    return app.conf.takohost_control_queue if task_name in CONTROL_TASKS else app.conf.task_default_queue
+
 
 def make_celery(settings: config.Settings | None = None) -> Celery:
     """Build the Celery app for ``settings`` (default: from the environment).
@@ -27,6 +44,8 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
     app = Celery("takohost", broker=settings.broker_url, include=TASK_MODULES)
     app.conf.update(
         task_default_queue=settings.queue,
+        takohost_control_queue=control_queue(settings),
+        task_routes={name: {"queue": control_queue(settings)} for name in CONTROL_TASKS},
         # Holding the broker URL must not make anyone the fleet's operator (issue 10 item 7):
         # workers join no control exchange, so Celery's remote control (ping, inspect, shutdown,
         # revoke, cancel_consumer, pool_restart…) reaches no one, and they publish no events.
