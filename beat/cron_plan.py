@@ -53,6 +53,23 @@ class Decision:
 
 
 @dataclasses.dataclass(frozen=True)
+class Ticks:
+    """What beat knows about its own ticks, to say truly why a match was skipped (issue 15 item 8).
+
+    ``previous``: any beat's latest tick before this one (None: unknown). ``running_since``: this
+    beat process's first tick — it has been ticking ever since, so a match after it was missed by
+    a *late* beat, not an absent one. ``own_previous``: this process's previous tick (wall clock).
+    ``clock_jump``: how much further the wall clock moved than real (monotonic) time since
+    ``own_previous``, when that is a forward jump worth naming (None otherwise).
+    """
+
+    previous: dt.datetime | None
+    running_since: dt.datetime | None = None
+    own_previous: dt.datetime | None = None
+    clock_jump: dt.timedelta | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """What to apply for one schedule: the decisions (ascending ``scheduled_time``), the new
     ``considered_until`` (= ``now``), the segments still owed a decision later, and
@@ -71,23 +88,30 @@ def plan(
     now: dt.datetime,
     previous_tick: dt.datetime | None,
     grace: dt.timedelta = RECORD_GRACE,
+    running_since: dt.datetime | None = None,
+    own_previous_tick: dt.datetime | None = None,
+    clock_jump: dt.timedelta | None = None,
 ) -> Plan:
     """Decide every match ``t`` with ``considered_until < t <= now`` (seed 003, CONTRACT §7).
 
     ``segments``: ascending by ``end``; only the last may have ``end`` None. ``previous_tick``:
-    when any beat last ticked before this tick (None: unknown); it only picks the skip reason.
+    when any beat last ticked before this tick (None: unknown); with ``running_since``,
+    ``own_previous_tick`` and ``clock_jump`` (:class:`Ticks`) it only picks the skip reason:
+    a forward clock jump, a beat that ran but was late, a match recorded too late, or no beat
+    running at all.
     Matches with ``now − t < grace`` are recorded, older ones skipped; of a long run of skips
     only ``SKIPS_KEPT_EACH_END`` at each end get a row, plus one summary row, so a year-long
     outage costs about a hundred rows. ``now <= considered_until`` decides nothing.
     Raises ``cron.CronSyntaxError`` if a stored expression does not parse.
     """
     parsed = [(cron.parse(s.cron), s) for s in segments]
+    ticks = Ticks(previous_tick, running_since, own_previous_tick, clock_jump)
     decisions: list[Decision] = []
     if now > considered_until:
         skip_end = now - grace
         if skip_end > considered_until:
             decisions.extend(
-                _skips(parsed, start=considered_until, end=skip_end, now=now, previous_tick=previous_tick)
+                _skips(parsed, start=considered_until, end=skip_end, now=now, ticks=ticks)
             )
         record_start = max(considered_until, skip_end)
         decisions.extend(
@@ -142,34 +166,55 @@ def _skips(
     start: dt.datetime,
     end: dt.datetime,
     now: dt.datetime,
-    previous_tick: dt.datetime | None,
+    ticks: Ticks,
 ) -> list[Decision]:
-    """Skip decisions for ``start < t <= end``: the first and last few, and one summary between."""
+    """Skip decisions for ``start < t <= end``: the first and last few, and one summary between
+    that names exactly the span (and expressions) it stands for, and why."""
     keep = SKIPS_KEPT_EACH_END
     head = list(itertools.islice(_matches(parsed, start=start, end=end), keep + 1))
     if len(head) <= keep:
-        return [_skip(t, expr, now=now, previous_tick=previous_tick) for t, expr in head]
+        return [_skip(t, expr, now=now, ticks=ticks) for t, expr in head]
     head = head[:keep]
     tail = _last_matches(parsed, after=head[-1][0], end=end, count=keep)
     middle = _matches(parsed, start=head[-1][0], end=tail[0][0] - _MS)
     omitted = list(itertools.islice(middle, 1))
-    counted, last = len(omitted), omitted[0][0] if omitted else None
-    for t, _expr in itertools.islice(middle, SKIP_COUNT_LIMIT):
+    counted = len(omitted)
+    last = omitted[0][0] if omitted else None
+    expressions = dict.fromkeys([omitted[0][1]] if omitted else [])  # in order of appearance
+    for t, expr in itertools.islice(middle, SKIP_COUNT_LIMIT):
         counted, last = counted + 1, t
-    result = [_skip(t, expr, now=now, previous_tick=previous_tick) for t, expr in head]
+        expressions[expr] = None
+    result = [_skip(t, expr, now=now, ticks=ticks) for t, expr in head]
     if omitted:
         capped = counted > SKIP_COUNT_LIMIT
+        if capped:  # not every match was seen: name every expression in force over the span
+            expressions = dict.fromkeys(_expressions_between(parsed, start=omitted[0][0], end=tail[0][0]))
         result.append(
             _summary(
                 omitted[0],
                 last=tail[0][0] if capped else last,
                 counted=counted,
                 capped=capped,
-                previous_tick=previous_tick,
+                expressions=list(expressions),
+                why=_why(omitted[0][0], last or omitted[0][0], now=now, ticks=ticks),
             )
         )
-    result.extend(_skip(t, expr, now=now, previous_tick=previous_tick) for t, expr in tail)
+    result.extend(_skip(t, expr, now=now, ticks=ticks) for t, expr in tail)
     return result
+
+
+def _expressions_between(
+    parsed: Sequence[tuple[cron.CronSchedule, Segment]], *, start: dt.datetime, end: dt.datetime
+) -> list[str]:
+    """The expressions whose segments overlap ``[start, end)`` (segments as in :func:`_matches`)."""
+    found, segment_start = [], None
+    for _schedule, segment in parsed:
+        if (segment_start is None or segment_start < end) and (segment.end is None or segment.end >= start):
+            found.append(segment.cron)
+        if segment.end is None:
+            break
+        segment_start = segment.end
+    return found
 
 
 def _last_matches(
@@ -185,20 +230,63 @@ def _last_matches(
         width *= 4
 
 
-def _reason(t: dt.datetime, *, now: dt.datetime, previous_tick: dt.datetime | None) -> str:
+def _kind(t: dt.datetime, *, ticks: Ticks) -> str:
+    """Why match ``t`` was not recorded in time: ``clock_jump``, ``too_late`` (a tick came after
+    it but it was recorded over 60 s late), ``late_beat`` (this beat was running, its tick was
+    late) or ``no_beat``."""
+    if ticks.clock_jump is not None and ticks.own_previous is not None and t > ticks.own_previous:
+        return "clock_jump"
+    if ticks.previous is not None and ticks.previous >= t:
+        return "too_late"
+    if ticks.running_since is not None and t >= ticks.running_since:
+        return "late_beat"
+    return "no_beat"
+
+
+_WHY = {
+    "clock_jump": "the host clock jumped forward",
+    "too_late": "recorded too late",
+    "late_beat": "the beat was running but late",
+    "no_beat": "no beat was running",
+}
+
+
+def _why(first: dt.datetime, last: dt.datetime, *, now: dt.datetime, ticks: Ticks) -> str:
+    """The summary's reason for the skipped span ``first``..``last``."""
+    kinds = [_kind(first, ticks=ticks), _kind(last, ticks=ticks)]
+    if kinds[0] == kinds[1]:
+        return _WHY[kinds[0]]
+    return f"{_WHY[kinds[0]]}, then {_WHY[kinds[1]]}"
+
+
+def _reason(t: dt.datetime, *, now: dt.datetime, ticks: Ticks) -> str:
     late = int((now - t).total_seconds())
-    if previous_tick is None or previous_tick < t:
+    kind = _kind(t, ticks=ticks)
+    if kind == "clock_jump":
+        assert ticks.clock_jump is not None and ticks.own_previous is not None
+        real = int((now - ticks.own_previous - ticks.clock_jump).total_seconds())
         return (
-            f"no beat was running at scheduledTime (considered {_span(late)} later); "
-            "skipped, never back-filled"
+            f"the host clock jumped forward about {_span(int(ticks.clock_jump.total_seconds()))} between two "
+            f"beat ticks (from {cron.format_rfc3339(ticks.own_previous)} to {cron.format_rfc3339(now)} in "
+            f"{_span(real)} of real time: a clock change or a suspended machine); skipped, never back-filled"
         )
-    return f"recorded too late ({_span(late)} after scheduledTime; limit 60 s); skipped, never back-filled"
-
-
-def _skip(t: dt.datetime, expr: str, *, now: dt.datetime, previous_tick: dt.datetime | None) -> Decision:
-    return Decision(
-        scheduled_time=t, cron=expr, record=False, reason=_reason(t, now=now, previous_tick=previous_tick)
+    if kind == "too_late":
+        return f"recorded too late ({_span(late)} after scheduledTime; limit 60 s); skipped, never back-filled"
+    if kind == "late_beat":
+        since = ticks.own_previous or ticks.running_since
+        assert since is not None
+        return (
+            f"the beat was running but late: its tick after {cron.format_rfc3339(since)} came {_span(late)} "
+            "after scheduledTime (limit 60 s; the beat was stalled or overloaded); skipped, never back-filled"
+        )
+    return (
+        f"no beat was running at scheduledTime (considered {_span(late)} later); "
+        "skipped, never back-filled"
     )
+
+
+def _skip(t: dt.datetime, expr: str, *, now: dt.datetime, ticks: Ticks) -> Decision:
+    return Decision(scheduled_time=t, cron=expr, record=False, reason=_reason(t, now=now, ticks=ticks))
 
 
 def _summary(
@@ -207,15 +295,27 @@ def _summary(
     last: dt.datetime,
     counted: int,
     capped: bool,
-    previous_tick: dt.datetime | None,
+    expressions: list[str],
+    why: str,
 ) -> Decision:
+    """The one row standing for every omitted match: ``first`` through ``last`` (or, capped, up to
+    but not including ``last``, the first match listed after the gap), of ``expressions``."""
     t, expr = first
-    why = "no beat was running" if previous_tick is None or previous_tick < t else "recorded too late"
+    if len(expressions) == 1:
+        of = f"of {expressions[0]!r}"
+    else:
+        of = "of the expression then in force (" + ", then ".join(repr(e) for e in expressions) + ")"
     if capped:
-        what = f"more than {SKIP_COUNT_LIMIT} matches from {cron.format_rfc3339(t)} until just before {cron.format_rfc3339(last)}"
+        what = (
+            f"more than {SKIP_COUNT_LIMIT} matches from {cron.format_rfc3339(t)} until just before "
+            f"{cron.format_rfc3339(last)}"
+        )
     else:
         what = f"{counted} matches from {cron.format_rfc3339(t)} through {cron.format_rfc3339(last)}"
-    reason = f"{what} were skipped ({why}) and are not listed one by one; never back-filled"
+    reason = (
+        f"{what} were skipped ({why}): every match {of} in that span, not listed one by one; "
+        "never back-filled"
+    )
     return Decision(scheduled_time=t, cron=expr, record=False, reason=reason, summary=True)
 
 

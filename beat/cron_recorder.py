@@ -11,6 +11,7 @@ dispatches; nothing depends on which beat is active.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -42,6 +43,45 @@ FAULT_EXIT_STATUS = 17
 TICK_NAME = "beat"
 
 
+#: A forward clock jump between two ticks of one beat shorter than this is not named as one.
+CLOCK_JUMP_MIN = dt.timedelta(seconds=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnTicks:
+    """This beat process's own view of its ticks (``cron_plan.Ticks``): its first tick
+    (``running_since``), its previous tick (``previous``, wall clock) and a forward
+    ``clock_jump`` since then (the wall clock moved this much more than real time), if any."""
+
+    running_since: dt.datetime
+    previous: dt.datetime | None
+    clock_jump: dt.timedelta | None
+
+
+class _OwnTickClock:
+    """Remembers this process's previous tick (wall and monotonic time)."""
+
+    def __init__(self) -> None:
+        self.first: dt.datetime | None = None
+        self.last: tuple[dt.datetime, float] | None = None
+
+    def advance(self, *, now: dt.datetime, monotonic: float) -> OwnTicks:
+        """Note a tick at wall-clock ``now`` / ``monotonic`` seconds; returns the view before it."""
+        previous = self.last
+        self.first = self.first or now
+        self.last = (now, monotonic)
+        jump = None
+        if previous is not None:
+            excess = (now - previous[0]) - dt.timedelta(seconds=monotonic - previous[1])
+            jump = excess if excess >= CLOCK_JUMP_MIN else None
+        return OwnTicks(
+            running_since=self.first, previous=None if previous is None else previous[0], clock_jump=jump
+        )
+
+
+_own_ticks = _OwnTickClock()
+
+
 def record_due(*, now: dt.datetime, beat_id: str | None = None, batch_size: int = BATCH_SIZE) -> int:
     """Beat duty: decide every due match up to now; returns how many matches it dispatched.
 
@@ -56,12 +96,13 @@ def record_due(*, now: dt.datetime, beat_id: str | None = None, batch_size: int 
     settings = config.load_settings()
     beat_id = beat_id or f"{socket.gethostname()}:{os.getpid()}"
     previous_tick = note_tick(now=now, beat_id=beat_id, url=settings.database_url)
+    own = _own_ticks.advance(now=now, monotonic=time.monotonic())
     started = time.perf_counter()
     recorded: list[tuple[int, str]] = []
     while True:
         with models_db.session_scope(settings.database_url) as session:
             claimed, batch = record_batch_txn(
-                session, now=max(now, utcnow()), previous_tick=previous_tick, limit=batch_size
+                session, now=max(now, utcnow()), previous_tick=previous_tick, limit=batch_size, own=own
             )
         recorded.extend(batch)
         if claimed < batch_size:
@@ -93,8 +134,12 @@ def record_batch_txn(
     previous_tick: dt.datetime | None,
     limit: int,
     trigger_uids: Collection[str] | None = None,
+    own: OwnTicks | None = None,
 ) -> tuple[int, list[tuple[int, str]]]:
     """Claim up to ``limit`` due schedules and apply their plans in the caller's transaction.
+
+    ``own`` (this beat process's own ticks, :class:`OwnTicks`) lets a skip say truly why: a
+    clock jump, a late beat, or no beat at all (issue 15 item 8).
 
     Returns ``(rows claimed, [(match_pk, trigger_uid) of newly recorded matches])``; the caller
     commits, then dispatches. Rows locked by another beat are skipped (``SKIP LOCKED``).
@@ -125,6 +170,9 @@ def record_batch_txn(
                 considered_until=row.considered_until,
                 now=now,
                 previous_tick=previous_tick,
+                running_since=own.running_since if own else None,
+                own_previous_tick=own.previous if own else None,
+                clock_jump=own.clock_jump if own else None,
             )
         except cron.CronSyntaxError:
             # Stored expressions were validated before side effects; never wedge the beat on one.

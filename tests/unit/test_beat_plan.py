@@ -288,3 +288,104 @@ def test_plan_matches_a_minute_by_minute_reference(
         assert plan.next_due_at is None
     else:
         assert plan.next_due_at is None or plan.next_due_at > minute
+
+
+# --- why a match was skipped (issue 15 item 8) ---------------------------------------------------
+
+
+def _skip_reasons(plan: cron_plan.Plan) -> list[str]:
+    return [d.reason for d in plan.decisions if not d.record]
+
+
+def test_a_clock_jump_is_not_reported_as_no_beat_running() -> None:
+    """Before: a forward jump of the wall clock between two ticks of a running beat was reported
+    as "no beat was running"."""
+    own = at("2026-03-04T10:00:00.5Z")
+    plan = cron_plan.plan(
+        segments=[Segment("* * * * *", None)],
+        considered_until=own,
+        now=at("2026-03-04T10:10:01.5Z"),  # one real second later, the wall clock says 10 min
+        previous_tick=own,
+        running_since=at("2026-03-04T09:00:00Z"),
+        own_previous_tick=own,
+        clock_jump=dt.timedelta(seconds=600),
+    )
+    reasons = _skip_reasons(plan)
+    assert len(reasons) == 9  # 10:01 … 10:09; 10:10 is 1.5 s old: recorded
+    assert all(r.startswith("the host clock jumped forward about 10 min 0 s between two beat ticks")
+               for r in reasons), reasons[0]
+    assert "in 1 s of real time" in reasons[0]
+    assert not any("no beat was running" in r for r in reasons)
+
+
+def test_a_late_beat_is_not_reported_as_no_beat_running() -> None:
+    own = at("2026-03-04T10:00:00.5Z")
+    plan = cron_plan.plan(
+        segments=[Segment("* * * * *", None)],
+        considered_until=own,
+        now=at("2026-03-04T10:05:30Z"),  # the beat process stalled for five minutes
+        previous_tick=own,
+        running_since=at("2026-03-04T09:00:00Z"),
+        own_previous_tick=own,
+    )
+    reasons = _skip_reasons(plan)
+    assert len(reasons) == 4  # 10:01 … 10:04
+    assert all(r.startswith("the beat was running but late: its tick after 2026-03-04T10:00:00Z")
+               for r in reasons), reasons[0]
+
+
+def test_no_beat_before_this_beat_started_then_late_in_one_summary() -> None:
+    """A long gap partly before this beat's first tick and partly after it: the summary row says
+    exactly which matches it stands for (span and expression) and both reasons."""
+    keep = cron_plan.SKIPS_KEPT_EACH_END
+    start = at("2026-01-01T00:00:00Z")
+    plan = cron_plan.plan(
+        segments=[Segment("* * * * *", None)],
+        considered_until=start,
+        now=at("2026-01-01T05:00:30Z"),
+        previous_tick=start,  # another beat's last tick
+        running_since=at("2026-01-01T03:00:00Z"),  # this one started at 03:00 and then stalled
+        own_previous_tick=at("2026-01-01T03:00:00Z"),
+    )
+    skips = [d for d in plan.decisions if not d.record]
+    assert "no beat was running" in skips[0].reason
+    assert skips[-1].reason.startswith("the beat was running but late")
+    summary = next(d for d in skips if d.summary)
+    assert summary.reason == (
+        "199 matches from 2026-01-01T00:51:00Z through 2026-01-01T04:09:00Z were skipped (no beat was "
+        "running, then the beat was running but late): every match of '* * * * *' in that span, not "
+        "listed one by one; never back-filled"
+    )
+    assert len(skips) == 2 * keep + 1
+
+
+def test_the_capped_summary_names_its_span_and_expressions() -> None:
+    start = at("2026-01-01T00:00:00.5Z")
+    update = at("2026-06-01T00:00:00Z")
+    plan = cron_plan.plan(
+        segments=[Segment("* * * * *", update), Segment("*/2 * * * *", None)],
+        considered_until=start,
+        now=at("2027-01-01T00:00:30Z"),
+        previous_tick=start,
+    )
+    summary = next(d for d in plan.decisions if d.summary)
+    assert summary.reason.startswith(
+        "more than 20000 matches from 2026-01-01T00:51:00Z until just before 2026-12-31T22:20:00Z "
+        "were skipped (no beat was running): every match of the expression then in force ('* * * * *', "
+        "then '*/2 * * * *') in that span"
+    ), summary.reason
+
+
+def test_own_tick_clock_sees_a_forward_jump_and_nothing_else() -> None:
+    from beat import cron_recorder
+
+    clock = cron_recorder._OwnTickClock()
+    first = clock.advance(now=at("2026-03-04T10:00:00Z"), monotonic=100.0)
+    assert (first.running_since, first.previous, first.clock_jump) == (at("2026-03-04T10:00:00Z"), None, None)
+    steady = clock.advance(now=at("2026-03-04T10:00:01Z"), monotonic=101.0)
+    assert steady.previous == at("2026-03-04T10:00:00Z") and steady.clock_jump is None
+    jumped = clock.advance(now=at("2026-03-04T10:10:02Z"), monotonic=102.0)
+    assert jumped.clock_jump == dt.timedelta(seconds=600)
+    assert jumped.running_since == at("2026-03-04T10:00:00Z")
+    stalled = clock.advance(now=at("2026-03-04T10:15:02Z"), monotonic=402.0)
+    assert stalled.clock_jump is None  # five real minutes passed: a late beat, not a jump
