@@ -76,6 +76,7 @@ class LogCollector:
         self._lines: list[tuple[dt.datetime, str | None, int | None, str, str]] = []
         self._oldest = 0.0
         self._host_dropped = 0
+        self._child_dropped = 0
         self._host_dropped_total = 0
         self.written = 0
 
@@ -88,8 +89,8 @@ class LogCollector:
         lines, dropped = message["lines"], message["dropped"]
         if not lines and not dropped:
             raise LogFlood("an empty log frame")
-        if dropped:
-            self.host_line(tenant_logs.dropped_text(dropped, by="sandbox"))
+        # Counted until the next write: at most one marker per batch, however often the child says.
+        self._child_dropped += dropped
         now = self._clock()
         wall = self._wall()
         floor = self._started - dt.timedelta(seconds=1)
@@ -144,6 +145,9 @@ class LogCollector:
 
     def flush(self) -> None:
         """Write every buffered line now (the host-dropped marker first). Never raises."""
+        if self._child_dropped:
+            count, self._child_dropped = self._child_dropped, 0
+            self.host_line(tenant_logs.dropped_text(count, by="sandbox"))
         if self._host_dropped:
             count, self._host_dropped = self._host_dropped, 0
             self.host_line(tenant_logs.dropped_text(count, by="host"))

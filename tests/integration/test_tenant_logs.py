@@ -224,6 +224,7 @@ def test_a_chatty_effect_is_bounded_and_the_cut_is_visible(deploy, driver):
     markers = [line for line in lines if line["stream"] == "host" and "dropped" in line["message"]]
     assert limits.BURST_LINES <= len(tenant) < limits.BURST_LINES + 1000
     assert markers, "the dropped lines must be said"
+    assert len(markers) <= 20  # one marker per written batch, not one per frame of the child
     dropped = sum(int(m["message"].split()[0]) for m in markers)
     assert len([t for t in tenant if t["message"].startswith("chatty line")]) + dropped >= 100000
 
@@ -329,6 +330,10 @@ class Forge:
             os.write(3, frame({"op": "log", "lines": [], "dropped": 0}))
         if mode == "long":
             os.write(3, frame({"op": "log", "lines": [[0, "stdout", "y" * 5000]], "dropped": 0}))
+        if mode == "dropped-spam":
+            # forged counts cost no storage: they add up into one marker per written batch
+            os.write(3, b"".join(frame({"op": "log", "lines": [], "dropped": 1}) for _ in range(20000)))
+            return {"honest": False}
         if mode == "nul":
             print("a\\x00b", "\\ud800", "\\x1b[2J")
             return {"honest": True}
@@ -421,3 +426,11 @@ def test_a_cron_run_keeps_its_logs_and_its_traceback(db_url, space_token):
     with pytest.raises(Exception) as exc:
         log_service.run_logs(space="other", trigger_uid=stack.trigger_uid, scheduled_time=minute)
     assert exc.value.code == "not_found"
+
+
+def test_forged_dropped_counts_add_up_into_one_marker(deploy, driver):
+    run = deploy(FORGE, "Forge")
+    run.create("forge-dropped", params={"mode": "dropped-spam"})
+    assert driver.run() == ["complete"]
+    lines, _ = run.all_logs("forge-dropped")
+    assert [line["message"].split(":")[0] for line in lines] == ["20000 lines dropped"]
