@@ -16,7 +16,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from tests.support import servers
+from tests.support import schedule, servers
 
 _RUN = uuid.uuid4().hex[:10]
 # An xdist worker inherits the template from its controller; a pytest started from inside a test
@@ -47,6 +47,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The controller stops what it started (the workers are gone by then)."""
     if _CONTROLLER:
         servers.stop_for_run()
+
+
+# Scheduling (tests/support/schedule.py): longest files first, from the last run's durations.
+_DURATIONS = schedule.Durations()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    schedule.order_items(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") == "loadfile":
+        return schedule.LongestFirstScheduling(config, log)
+    return None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _CONTROLLER:
+        _DURATIONS.add(report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _CONTROLLER:
+        _DURATIONS.save(session.config)
 
 
 @pytest.fixture(scope="session", autouse=True)
