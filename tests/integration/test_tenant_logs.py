@@ -259,6 +259,22 @@ def test_logs_are_purged_with_the_instance(deploy, driver, db_url):
         assert session.scalar(sa.select(sa.func.count()).select_from(log_models.TenantLog)) == 0
 
 
+def test_logs_are_purged_with_a_deleted_workflow(deploy, driver, db_url):
+    from workers.services import instance_stop
+
+    run = deploy(TAGGED, "Tagged")
+    run.create("del1")
+    driver.run()
+    assert run.all_logs("del1")[0]
+    pk = workflows.instance_row(db_url, workflow=run.workflow, instance_id="del1").pk
+    assert instance_stop.purge_workflow(run.workflow, now=driver.clock())
+    with models_db.session_scope(db_url) as session:
+        left = session.scalar(
+            sa.select(sa.func.count()).select_from(log_models.TenantLog).where(log_models.TenantLog.instance_pk == pk)
+        )
+    assert left == 0
+
+
 RANDOM_NAMES = """
 import random
 class Dice:
