@@ -251,7 +251,7 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
     chart = console_timeline.build(events, now=utcnow(), terminal=terminal)
     logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)
-    version = f"{detail['status']}:{detail['nextEventId']}:{detail['inboxCount']}:{detail['stopping'] or ''}"
+    version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"])
     return {
         "uid": uid,
         "name": name,
@@ -296,7 +296,10 @@ def instance_live(uid: str) -> flask.Response:
     return flask.jsonify({"v": context["version"], "html": html, "terminal": context["terminal"]})
 
 
-def _action_failed(user, uid: str, instance_id: str, message: str, status: int, form: dict) -> flask.Response:
+def _action_failed(
+    user: console_session.SignedIn, uid: str, instance_id: str, *, message: str, status: int, form: dict
+) -> flask.Response:
+    """The instance page again, with the refusal shown plainly and the form as it was sent."""
     context = _instance_context(user, uid, instance_id)
     return _render("instance.html", status, notice=None, action_error=message, form=form, **context)
 
@@ -314,13 +317,15 @@ def send_event(uid: str) -> flask.Response:
             payload = jsonstrict.loads_strict(form["payload"].encode("utf-8", "surrogatepass"))
         except ValueError as exc:
             message = f"invalid_json: the payload is not valid JSON ({exc})"
-            return _action_failed(user, uid, instance_id, message, 400, form)
+            return _action_failed(user, uid, instance_id, message=message, status=400, form=form)
     try:
         instance_events.send_event(
             space=user.space, workflow_uid=uid, instance_id=instance_id, event_type=form["type"], payload=payload
         )
     except DomainError as exc:
-        return _action_failed(user, uid, instance_id, f"{exc.code}: {exc.message}", _status(exc), form)
+        return _action_failed(
+            user, uid, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc), form=form
+        )
     return flask.redirect(instance_url(uid, instance_id, done="event"), 303)
 
 
@@ -333,7 +338,9 @@ def terminate(uid: str) -> flask.Response:
     try:
         instance_stop.terminate(space=user.space, workflow_uid=uid, instance_id=instance_id)
     except DomainError as exc:
-        return _action_failed(user, uid, instance_id, f"{exc.code}: {exc.message}", _status(exc), {})
+        return _action_failed(
+            user, uid, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc), form={}
+        )
     return flask.redirect(instance_url(uid, instance_id, done="terminate"), 303)
 
 

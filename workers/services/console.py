@@ -266,7 +266,12 @@ def instance_version_txn(session: orm.Session, *, space: str, workflow_uid: str,
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-    return f"{row.status}:{row.next_event_id}:{row.inbox_count}:{row.stopping or ''}"
+    return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping)
+
+
+def page_version(status: str, next_event_id: int, inbox_count: int, stopping: str | None) -> str:
+    """The version string of :func:`instance_version_txn` from those columns (pure)."""
+    return f"{status}:{next_event_id}:{inbox_count}:{stopping or ''}"
 
 
 def operations_page_txn(
