@@ -59,3 +59,17 @@ def register(app: flask.Flask) -> None:
     """Time every request of ``app`` (call before any other ``before_request`` is added)."""
     app.before_request_funcs.setdefault(None, []).insert(0, _start)
     app.after_request(_observe)
+
+
+def gunicorn_logger_class() -> type:
+    """gunicorn's ``logger_class`` whose error log ("Listening at", "Booting worker", …) goes
+    through the root logger, so it is written in the host's format (``--log-format``) too."""
+    from gunicorn import glogging
+
+    class RootLogger(glogging.Logger):
+        def setup(self, cfg) -> None:  # noqa: ANN001 - gunicorn's API
+            super().setup(cfg)
+            self.error_log.handlers.clear()
+            self.error_log.propagate = True
+
+    return RootLogger

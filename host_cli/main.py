@@ -141,6 +141,7 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
     _serve_metrics("api", metrics_port)
     from gunicorn.app.base import BaseApplication
 
+    from host_api import telemetry
     from host_api.app import create_app
     from host_api.server import JsonErrorThreadWorker
 
@@ -157,6 +158,7 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
             # gunicorn's maximum: a 256-character instance id percent-encodes to up to 3 KiB.
             self.cfg.set("limit_request_line", 8190)
             self.cfg.set("accesslog", None)
+            self.cfg.set("logger_class", telemetry.gunicorn_logger_class())  # lines in --log-format
             self.cfg.set("timeout", 120)
             # Several hosts (or test sessions) may run on one machine: no shared control socket.
             self.cfg.set("control_socket_disable", True)

@@ -201,6 +201,9 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
         assert all(line["workflow"] == wf and line["space"] == stack.space for line in waits)
         assert [line["epoch"] for line in waits] == sorted(line["epoch"] for line in waits)
 
+        # gunicorn's own lines are in the host's format too
+        assert any("Listening at" in line.get("message", "") for line in _json_lines(api)), api.log()[:2000]
+
         # --- a stopped command removes its multiprocess directory ---
         worker.stop(timeout=30)
         time.sleep(0.5)
