@@ -273,7 +273,8 @@ def run_scheduled(
     logs = tenant_logs.LogCollector(
         connection=lambda: store.connection_for(settings.database_url), delivery_pk=job.delivery_pk
     )
-    child = zygote.spawn(message)
+    with metrics.timed("takohost_sandbox_spawn_seconds", kind="scheduled"):
+        child = zygote.spawn(message)
     pinger = feed(lease, child)
     run: Run | None = None
     try:

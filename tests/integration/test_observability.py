@@ -259,3 +259,19 @@ def test_cron_recording_lateness_is_observed(db_url, space_token, monkeypatch, m
         ("takohost_cron_record_lateness_seconds_count", ())
     ]
     assert 0 <= late < 61  # recorded within the minute, as the 60 s rule requires
+
+
+def test_cron_delivery_start_lateness_and_handler_spawn_are_observed(db_url, space_token, metrics_dir):
+    from tests.integration.test_cron_support import at, create_stack, decide
+    from workers import cron_tasks
+
+    minute = "2030-03-04T10:05:00Z"
+    stack = create_stack(
+        db_url, space=space_token[0], cron="*/5 * * * *", now=at(minute) - dt.timedelta(seconds=30),
+        variables={"EXPECTED": {"cron": "*/5 * * * *", "scheduledTime": int(at(minute).timestamp() * 1000)}},
+    )
+    recorded = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(recorded[0][0]) == "ok"
+    samples = metrics_dir()
+    assert samples[("takohost_cron_delivery_start_lateness_seconds_count", ())] == 1
+    assert samples[("takohost_sandbox_spawn_seconds_count", (("kind", "scheduled"),))] == 1
