@@ -240,6 +240,7 @@ def test_a_deploy_that_fails_leaves_nothing_half_made(cli: TourCli, tmp_path: pa
     result = cli.run("deploy", str(importing))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "definitely_not_a_module_anywhere" in result.stderr
+    assert "(main.py, line 1)" in result.stderr  # the file and line (the sandbox names them)
     assert "nothing is left half-made: deleted what this deploy created" in result.stderr, result.stderr
     assert cli.json("resources", "list") == {"resources": []}  # the Version, Workflow, Worker: undone
     # fixed code deploys from there, and the workflow accepts instances
