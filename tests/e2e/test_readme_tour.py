@@ -25,13 +25,15 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def tour_commands() -> list[tuple[list[str], str]]:
-    """``[(takohost argv, comment)]`` of the tour's ``sh`` block (``\\`` continuations joined)."""
-    section = README.split("## A five-minute tour", 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1).replace("\\\n", " ")
+def tour_commands(index: int = 0) -> list[tuple[list[str], str]]:
+    """``[(takohost argv, comment)]`` of the tour's ``index``-th ``sh`` block (``\\`` continuations
+    joined): 0 is the tour itself, 1 the block of "What your code printed, and why it failed"."""
+    section = README.split("## A five-minute tour", 1)[1].split("### The `takohost` command", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    block = blocks[index].replace("\\\n", " ")
     commands = []
     for line in block.splitlines():
-        code, _, comment = line.partition("  #")
+        code, comment = (re.split(r"\s#\s", line, maxsplit=1) + [""])[:2]  # "cmd  # claim"
         words = shlex.split(code)
         if not words or words[0] == "export":
             continue
@@ -98,6 +100,23 @@ def test_the_tour_runs_as_written_and_every_comment_holds(cli: TourCli) -> None:
     # "Every `instances` command takes `--json`"
     assert cli.json(*status)["status"] == "complete"
     assert cli.json(*history)["events"][-1]["eventType"] == "InstanceCompleted"
+
+    # "What your code printed, and why it failed": its commands as written, and the text it shows
+    (logs, _), (declined, _), (follow, follow_claim) = tour_commands(1)
+    assert logs[:2] == ["instances", "logs"] and follow[-1] == "--follow", (logs, follow)
+    printed = cli.ok(*logs).stdout
+    assert re.search(r"charge card#1\s+stdout\s+charging 2500 EUR to pm_card_ok", printed), printed
+    cli.ok(*declined)
+    assert "until A-1002 ends" in follow_claim
+    followed = cli.run(*follow, timeout=180)  # returns by itself once A-1002 ends
+    assert "Traceback" not in followed.stderr
+    shown = README.split("### What your code printed", 1)[1]
+    example = re.search(r"```text\n(.*?)```", shown, flags=re.S).group(1)
+    for line in example.splitlines():
+        if line.strip() == "…":
+            continue
+        text = re.sub(r"^\S+Z\s+", "", line).strip()  # its time stamp differs
+        assert " ".join(text.split()) in " ".join(followed.stdout.split()), (text, followed.stdout)
 
 
 def _readme_workflow() -> str:
