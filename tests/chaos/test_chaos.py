@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import instances as inst_models
-from tests.support import workflows
+from tests.support import processes, workflows
 
 INSTANCES = 200
 WORKERS = 3
@@ -94,9 +94,9 @@ def _kill(process) -> None:
 
 def test_chaos_sigkilled_workers_lose_nothing_and_repeat_no_committed_effect(tmp_path):
     rng = random.Random(SEED)
-    with workflows.private_stack(workers=0, lease_ttl_ms=3000) as stack:
-        for _ in range(WORKERS):
-            stack.start_worker(concurrency=CONCURRENCY, pool=POOL)
+    with workflows.private_stack(
+        workers=WORKERS, worker_pool=POOL, worker_concurrency=CONCURRENCY, lease_ttl_ms=3000
+    ) as stack:
         deployed = workflows.deploy(stack.db_url, space=stack.space, source=CHAOS, class_name="Chaos")
         http = stack.instances(deployed.workflow)
         ids = [f"chaos/{i:03d}" for i in range(INSTANCES)]
@@ -128,13 +128,18 @@ def test_chaos_sigkilled_workers_lose_nothing_and_repeat_no_committed_effect(tmp
                 )
                 assert code == 202, body
             if now >= next_kill and now - started < CHAOS_SECONDS:
-                alive = [p for p in workers if p.alive()]
-                victim = rng.choice(alive)
-                _kill(victim)
-                kills += 1
-                if len(alive) - 1 < 2 or rng.random() < 0.7:  # keep 2-3 workers, restart most victims
-                    workers.append(stack.start_worker(concurrency=CONCURRENCY, pool=POOL))
-                next_kill = time.monotonic() + rng.uniform(1.5, 4.0)
+                # The victim is a ready worker (one still starting has nothing to lose); restarts
+                # are not waited for, so the kills keep their pace however slow a start is
+                # (waiting for each left fewer than 5 kills in the window on a loaded machine).
+                ready = [p for p in workers if processes.is_ready(p)]
+                if ready:
+                    alive = [p for p in workers if p.alive()]
+                    victim = rng.choice(ready)
+                    _kill(victim)
+                    kills += 1
+                    if len(alive) - 1 < 2 or rng.random() < 0.7:  # keep 2-3 workers, restart most victims
+                        workers.append(stack.start_worker(concurrency=CONCURRENCY, pool=POOL, wait=False))
+                    next_kill = time.monotonic() + rng.uniform(1.5, 4.0)
             time.sleep(0.05)
         while len([p for p in workers if p.alive()]) < 2:
             workers.append(stack.start_worker(concurrency=CONCURRENCY, pool=POOL))

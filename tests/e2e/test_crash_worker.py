@@ -75,8 +75,8 @@ def _finish(http, instance_id, timeout=60):
 
 
 def _crash_and_recover(tmp_path, params_extra, marker_suffix, pool="prefork", concurrency=1):
-    with workflows.private_stack(workers=0) as stack:
-        first_worker = stack.start_worker(pool=pool, concurrency=concurrency)
+    with workflows.private_stack(workers=1, worker_pool=pool, worker_concurrency=concurrency) as stack:
+        first_worker = next(p for p in stack.processes if p.name == "worker")
         deployed = workflows.deploy(stack.db_url, space=stack.space, source=STEPS, class_name="Steps")
         http = stack.instances(deployed.workflow)
         log, marker = str(tmp_path / "log"), str(tmp_path / "m")

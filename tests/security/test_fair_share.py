@@ -74,10 +74,8 @@ class One:
 @pytest.fixture()
 def stack():
     with workflows.private_stack(
-        workers=0, lease_ttl_ms=3000, extra_env={"TAKOHOST_SPACE_MAX_CONTEXTS": str(CAP)}
+        workers=2, worker_pool="solo", lease_ttl_ms=3000, extra_env={"TAKOHOST_SPACE_MAX_CONTEXTS": str(CAP)}
     ) as s:
-        for _ in range(2):
-            s.start_worker(pool="solo", concurrency=1)
         yield s
 
 

@@ -36,8 +36,8 @@ def _attacker(namespace: str) -> Celery:
 
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
 def test_remote_control_commands_from_the_broker_are_ignored(pool):
-    with workflows.private_stack(workers=0, beat=False) as stack:
-        worker = stack.start_worker(pool=pool)
+    with workflows.private_stack(workers=1, worker_pool=pool, beat=False) as stack:
+        worker = next(p for p in stack.processes if p.name == "worker")
         deployed = workflows.deploy(stack.db_url, space=stack.space, source=WORK, class_name="Quick")
         http = stack.instances(deployed.workflow)
         attacker = _attacker(stack.namespace)

@@ -54,9 +54,8 @@ def stack(tmp_path_factory):
     cron_dir = tmp_path_factory.mktemp("cron")
     os.chmod(cron_dir, 0o1777)
     with workflows.private_stack(
-        workers=0, lease_ttl_ms=3000, extra_env={"TAKOHOST_SANDBOX_UID_BASE": str(UID_BASE)}
+        workers=1, worker_concurrency=3, lease_ttl_ms=3000, extra_env={"TAKOHOST_SANDBOX_UID_BASE": str(UID_BASE)}
     ) as s:
-        s.start_worker(concurrency=3)
         s.cron_dir = cron_dir
         yield s
 

@@ -459,19 +459,20 @@ class Stack:
     processes: list
     api_url: str | None = None
 
-    def start_worker(self, *, concurrency: int = 1, pool: str = "prefork"):
-        """Start one more ``takohost worker`` (Celery pool ``pool``) on this stack."""
+    def start_worker(self, *, concurrency: int = 1, pool: str = "prefork", wait: bool = True):
+        """Start one more ``takohost worker`` (Celery pool ``pool``) on this stack (``wait=False``:
+        ``processes.wait_ready`` it later)."""
         from tests.support import processes
 
-        process = processes.start_worker(concurrency=concurrency, pool=pool, env=self.env)
+        process = processes.start_worker(concurrency=concurrency, pool=pool, env=self.env, wait=wait)
         self.processes.append(process)
         return process
 
-    def start_beat(self):
+    def start_beat(self, *, wait: bool = True):
         """Start a ``takohost beat`` on this stack."""
         from tests.support import processes
 
-        process = processes.start_beat(env=self.env)
+        process = processes.start_beat(env=self.env, wait=wait)
         self.processes.append(process)
         return process
 
@@ -510,10 +511,12 @@ def private_stack(
     api: bool = True,
     lease_ttl_ms: int = 3000,
     extra_env: dict | None = None,
+    worker_pool: str = "prefork",
+    worker_concurrency: int = 1,
 ):
     """Yield a :class:`Stack`: a fresh database and Redis
-    namespace, an API server, ``workers`` workers (concurrency 1 each) and a beat, all real
-    processes; everything is torn down after."""
+    namespace, an API server, ``workers`` workers (``worker_pool``, ``worker_concurrency`` each)
+    and a beat, all real processes, started side by side; everything is torn down after."""
     from tests.support import processes
     from workers.services import tokens
 
@@ -531,20 +534,20 @@ def private_stack(
             token = tokens.create_token_txn(session, space=space)
         stack = Stack(db_url=url, namespace=namespace, env=env, space=space, token=token, processes=[])
         try:
+            # Side by side: each takes seconds of imports, most of it waiting on the other core.
             if api:
-                server = processes.start_api(env=env)
+                server = processes.start_api(env=env, wait=False)
                 stack.processes.append(server)
                 stack.api_url = server.extra["url"]
             for _ in range(workers):
-                stack.start_worker()
+                stack.start_worker(pool=worker_pool, concurrency=worker_concurrency, wait=False)
             if beat:
-                stack.start_beat()
+                stack.start_beat(wait=False)
+            for process in stack.processes:
+                processes.wait_ready(process)
             yield stack
         finally:
-            for process in stack.processes:
-                if process.alive():
-                    process.kill(__import__("signal").SIGCONT)
-                process.stop()
+            processes.stop_all(stack.processes)
             try:
                 stack.flush_redis()
             except Exception:  # noqa: BLE001 - best effort
