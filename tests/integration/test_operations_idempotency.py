@@ -196,7 +196,7 @@ def test_reconcile_is_single_runner_and_idempotent(client, space_token, db_url):
     assert state == "succeeded"
 
 
-def test_sweep_redispatches_unfinished_operations_once_per_interval(client, space_token, no_dispatch):  # noqa: F811
+def test_sweep_redispatches_unfinished_operations_once_per_interval(client, space_token, no_dispatch):
     from workers.services import operations
 
     space, token = space_token
