@@ -121,3 +121,37 @@ def test_follow_prints_lines_while_the_instance_runs(api_server, worker, space_t
     finally:
         follower.kill()
     assert "tick 1" in out and "tick 2" in out
+
+
+def test_the_readme_logs_block_runs_as_written(api_server, worker, beat_process, space_token):
+    """README "What your code printed, and why it failed": its commands, as written, after the
+    tour's deploy and first instance; each comment's claim checked."""
+    import re
+    import shlex
+
+    from tests.e2e.test_readme_tour import README, TourCli
+
+    space, token = space_token
+    cli = TourCli(url=api_server.extra["url"], space=space, token=token)
+    section = README.split("### What your code printed, and why it failed", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1).replace("\\\n", " ")
+    commands = [shlex.split(line, comments=True)[1:] for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["instances", "logs"], ["instances", "create"], ["instances", "logs"]]
+    cli.ok("deploy", "examples/orders")
+    cli.ok(
+        "instances", "create", "order-fulfilment", "--id", "A-1001", "--params",
+        '{"orderId": "A-1001", "customer": "ada@example.com", "paymentMethod": "pm_card_ok",'
+        ' "items": [{"sku": "TEA-01", "qty": 2, "unitPrice": 1250}]}',
+    )
+    cli.wait_status("order-fulfilment", "A-1001", "waiting")
+    # "what A-1001 printed, by step and attempt"
+    assert "charge card#1  stdout  charging 2500 EUR to pm_card_ok" in cli.ok(*commands[0]).stdout
+    cli.ok(*commands[1])
+    # "prints lines as they come, until A-1002 ends (~30 s of retries)"
+    followed = cli.ok(*commands[2], timeout=170).stdout
+    assert followed.count("charging 1250 EUR to pm_card_declined") == 5
+    assert "attempt 5 of step 'charge card' failed: PaymentError: card declined" in followed
+    assert 'File "payments.py", line' in followed and 'raise PaymentError("card declined")' in followed
+    # "instances history shows the same traceback under each StepAttemptFailed"
+    history = cli.ok("instances", "history", "order-fulfilment", "A-1002").stdout
+    assert history.count("Traceback (the Version's frames, innermost last):") == 5
