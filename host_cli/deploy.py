@@ -50,8 +50,9 @@ class Deployer:
 
     A failed deploy leaves nothing half-made: every module is compiled locally first
     (:func:`check_syntax`: a syntax error, with its file and line, stops before any request); if
-    the Version's validation fails on the host (an import error), what this run created — that
-    Version, the Workflows, the Worker — is deleted again and the error says so.
+    the Version's validation fails on the host (an import error), or the host refuses the
+    Deployment (the code lacks a declared class: ``dependency_conflict``), what this run created —
+    that Version, the Workflows, the Worker — is deleted again and the error says so.
     """
 
     def __init__(self, api: http.Client, *, console: Console, timeout: float) -> None:
@@ -93,9 +94,9 @@ class Deployer:
                 deferred.append(decl)
         try:
             version = self._version(project, ref, workflows)
-        except CommandFailed as exc:
+            deployment = self._deployment(m, ref, version)
+        except (CommandFailed, http.ClientError) as exc:  # failed Version, refused Deployment
             raise self._rolled_back(exc) from None
-        deployment = self._deployment(m, ref, version)
         if deferred:
             for decl in deferred:
                 workflows[decl.name] = self._ensure(
@@ -127,7 +128,7 @@ class Deployer:
 
     # -- a failed Version: undo what this run created --
 
-    def _rolled_back(self, failure: CommandFailed) -> CommandFailed:
+    def _rolled_back(self, failure: CommandFailed | http.ClientError) -> CommandFailed:
         """Delete what this run created (newest first: the failed Version, the Workflows, the
         Worker) so that a failed deploy leaves the Space as it was; returns ``failure`` with a hint
         saying what was undone (or what could not be, and that re-running deploy converges)."""
@@ -152,7 +153,7 @@ class Deployer:
                 self.by_name.pop(current["name"], None)
             else:
                 kept.append(f"{label} ({(operation.get('error') or {}).get('code', 'failed')})")
-        hints = list(failure.hints)
+        hints = list(getattr(failure, "hints", ()))
         if undone:
             hints.append(f"nothing is left half-made: deleted what this deploy created ({', '.join(undone)})")
         if kept:

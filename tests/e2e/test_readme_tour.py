@@ -262,6 +262,13 @@ def test_a_deploy_that_fails_leaves_nothing_half_made(cli: TourCli, tmp_path: pa
     assert "(main.py, line 1)" in result.stderr  # the file and line (the sandbox names them)
     assert "nothing is left half-made: deleted what this deploy created" in result.stderr, result.stderr
     assert cli.json("resources", "list") == {"resources": []}  # the Version, Workflow, Worker: undone
+    # code that imports but lacks the declared class: the Deployment is refused, and undone too
+    classless = write_project(tmp_path / "classless", toml=toml, modules={"main.py": "X = 1\n"})
+    result = cli.run("deploy", str(classless))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "\nerror: dependency_conflict: " in result.stderr, result.stderr
+    assert "'Flow'" in result.stderr and "nothing is left half-made" in result.stderr, result.stderr
+    assert cli.json("resources", "list") == {"resources": []}
     # fixed code deploys from there, and the workflow accepts instances
     fixed = write_project(
         tmp_path / "fixed", toml=toml,
