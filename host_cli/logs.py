@@ -101,7 +101,9 @@ def _follow(
         common.emit_json({"logs": collected})
 
 
-_FOLLOW = click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (instances: until terminal).")
+_FOLLOW = click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing new lines until the instance is terminal (the run finished)."
+)
 _INTERVAL = click.option(
     "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between polls."
 )
@@ -148,11 +150,22 @@ def run_logs(
     if follow and as_json:
         raise click.UsageError("--follow and --json do not go together")
     trigger_uid = common.resolve(api, trigger, form="WorkerCronTrigger")
+
+    def done() -> bool:
+        """The run's last delivery finished (ok or failed): nothing more will be written."""
+        page = api.list_runs(trigger_uid)
+        for run in page.get("runs") or []:
+            if run.get("scheduledTime") == scheduled_time:
+                deliveries = run.get("deliveries") or []
+                return bool(deliveries) and deliveries[-1].get("outcome") in ("ok", "failed")
+        return True  # older than the ledger's first page: long finished
+
     _follow(
         lambda token: api.get_run_logs(trigger_uid, scheduled_time, page_token=token),
         follow=follow,
         interval=interval,
         as_json=as_json,
+        done=done,
     )
 
 
