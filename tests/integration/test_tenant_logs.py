@@ -450,3 +450,41 @@ def test_forged_dropped_counts_add_up_into_one_marker(deploy, driver):
     assert driver.run() == ["complete"]
     lines, _ = run.all_logs("forge-dropped")
     assert [line["message"].split(":")[0] for line in lines] == ["20000 lines dropped"]
+
+
+def test_the_logs_routes_over_http(db_url, space_token, driver, deploy):
+    from urllib.parse import quote
+
+    from host_api.app import create_app
+    from tests.integration.test_cron_support import at, create_stack, decide
+    from workers import cron_tasks
+
+    space, token = space_token
+    client = create_app().test_client()
+    headers = {"Authorization": f"Bearer {token}"}
+    run = deploy(TAGGED, "Tagged")
+    run.create("a/b %?")
+    driver.run()
+    path = f"/v2/spaces/{space}/resources/{run.workflow}/instances/{quote('a/b %?', safe='')}/logs"
+    body = client.get(path, headers=headers).get_json()
+    assert body["logs"][0] == {**body["logs"][0], "stream": "stdout", "message": "imported", "step": None}
+    assert client.get(path + "?limit=1", headers=headers).get_json()["logs"] == body["logs"][:1]
+    assert client.get(path + "?limit=0", headers=headers).get_json()["error"]["code"] == "invalid_request"
+    missing = f"/v2/spaces/{space}/resources/{run.workflow}/instances/nope/logs"
+    assert client.get(missing, headers=headers).get_json()["error"]["code"] == "unknown_instance"
+    minute = "2030-03-04T10:15:00Z"
+    stack = create_stack(
+        db_url, space=space, cron="*/5 * * * *", source=CHATTY_HANDLER, now=at(minute) - dt.timedelta(seconds=30)
+    )
+    [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(match_pk) == "failed"
+    runs = f"/v2/spaces/{space}/resources/{stack.trigger_uid}/runs"
+    ledger = client.get(runs, headers=headers).get_json()["runs"]
+    scheduled = ledger[0]["scheduledTime"]
+    lines = client.get(f"{runs}/{quote(scheduled, safe='')}/logs", headers=headers).get_json()["logs"]
+    assert lines[0] == {**lines[0], "delivery": 1, "stream": "stdout"} and set(lines[0]) == {
+        "time", "delivery", "stream", "message"
+    }
+    assert client.get(f"{runs}/yesterday/logs", headers=headers).get_json()["error"]["code"] == "invalid_request"
+    other = client.get(f"/v2/spaces/other/resources/{stack.trigger_uid}/runs/{scheduled}/logs", headers=headers)
+    assert other.status_code == 404
