@@ -8,12 +8,12 @@ Postgres's share is not in it) — and a last line ``{"instances", "budget_ms",
 "p95_under_budget"}``. Exits 1 when a page's p95 is over the budget.
 
     python -m bench.console_bench                       # 10,000 instances, 30 loads per page
-    python -m bench.console_bench --instances 50000 --loads 50
+    python -m bench.console_bench --instances 50000 --loads 50 --history 2000
 
 It makes a scratch database on ``TAKOHOST_TEST_DATABASE_URL`` (an admin URL; default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), migrates it, inserts one
 DurableWorkflow with ``--instances`` instances spread over the seven statuses (one of them with
-a 60-event history, 20 steps, 5 inbox events and 300 log lines) and a Space token, starts the API, signs in to the
+a 60-event history (``--history``), 20 steps, 5 inbox events and 300 log lines) and a Space token, starts the API, signs in to the
 console and loads each page; then drops the database. Only the API runs: the pages read, they
 start no work.
 """
@@ -43,7 +43,7 @@ LOG_LINES = 300
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
 
 
-def _populate(url: str, *, n: int) -> tuple[str, str, str]:
+def _populate(url: str, *, n: int, history: int = 60) -> tuple[str, str, str]:
     """Migrate ``url`` and fill it; returns ``(token, workflow uid, the detailed instance's id)``."""
     from models import db as models_db
     from models import instances as inst_models
@@ -103,7 +103,7 @@ def _populate(url: str, *, n: int) -> tuple[str, str, str]:
                        ("StepCompleted", {"name": name, "kind": "do", "attempt": 1})]
         events += [("WaitStarted", {"name": "approval", "type": "approved", "timeoutAt": "2030-01-01T00:00:00Z"}),
                    ("ContextSuspended", {"status": "waiting", "reason": "wait"})]
-        while len(events) < 60:
+        while len(events) < history:
             events.append(("EventAccepted", {"sequence": len(events), "type": "note"}))
         for k, (kind, attrs) in enumerate(events, start=1):
             session.add(inst_models.HistoryEvent(instance_pk=instance.pk, event_id=k, event_type=kind,
@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=int, default=10_000)
     parser.add_argument("--loads", type=int, default=30)
+    parser.add_argument("--history", type=int, default=60, help="history events of the detailed instance")
     args = parser.parse_args(argv)
     admin_url = os.environ.get("TAKOHOST_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     name = f"takohost_console_bench_{uuid.uuid4().hex[:8]}"
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     over = False
     try:
-        token, workflow, detailed = _populate(db_url, n=args.instances)
+        token, workflow, detailed = _populate(db_url, n=args.instances, history=args.history)
         from models import db as models_db
 
         with models_db.session_scope(db_url) as session:

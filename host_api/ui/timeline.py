@@ -208,3 +208,14 @@ def layout(timeline: Timeline) -> None:
             x = min(max(x, 0.0), 100 - w)
             seg.x_pct, seg.w_pct = round(x, 3), round(w, 3)
     timeline.ticks = [(i * 25.0, "+" + duration_text(timeline.seconds * i / 4)) for i in range(5)]
+
+
+def keep_recent_lanes(timeline: Timeline, limit: int) -> int:
+    """Keep the contexts lane and the ``limit`` step lanes that started last; returns how many
+    step lanes were dropped (a chart of a thousand steps is no longer readable)."""
+    contexts = [lane for lane in timeline.lanes if lane.kind == "context"]
+    steps = [lane for lane in timeline.lanes if lane.kind != "context"]
+    if len(steps) <= limit:
+        return 0
+    timeline.lanes = contexts + steps[-limit:]
+    return len(steps) - limit

@@ -14,6 +14,7 @@ JSON instance routes.
 | ``GET /ui/workflows`` | DurableWorkflows: ready, instance counts by status |
 | ``GET /ui/workflows/{uid}?status=&prefix=&page=`` | instances, newest first, keyset-paged |
 | ``GET /ui/workflows/{uid}/instance?id=`` | one instance; ``…/live`` for its live part |
+| ``GET /ui/workflows/{uid}/instance/history?id=&page=`` | its whole history, paged |
 | ``POST /ui/workflows/{uid}/instance/events?id=`` / ``…/terminate?id=`` | actions |
 | ``GET /ui/triggers``, ``GET /ui/triggers/{uid}?page=`` | cron triggers and a runs ledger |
 | ``GET /ui/triggers/{uid}/run?t=`` | one run's log lines |
@@ -44,6 +45,7 @@ from workers.services import (
     cron_runs,
     instance_common,
     instance_events,
+    instance_history,
     instance_progress,
     instance_stop,
 )
@@ -56,6 +58,12 @@ bp = flask.Blueprint(
 
 #: How often a live instance page asks whether something changed (milliseconds).
 POLL_MS = 1000
+#: History events listed on the instance page (the newest); the history page lists them all.
+HISTORY_SHOWN = 200
+#: History events per page of the history page.
+HISTORY_PAGE = 500
+#: Step lanes drawn in the timeline (the most recent steps; the table below lists every segment).
+MAX_LANES = 60
 #: Notices after a successful action (Post/Redirect/Get), by the ``done`` query value.
 NOTICES = {"event": "Event sent.", "terminate": "Instance terminated."}
 
@@ -250,14 +258,18 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
     inbox = detail["inbox"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
     chart = console_timeline.build(events, now=utcnow(), terminal=terminal)
+    hidden_lanes = console_timeline.keep_recent_lanes(chart, MAX_LANES)
     logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)
     version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"])
     return {
         "uid": uid,
         "name": name,
         "instance": detail,
-        "events": events,
+        "events": events[-HISTORY_SHOWN:],
+        "event_count": detail["nextEventId"] - 1,
+        "timeline_cap": console.HISTORY_CAP,
         "history_cut": history_cut,
+        "hidden_lanes": hidden_lanes,
         "inbox": inbox,
         "timeline": chart,
         "traceback": _traceback(events),
@@ -277,6 +289,29 @@ def instance_page(uid: str) -> flask.Response:
     context = _instance_context(user, uid, instance_id)
     notice = NOTICES.get(flask.request.args.get("done", ""))
     return _render("instance.html", notice=notice, action_error=None, form={}, **context)
+
+
+@bp.get("/workflows/<uid>/instance/history")
+def history_page(uid: str) -> flask.Response:
+    """An instance's whole history, oldest first, :data:`HISTORY_PAGE` events a page (the history
+    service of ``GET …/history``, with its page tokens)."""
+    user = _user()
+    instance_id = flask.request.args.get("id", "")
+    page = flask.request.args.get("page") or None
+    with models_db.session_scope() as session:
+        name = console.workflow_txn(session, space=user.space, uid=uid).name
+    body = instance_history.history(
+        space=user.space, workflow_uid=uid, instance_id=instance_id, page_token=page, limit=HISTORY_PAGE
+    )
+    return _render(
+        "history.html",
+        uid=uid,
+        name=name,
+        instance_id=instance_id,
+        events=body["events"],
+        next_page=body.get("nextPageToken"),
+        paged=page is not None,
+    )
 
 
 @bp.get("/workflows/<uid>/instance/live")

@@ -135,3 +135,26 @@ def test_the_live_endpoint_answers_204_until_something_changes(signed_in, db_url
     assert changed.status_code == 200 and changed.get_json()["terminal"] is True
     signed_out = client.application.test_client().get(url + "&v=x")
     assert signed_out.status_code == 401 and signed_out.get_json() == {"signedOut": True}
+
+
+def test_a_long_history_lists_its_newest_events_and_pages_the_whole_of_it(signed_in, db_url):
+    client, wf = signed_in
+    with models_db.session_scope(db_url) as session:
+        instance = session.scalar(sa.select(inst_models.Instance).where(
+            inst_models.Instance.workflow_uid == wf, inst_models.Instance.instance_id == "b-001"))
+        t0 = instance.created_at
+        session.execute(sa.insert(inst_models.HistoryEvent), [
+            {"instance_pk": instance.pk, "event_id": n, "event_type": "EventAccepted",
+             "attributes": {"sequence": n, "type": "note"}, "event_timestamp": t0 + dt.timedelta(milliseconds=n)}
+            for n in range(1, 601)
+        ])
+        instance.next_event_id = 601
+    page = client.get(f"/ui/workflows/{wf}/instance?id=b-001").text
+    rows = re.findall(r'<tr><td class="num">(\d+)</td><td class="nowrap">', page)
+    assert rows == [str(n) for n in range(401, 601)]
+    assert "events 401–600 of 600" in page
+    history = client.get(f"/ui/workflows/{wf}/instance/history?id=b-001").text
+    first = re.findall(r'<tr><td class="num">(\d+)</td>', history)
+    later = re.search(r'rel="next" href="([^"]+)"', history).group(1).replace("&amp;", "&")
+    rest = re.findall(r'<tr><td class="num">(\d+)</td>', client.get(later).text)
+    assert first + rest == [str(n) for n in range(1, 601)] and len(first) == 500

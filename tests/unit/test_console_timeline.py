@@ -141,3 +141,14 @@ def test_traceback_text_lays_out_the_tenants_frames():
     assert where.traceback_text({"type": "E", "message": "m"}) is None
     assert where.traceback_text({"traceback": []}) is None
     assert where.traceback_text({"traceback": "already text"}) == "already text"
+
+
+def test_only_the_most_recent_step_lanes_are_drawn():
+    events = [ev(1, 0, "InstanceCreated"), ev(2, 0, "ContextStarted", epoch=1)]
+    for i in range(10):
+        events += [ev(3 + 2 * i, i, "StepAttemptStarted", name=f"s{i}", attempt=1),
+                   ev(4 + 2 * i, i + 0.5, "StepCompleted", name=f"s{i}", kind="do", attempt=1)]
+    chart = timeline.build(events, now=T0 + dt.timedelta(seconds=20), terminal=False)
+    assert timeline.keep_recent_lanes(chart, 3) == 7
+    assert [lane.name for lane in chart.lanes] == ["worker code", "s7", "s8", "s9"]
+    assert timeline.keep_recent_lanes(chart, 3) == 0

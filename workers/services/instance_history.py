@@ -53,10 +53,11 @@ def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int)
     """Up to ``size`` history events of instance ``instance_pk`` with ``eventId > after``, oldest
     first, as the API serves them (``StepCompleted`` of a ``do``/``wait`` step carries the recorded
     ``result`` from the step row), and whether more follow. Runs in the caller's transaction."""
-    rows = session.scalars(
-        sa.select(inst_models.HistoryEvent)
-        .where(inst_models.HistoryEvent.instance_pk == instance_pk, inst_models.HistoryEvent.event_id > after)
-        .order_by(inst_models.HistoryEvent.event_id)
+    event = inst_models.HistoryEvent
+    rows = session.execute(  # plain rows, not ORM objects: a page may hold a thousand events
+        sa.select(event.event_id, event.event_type, event.attributes, event.event_timestamp)
+        .where(event.instance_pk == instance_pk, event.event_id > after)
+        .order_by(event.event_id)
         .limit(size + 1)
     ).all()
     names = {row.attributes.get("name") for row in rows[:size] if row.event_type == "StepCompleted"}
