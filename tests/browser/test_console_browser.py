@@ -294,6 +294,10 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     assert "00340434161094042557" in _text(browser, "[data-testid=output]")
     assert "EventConsumed" in _text(browser, "[data-testid=history]")
     _shot(browser, "instance")
+    browser.find_element(By.LINK_TEXT, "The whole history, page by page").click()
+    _wait(lambda: "History of A-1001" in _text(browser, "h1"), what="history page")
+    assert "InstanceCompleted" in _text(browser, "[data-testid=history]")
+    browser.back()
 
     # A second instance waits for an event that will never come: send one it does not await
     # (it stays in the inbox), then terminate it from its page.
