@@ -29,9 +29,11 @@ def control_queue(settings: config.Settings | None = None) -> str:
     return settings.namespace + ".control"
 
 
-def queue_for(task_name: str) -> str:
-    """The queue a message of ``task_name`` is sent to (``CONTROL_TASKS`` → the control queue)."""
-    return app.conf.takohost_control_queue if task_name in CONTROL_TASKS else app.conf.task_default_queue
+def queue_for(task_name: str, *, celery: Celery | None = None) -> str:
+    """The queue a message of ``task_name`` is sent to by ``celery`` (default: this module's app):
+    ``CONTROL_TASKS`` → its control queue, everything else → its default queue."""
+    conf = (celery or app).conf
+    return conf.takohost_control_queue if task_name in CONTROL_TASKS else conf.task_default_queue
 
 
 def make_celery(settings: config.Settings | None = None) -> Celery:

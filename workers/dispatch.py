@@ -26,7 +26,7 @@ BULK_CHUNK = 500
 
 def _send(name: str, *args: object) -> None:
     try:
-        app.send_task(name, args=list(args), queue=celery_app.queue_for(name))
+        app.send_task(name, args=list(args), queue=celery_app.queue_for(name, celery=app))
     except Exception:  # broker down: the sweep will re-dispatch from Postgres
         # `args` is a LogRecord attribute: naming an extra key so would raise from the log call.
         log.warning(
@@ -45,7 +45,7 @@ def _send_many(name: str, arg_lists: Sequence[Sequence[object]]) -> int:
     publish retries), logs one warning and leaves the rest — including a chunk whose pipeline
     failed part-way — to the sweep. Never raises.
     """
-    queue = celery_app.queue_for(name)
+    queue = celery_app.queue_for(name, celery=app)
     sent = 0
     try:
         with app.producer_or_acquire() as producer:

@@ -147,3 +147,15 @@ def test_a_broker_failure_is_a_warning_left_to_the_sweep(
         "dispatch failed; left to the sweep",
     ]
     assert warnings[0].unsent == 1000 and warnings[1].task_args == (1,)
+
+
+def test_operations_go_to_the_control_queue_and_tenant_work_does_not(broker: Broker) -> None:
+    """Issue 15 item 6: only the control process consumes ``{namespace}.control``."""
+    namespace = broker.queue_key.split(":", 1)[0]
+    control_key = f"{namespace}:{namespace}.control"
+    dispatch.reconcile_operation("op-1")
+    dispatch.run_context(7)
+    dispatch.deliver_cron_match(8)
+    controlled = [json.loads(m)["headers"]["task"] for m in broker.client.lrange(control_key, 0, -1)]
+    assert controlled == [dispatch.RECONCILE_OPERATION]
+    assert broker.sent() == [(dispatch.RUN_CONTEXT, [7]), (dispatch.DELIVER_CRON_MATCH, [8])]
