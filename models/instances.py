@@ -40,6 +40,9 @@ class Instance(Base):
         sa.UniqueConstraint("workflow_uid", "instance_id"),
         sa.Index("ix_instances_status", "status", "updated_at"),
         sa.Index("ix_instances_workflow_created", "workflow_uid", "created_at", "pk"),
+        # The list's keyset pages (``pk > :after ORDER BY pk``), with and without a status filter.
+        sa.Index("ix_instances_workflow_pk", "workflow_uid", "pk"),
+        sa.Index("ix_instances_workflow_status_pk", "workflow_uid", "status", "pk"),
     )
 
     pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
