@@ -268,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             f"created {options.triggers} triggers in {time.monotonic() - t0:.1f} s; logs in {log_dir}",
             file=sys.stderr,
         )
-        first = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+        # The first minute that starts after every trigger exists (creating 10,000 can take longer
+        # than a minute on a loaded machine: matches of earlier minutes are reported, not measured).
+        created = dt.datetime.now(dt.UTC)
+        first = created.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
         end = first + dt.timedelta(minutes=options.minutes - 1, seconds=30)  # the last minute fully recorded
         while (remaining := (end - dt.datetime.now(dt.UTC)).total_seconds()) > 0:
             print(f"measuring: {remaining:.0f} s left", file=sys.stderr)
