@@ -52,7 +52,7 @@ def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
         if failed:
             outcome += f": {failed[-1] if isinstance(failed[-1], str) else common.compact(failed[-1])}"
         table.add_row(
-            str(scheduled), escape(str(run.get("cron", ""))), str(run.get("recordedAt", "")), escape(outcome)
+            str(scheduled), escape(str(run.get("cron", ""))), str(run.get("recordedAt", "")), escape(common.visible(outcome))
         )
     console = Console()
     console.print(table)

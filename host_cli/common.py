@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -126,6 +127,15 @@ def emit_json(value: Any) -> None:
         click.echo(json.dumps(value, sort_keys=True, indent=2, ensure_ascii=True))
     except RecursionError:  # a document deeper than the stdlib encoder goes: compact, as it is
         click.echo(deepjson.dumps(value, ensure_ascii=True))
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with control characters (but tab and newline) written as ``\\xNN``: text a tenant
+    wrote (a log line, an exception message, an output) cannot repaint or retitle the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def compact(value: Any) -> str:

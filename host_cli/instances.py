@@ -140,16 +140,16 @@ def _print_instance(console: Console, answer: dict[str, Any], detail: str | None
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    table.add_row("id", escape(answer.get("id", "")))
+    table.add_row("id", escape(common.visible(answer.get("id", ""))))
     table.add_row("status", _status_text(answer.get("status", "?")))
     if detail:
-        table.add_row("detail", escape(detail))
+        table.add_row("detail", escape(common.visible(detail)))
     if "output" in answer:
-        table.add_row("output", escape(common.compact(answer["output"])))
+        table.add_row("output", escape(common.visible(common.compact(answer["output"]))))
     if "error" in answer:
         error = answer["error"] or {}
         text = error.get("reason", "?") + (f": {error['message']}" if error.get("message") else "")
-        table.add_row("error", f"[red]{escape(text)}[/red]")
+        table.add_row("error", f"[red]{escape(common.visible(text))}[/red]")
     console.print(table)
 
 
@@ -410,7 +410,7 @@ def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_j
             str(event.get("eventId", "")),
             str(event.get("eventTimestamp", "")),
             escape(str(event.get("eventType", ""))),
-            escape(common.compact(cli_logs.without_traceback(attributes))) if attributes else "",
+            escape(common.visible(common.compact(cli_logs.without_traceback(attributes)))) if attributes else "",
         )
     Console().print(table)
     cli_logs.print_tracebacks(events)

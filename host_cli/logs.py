@@ -14,7 +14,6 @@ instance (``instances status``) and of failed attempts (``instances history``) f
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,13 +36,8 @@ __all__ = [
     "without_traceback",
 ]
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _STREAM_STYLE = {"stderr": "yellow", "host": "cyan"}
-
-
-def _visible(text: str) -> str:
-    """``text`` with control characters (but tab and newline) written as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+_visible = common.visible
 
 
 def render_line(line: dict[str, Any]) -> str:
