@@ -4,7 +4,8 @@
 that observes ``takohost_http_request_duration_seconds{method, route, status}``. ``route`` is the
 URL rule (``/v2/spaces/<space>/resources/<uid>``), or for the raw-path instance routes their
 template (``/v2/spaces/<space>/resources/<uid>/instances/<id>/events``), or ``unmatched``: never
-a raw path, so ids and Space names do not become label values. No-op when metrics are off.
+a raw path, so ids and Space names do not become label values; ``method`` is one of the usual
+seven or ``other`` (a client may send any token as its method). No-op when metrics are off.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def route_template() -> str:
     return f"{base}/<id>"
 
 
+#: Methods measured under their own name; any other (a client may send any RFC 9110 token) is
+#: ``other``, so that a client cannot make a new label set per request.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str) -> str:
+    """``method`` as the ``method`` label: one of :data:`_METHODS`, else ``"other"``."""
+    return method if method in _METHODS else "other"
+
+
 def _start() -> None:
     flask.g.takohost_started = time.perf_counter()
 
@@ -48,7 +59,7 @@ def _observe(response: flask.Response) -> flask.Response:
         metrics.observe(
             "takohost_http_request_duration_seconds",
             time.perf_counter() - started,
-            method=flask.request.method,
+            method=method_label(flask.request.method),
             route=route_template(),
             status=str(response.status_code),
         )
