@@ -10,7 +10,10 @@ only the token's Space.
 Actions (send an event, terminate, sign out) are POST forms that carry a CSRF token,
 ``HMAC-SHA256(key=token, "takohost console csrf")``: another site can neither read it nor make
 the browser send the cookie, and it needs no server-side secret, so every API process agrees on
-it. A POST whose ``Origin`` header names another origin is refused as well.
+it. A POST whose ``Origin`` header names another origin is refused as well. Sign-in has no CSRF
+token to check (no one is signed in yet), so :func:`check_origin` alone refuses a cross-site one
+(``null`` too): another site cannot sign a visitor in to the attacker's Space (login CSRF), where
+the events and payloads they then type would land.
 """
 
 from __future__ import annotations
@@ -75,18 +78,30 @@ def current() -> SignedIn:
     return flask.g.console_user
 
 
+def check_origin(*, allow_null: bool) -> None:
+    """Refuse a POST that the browser says came from another site: an ``Origin`` of another
+    origin (or ``null``, unless ``allow_null``), or ``Sec-Fetch-Site: cross-site``.
+
+    Raises:
+        PermissionError: answered as ``403``.
+    """
+    origin = flask.request.headers.get("Origin")
+    if origin is not None and (origin != "null" or not allow_null):
+        here = urllib.parse.urlsplit(flask.request.host_url)
+        there = urllib.parse.urlsplit(origin)
+        if (there.scheme, there.netloc) != (here.scheme, here.netloc):
+            raise PermissionError("this form was posted from another site")
+    if flask.request.headers.get("Sec-Fetch-Site") == "cross-site":
+        raise PermissionError("this form was posted from another site")
+
+
 def check_post(user: SignedIn) -> None:
     """Refuse a POST without this sign-in's CSRF token or from another origin.
 
     Raises:
         PermissionError: with the reason, answered as ``403``.
     """
-    origin = flask.request.headers.get("Origin")
-    if origin is not None and origin != "null":
-        here = urllib.parse.urlsplit(flask.request.host_url)
-        there = urllib.parse.urlsplit(origin)
-        if (there.scheme, there.netloc) != (here.scheme, here.netloc):
-            raise PermissionError("this form was posted from another site")
+    check_origin(allow_null=True)
     if not hmac.compare_digest(flask.request.form.get("csrf", ""), user.csrf):
         raise PermissionError("the form's CSRF token is missing or wrong: reload the page and try again")
 

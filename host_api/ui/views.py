@@ -161,7 +161,9 @@ def index() -> flask.Response:
 
 @bp.post("/sign-in")
 def sign_in() -> flask.Response:
-    """Check the posted token; on success set the cookie and go to the workflows page."""
+    """Check the posted token; on success set the cookie and go to the workflows page (only a
+    form of this site: no login CSRF)."""
+    console_session.check_origin(allow_null=False)
     token = flask.request.form.get("token", "").strip()
     if not token or console_session.space_of(token) is None:
         return _render("signin.html", 401, error="That token is not valid for any Space.")

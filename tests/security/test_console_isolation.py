@@ -143,6 +143,26 @@ def test_posts_need_the_csrf_token_and_this_origin(app, spaces):
     assert client.post("/ui/sign-out", data={}).status_code == 403
 
 
+def test_another_site_cannot_sign_a_visitor_in_to_its_space(app, spaces):
+    """Login CSRF: a page of evil.example auto-posts the attacker's token to /ui/sign-in; a
+    top-level navigation may set even a SameSite=Strict cookie, so the visitor would then work in
+    (and send their events to) the attacker's Space."""
+    a, _ = spaces
+    for headers in (
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},  # a sandboxed frame's form
+        {"Sec-Fetch-Site": "cross-site"},
+    ):
+        client = app.test_client()
+        answer = client.post("/ui/sign-in", data={"token": a["token"]}, headers=headers)
+        assert answer.status_code == 403, headers
+        assert "takohost_console" not in answer.headers.get("Set-Cookie", ""), headers
+    same = app.test_client().post(
+        "/ui/sign-in", data={"token": a["token"]}, headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}
+    )
+    assert same.status_code == 303 and "takohost_console=" in same.headers["Set-Cookie"]
+
+
 def test_signed_out_and_bad_tokens(app, spaces):
     client = app.test_client()
     assert client.get("/ui/workflows").status_code == 303
