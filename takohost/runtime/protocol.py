@@ -27,6 +27,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "PARENT_OPS",
     "PROTOCOL_VERSION",
+    "CHILD_MAX_CONTAINERS",
     "FrameBuffer",
     "ProtocolError",
     "check_child_message",
@@ -42,7 +43,15 @@ MAX_FRAME_BYTES = 8 * 1024 * 1024
 # Error messages and tracebacks sent by the child are cut to this many characters.
 MAX_TEXT_CHARS = 4096
 
+#: Arrays and objects one frame *from a child* may hold (the host's reader refuses more before
+#: parsing). A child's frame carries at most one document, and a document of at most 1 MiB of
+#: canonical JSON has at most 524 288 containers (each takes two bytes at least); a log frame has
+#: 257. Without the bound an 8 MiB frame of ``[[[…`` cost the host's worker process about 5 s of
+#: CPU and 700 MB of memory (outside the sandbox's memory cgroup) to parse before it was refused.
+CHILD_MAX_CONTAINERS = 600_000
+
 _HEADER = struct.Struct(">I")
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Messages the parent sends to the child.
@@ -94,11 +103,25 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def decode_body(body: bytes) -> dict[str, Any]:
-    """Parse one frame body into a message ``dict`` with a ``str`` ``"op"``.
+def _containers(body: bytes, limit: int) -> int:
+    """An upper bound of the arrays and objects of JSON text ``body``, exact once it exceeds
+    ``limit`` (brackets inside strings are not counted then)."""
+    count = body.count(b"[") + body.count(b"{")
+    if count <= limit:
+        return count
+    outside = _STRING.sub(b"", body)
+    return outside.count(b"[") + outside.count(b"{")
 
-    Raises ``ProtocolError`` for non-strict JSON, a non-object value or a missing ``op``.
+
+def decode_body(body: bytes, *, max_containers: int | None = None) -> dict[str, Any]:
+    """Parse one frame body into a message ``dict`` with a ``str`` ``"op"``; with
+    ``max_containers``, a body of more arrays and objects is refused unparsed.
+
+    Raises ``ProtocolError`` for non-strict JSON, a non-object value, a missing ``op`` or too many
+    containers.
     """
+    if max_containers is not None and _containers(body, max_containers) > max_containers:
+        raise ProtocolError(f"frame holds more than {max_containers} arrays and objects")
     try:
         value = jsonstrict.loads_strict(body)
     except jsonstrict.StrictJSONError as exc:
@@ -114,10 +137,13 @@ class FrameBuffer:
     ``feed(data)`` appends received bytes and returns the complete messages they finish, in order;
     ``pending`` is the number of buffered bytes of an incomplete frame (non-zero at EOF means a
     truncated frame). Raises ``ProtocolError`` for an oversized length or a bad body.
+    ``max_containers``: see :func:`decode_body` (the host reading a child passes
+    :data:`CHILD_MAX_CONTAINERS`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_containers: int | None = None) -> None:
         self._buffer = bytearray()
+        self._max_containers = max_containers
 
     @property
     def pending(self) -> int:
@@ -137,7 +163,7 @@ class FrameBuffer:
                 break
             body = bytes(self._buffer[_HEADER.size : end])
             del self._buffer[:end]
-            messages.append(decode_body(body))
+            messages.append(decode_body(body, max_containers=self._max_containers))
         return messages
 
 

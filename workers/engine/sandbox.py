@@ -80,7 +80,7 @@ class ChildHandle:
         self.spawn_seconds = 0.0
         self._sock = sock
         self._pidfd = pidfd
-        self._buffer = protocol.FrameBuffer()
+        self._buffer = protocol.FrameBuffer(max_containers=protocol.CHILD_MAX_CONTAINERS)  # untrusted
         self._ready: list[dict[str, Any]] = []
         self._eof = False
         self._send_lock = threading.Lock()
