@@ -107,14 +107,18 @@ def instance_url(uid: str, instance_id: str, endpoint: str = "ui.instance_page",
 
 @bp.after_request
 def _headers(response: flask.Response) -> flask.Response:
-    """No caching of Space data; scripts and styles from this origin only; not framable."""
+    """No caching of Space data; scripts and styles from this origin only; not framable; no
+    Referer to other sites."""
     response.headers.setdefault("Cache-Control", "no-store")
     response.headers["Content-Security-Policy"] = (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     )
     response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "no-referrer"
+    # same-origin, not no-referrer: under no-referrer a browser sends ``Origin: null`` with its
+    # own same-origin form posts, which the sign-in's origin check must refuse. Other sites still
+    # get no Referer at all.
+    response.headers["Referrer-Policy"] = "same-origin"
     response.headers["X-Frame-Options"] = "DENY"
     return response
 

@@ -146,10 +146,12 @@ def _wait(predicate, timeout: float = 20.0, what: str = "condition"):
 
 
 def _text(driver, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    elements = driver.find_elements(By.CSS_SELECTOR, css)
-    return elements[0].text if elements else ""
+    """The rendered text of the first element matching ``css`` ("" when none), read in one
+    script call: the live update may replace the element between a lookup and a read (a
+    stale element), which a single ``querySelector`` cannot see."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : '';", css
+    )
 
 
 def _shot(driver, name: str) -> None:
