@@ -5,7 +5,7 @@ from __future__ import annotations
 import flask
 import flask.json.provider
 
-from host_api import auth, errors, telemetry
+from host_api import admission, auth, errors, telemetry
 from host_api.routes import instances, meta, resources, runs
 from host_api.ui import views as ui_views
 from takohost import config
@@ -57,6 +57,7 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     errors.register(app)
     app.before_request(auth.authenticate)
     app.before_request(check_path_ids)
+    app.teardown_request(admission.release)
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     telemetry.register(app)  # HTTP latency by route (first before_request, last after_request)

@@ -17,6 +17,7 @@ import re
 import flask
 import rfc8785
 
+from host_api import admission
 from host_api.errors import ApiError
 from takohost.domain import jsonstrict
 
@@ -81,6 +82,8 @@ def raw_body() -> bytes:
     if length is not None and total < length:
         raise ApiError("invalid_request", "the request body is shorter than its Content-Length")
     data = b"".join(chunks)
+    # After reading, not before: a slow sender holds a thread, never a large-body slot.
+    admission.admit(total)
     setattr(flask.g, _CACHE, data)
     # Later readers through Werkzeug (``request.get_data()``, ``request.stream``) see exactly
     # these bytes, not an exhausted input; Werkzeug injects its ``stream`` the same way.
