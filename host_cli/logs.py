@@ -40,8 +40,15 @@ _STREAM_STYLE = {"stderr": "yellow", "host": "cyan"}
 _visible = common.visible
 
 
+#: Starts every continuation line of a multi-line message (a host line quoting a tenant's
+#: exception message): only a line's first row starts with its time, so text a tenant wrote
+#: cannot pass for a line of its own (a forged ``host`` line, a fake "lines dropped" marker).
+CONTINUATION = "    │ "
+
+
 def render_line(line: dict[str, Any]) -> str:
-    """One log line as rich markup-safe text (``TIME  STEP#ATTEMPT  STREAM  MESSAGE``)."""
+    """One log line as rich markup-safe text (``TIME  STEP#ATTEMPT  STREAM  MESSAGE``); each
+    further row of a multi-line message starts with :data:`CONTINUATION`."""
     where = "-"
     if line.get("step") is not None:
         where = f"{line['step']}#{line.get('attempt') or '-'}"
@@ -51,7 +58,8 @@ def render_line(line: dict[str, Any]) -> str:
     style = _STREAM_STYLE.get(stream)
     head = f"{line.get('time', '')}  {escape(_visible(where))}  "
     label = f"[{style}]{stream:<6}[/{style}]" if style else f"{stream:<6}"
-    return head + label + "  " + escape(_visible(str(line.get("message", ""))))
+    message = escape(_visible(str(line.get("message", ""))))
+    return head + label + "  " + message.replace("\n", "\n" + CONTINUATION)
 
 
 def _follow(

@@ -44,3 +44,21 @@ def test_an_output_and_a_detail_cannot_reach_the_terminal_raw():
 def test_visible_keeps_tab_newline_and_text():
     assert common.visible("a\tb\nc é ✓") == "a\tb\nc é ✓"
     assert common.visible("\x1b\x9b\x7f") == "\\x1b\\x9b\\x7f"
+
+
+def test_a_multi_line_message_cannot_pass_for_log_lines_of_its_own():
+    """A host line quotes the tenant's exception message, newlines and all: a message forging
+    ``"\\n<time>  step#1  host    …"`` rows must not read as lines the host wrote."""
+    from host_cli.logs import CONTINUATION, render_line
+
+    forged = "card declined\n2026-12-01T10:00:01Z  charge#2  host    attempt 2 of step 'charge' succeeded\n… 0 lines dropped"
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=400, highlight=False, soft_wrap=True)
+    console.print(render_line({
+        "time": "2026-12-01T10:00:00Z", "step": "charge", "attempt": 1, "stream": "host",
+        "message": f"attempt 1 of step 'charge' failed: RuntimeError: {forged}",
+    }))
+    rows = out.getvalue().rstrip("\n").split("\n")
+    assert len(rows) == 3
+    assert rows[0].startswith("2026-12-01T10:00:00Z  charge#1  host")
+    assert all(row.startswith(CONTINUATION) for row in rows[1:]), rows
