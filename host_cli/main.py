@@ -65,14 +65,19 @@ def _host_process() -> None:
     isolation.set_dumpable(False)
 
 
-def _check_sandbox() -> None:
-    """Refuse to start a worker that could not isolate tenant code (README "Security model")."""
+def _check_sandbox(metrics_port: int | None = None) -> None:
+    """Refuse to start a worker that could not isolate tenant code (README "Security model"), or
+    whose outbound policy would let tenant code reach a host service (``metrics_port`` too)."""
+    import os
     import tempfile
 
     from takohost.runtime import isolation
 
+    environ = dict(os.environ)
+    if metrics_port is not None:
+        environ["TAKOHOST_METRICS_PORT"] = str(metrics_port)
     try:
-        policy = isolation.Policy.from_environ()
+        policy = isolation.Policy.from_environ(environ)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if policy.mode == "none":
@@ -88,8 +93,6 @@ def _check_sandbox() -> None:
             "and network namespaces. Set TAKOHOST_SANDBOX_ISOLATION=none to run without isolation "
             "(unsafe: only for code you trust)") from None
     finally:
-        import os
-
         os.rmdir(root)
 
 
@@ -197,7 +200,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
     if pool == "solo" and not supervised:
         from host_cli import worker_pool
 
-        _check_sandbox()
+        _check_sandbox(metrics_port)
         supervisor = worker_pool.Supervisor(command=worker_pool.solo_command(loglevel=loglevel),
                                             concurrency=concurrency, stop_timeout=stop_timeout)
         supervisor.add_process(_control_command(loglevel))  # issue 15 item 6
@@ -207,7 +210,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
 
         worker_pool.die_with_supervisor()
     else:
-        _check_sandbox()
+        _check_sandbox(metrics_port)
     from workers.celery_app import app
 
     if pool == "solo":

@@ -222,7 +222,8 @@ def _ports(text: str) -> tuple[int, ...]:
 
 
 def _host_service_ports(env: Any) -> list[tuple[str, int]]:
-    """``(variable, port)`` of the host's Postgres, Redis and broker URLs (their defaults too)."""
+    """``(variable, port)`` of the host's Postgres, Redis and broker URLs (their defaults too) and
+    of its metrics endpoint when ``TAKOHOST_METRICS_PORT`` is set."""
     from urllib.parse import urlsplit
 
     defaults = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "amqp": 5672}
@@ -240,6 +241,9 @@ def _host_service_ports(env: Any) -> list[tuple[str, int]]:
             continue
         if port:
             found.append((name, port))
+    metrics = (env.get("TAKOHOST_METRICS_PORT") or "").strip()
+    if metrics.isascii() and metrics.isdigit():
+        found.append(("TAKOHOST_METRICS_PORT (the unauthenticated metrics endpoint)", int(metrics)))
     return found
 
 

@@ -126,6 +126,7 @@ def test_outbound_reaches_the_allowed_ports_only(server):
         ("TAKOHOST_DATABASE_URL", "postgresql+psycopg://u:p@db:443/takohost", 443),
         ("TAKOHOST_REDIS_URL", "redis://:secret@cache:80/0", 80),
         ("TAKOHOST_BROKER_URL", "redis://broker:443/1", 443),
+        ("TAKOHOST_METRICS_PORT", "443", 443),
     ],
 )
 def test_outbound_refuses_the_ports_of_the_hosts_services(variable, value, port):
@@ -144,3 +145,31 @@ def test_outbound_defaults_and_bad_values():
         isolation.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "host"})
     with pytest.raises(ValueError, match="TCP ports separated by commas"):
         isolation.Policy.from_environ({"TAKOHOST_SANDBOX_OUTBOUND_PORTS": "80,https"})
+
+
+def test_a_worker_whose_metrics_port_is_an_outbound_port_refuses_to_start(tmp_path):
+    """``--metrics-port`` serves unauthenticated metrics on the host's network, which an
+    ``outbound`` context shares: a worker whose own metrics port is allowed refuses to start."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "TAKOHOST_SANDBOX_NETWORK": "outbound",
+        "TAKOHOST_SANDBOX_OUTBOUND_PORTS": "18443",
+        "TAKOHOST_METRICS_DIR": str(tmp_path),
+    }
+    env.pop("TAKOHOST_METRICS_PORT", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "host_cli", "worker", "--metrics-port", "18443"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("the worker started with its metrics port open to tenant code") from None
+    assert proc.returncode != 0
+    assert "includes 18443, the port of TAKOHOST_METRICS_PORT" in err, err[-2000:]
