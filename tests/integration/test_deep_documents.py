@@ -61,19 +61,6 @@ def depth_of(value: object) -> int:
     return levels
 
 
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
-
-
 def _post(client, path, token, text: str):
     return client.post(
         path, data=text.encode("utf-8"), headers={"Authorization": f"Bearer {token}",

@@ -22,25 +22,6 @@ from workers.services import instance_common, instance_history, instances, reten
 from workers.services import tenant_logs as log_service
 
 
-@pytest.fixture(scope="module")
-def db_url():
-    with workflows.isolated_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = workflows.start_zygote()
-    yield z
-    z.stop()
-
-
-@pytest.fixture()
-def driver(monkeypatch, zygote, db_url):
-    yield workflows.Driver(monkeypatch, zygote=zygote)
-    workflows.clear_timers(db_url)
-
-
 class Run:
     def __init__(self, db_url, space, driver, source, class_name):
         self.space = space
