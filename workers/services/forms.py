@@ -27,6 +27,7 @@ import rfc8785
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from workers.services import ids
@@ -457,35 +458,103 @@ def _live_dependents_txn(session: orm.Session, *, worker_uid: str, form: str) ->
 def workflow_ready_txn(session: orm.Session, *, workflow: res_models.Resource) -> bool:
     """DurableWorkflow ``observed.ready`` (seed 000 "全weighted Versionに正しいclassが揃うまでReadyでない";
     "ready:trueは新規instanceを受理できることだけを表し"): :func:`workflow_unready_reason_txn` is None."""
-    return workflow_unready_reason_txn(session, workflow=workflow) is None
+    return workflow_unready_reason_txn(session, workflow_uid=workflow.uid) is None
 
 
-def workflow_unready_reason_txn(session: orm.Session, *, workflow: res_models.Resource) -> str | None:
-    """Why ``workflow`` cannot accept new instances, or ``None`` when it is ready.
+@dataclasses.dataclass(frozen=True)
+class WeightedVersion:
+    """What readiness needs of one WorkerVersion (never its spec: that holds the modules)."""
 
-    Ready only when the Worker has a live Deployment whose *applied* allocation is non-empty and
-    every weighted Version of it is validated and exports the class. The same predicate is
-    ``observed.ready`` and the gate of instance create (README "ready: when new instances are
-    accepted"); the reason names the resources by name and UID.
+    uid: str
+    name: str
+    phase: str
+    validated: object  # observed.validated: True, False or None (not yet known)
+    classes: tuple[str, ...]  # observed.workflowClasses
+
+    def label(self) -> str:
+        """As :func:`label` names a resource."""
+        return f"WorkerVersion {self.name!r} ({self.uid})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Readiness:
+    """The facts behind a DurableWorkflow's ``ready`` (:data:`models.resource_sql.WORKFLOW_READINESS`).
+
+    ``deployment`` is ``(uid, name)`` of the Worker's live Deployment or ``None``; ``applied`` the
+    Version UIDs of its applied allocation (``observed.versions``) in order; ``versions`` those of
+    them that exist, by UID.
     """
-    class_name = workflow.spec["className"]
-    deployment = live_deployment_txn(session, worker_uid=workflow.worker_uid)
-    if deployment is None:
-        return (
-            f"its Worker has no Deployment, so no code runs class {class_name!r} "
-            "(deploy a Version that exports it: `takohost deploy DIR`)"
-        )
-    applied = (deployment.observed or {}).get("versions") or []
-    if not applied:
-        return f"{label(deployment)} is not applied yet (its Operation has not finished)"
-    uids = [entry["version"]["resourceUid"] for entry in applied]
-    rows = session.scalars(sa.select(res_models.Resource).where(res_models.Resource.uid.in_(uids))).all()
-    if len(rows) != len(uids):
-        return f"a weighted Version of {label(deployment)} is gone"
-    for version in rows:
-        state = version_state(version)
-        if state != "validated":
-            return f"weighted {label(version)} is {'not validated' if state == 'unverified' else 'failed'}"
-        if not exports_class(version, class_name):
-            return f"weighted {label(version)} does not export class {class_name!r}"
-    return None
+
+    workflow_uid: str
+    workflow_name: str
+    class_name: str
+    deployment: tuple[str, str] | None
+    applied: tuple[str, ...]
+    versions: dict[str, WeightedVersion]
+
+    def label(self) -> str:
+        """The workflow as :func:`label` names a resource."""
+        return f"DurableWorkflow {self.workflow_name!r} ({self.workflow_uid})"
+
+    def unready_reason(self) -> str | None:
+        """Why the workflow cannot accept new instances, or ``None`` when it is ready (pure).
+
+        Ready only when the Worker has a live Deployment whose *applied* allocation is non-empty
+        and every weighted Version of it is validated and exports the class (README "ready: when
+        new instances are accepted"); the reason names the resources by name and UID."""
+        if self.deployment is None:
+            return (
+                f"its Worker has no Deployment, so no code runs class {self.class_name!r} "
+                "(deploy a Version that exports it: `takohost deploy DIR`)"
+            )
+        deployment = f"WorkerDeployment {self.deployment[1]!r} ({self.deployment[0]})"
+        if not self.applied:
+            return f"{deployment} is not applied yet (its Operation has not finished)"
+        if any(uid not in self.versions for uid in self.applied):
+            return f"a weighted Version of {deployment} is gone"
+        for uid in dict.fromkeys(self.applied):
+            version = self.versions[uid]
+            if version.validated is not True:
+                failed = version.validated is False or version.phase == "failed"
+                return f"weighted {version.label()} is {'failed' if failed else 'not validated'}"
+            if self.class_name not in version.classes:
+                return f"weighted {version.label()} does not export class {self.class_name!r}"
+        return None
+
+
+def workflow_readiness_txn(session: orm.Session, *, workflow_uid: str) -> Readiness | None:
+    """The :class:`Readiness` facts of DurableWorkflow ``workflow_uid`` in one statement (pending
+    ORM changes of ``session`` are flushed first); ``None`` when no such resource exists."""
+    session.flush()
+    row = session.connection().exec_driver_sql(resource_sql.WORKFLOW_READINESS, {"uid": workflow_uid}).first()
+    if row is None:
+        return None
+    name, class_name, deployment_uid, deployment_name, applied, versions = row
+    entries = applied if isinstance(applied, list) else []
+    return Readiness(
+        workflow_uid=workflow_uid,
+        workflow_name=name,
+        class_name=class_name,
+        deployment=None if deployment_uid is None else (deployment_uid, deployment_name),
+        applied=tuple(entry["version"]["resourceUid"] for entry in entries),
+        versions={
+            v["uid"]: WeightedVersion(
+                uid=v["uid"],
+                name=v["name"],
+                phase=v["phase"],
+                validated=v["validated"],
+                classes=tuple(v["classes"] or ()),
+            )
+            for v in versions or ()
+        },
+    )
+
+
+def workflow_unready_reason_txn(session: orm.Session, *, workflow_uid: str) -> str | None:
+    """Why DurableWorkflow ``workflow_uid`` cannot accept new instances, or ``None`` when it is
+    ready (:meth:`Readiness.unready_reason`; the same predicate is ``observed.ready`` and the gate
+    of instance create). A resource that does not exist is never ready."""
+    readiness = workflow_readiness_txn(session, workflow_uid=workflow_uid)
+    if readiness is None:
+        return "no such DurableWorkflow"
+    return readiness.unready_reason()

@@ -20,6 +20,7 @@ from sqlalchemy import orm
 
 from models import db as models_db
 from models import instances as inst_models
+from models import resources as res_models
 from models.base import utcnow
 from takohost import config
 from takohost.domain import progress as progress_mod
@@ -91,14 +92,9 @@ def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetim
         )
 
 
-def _no_version_reason(session: orm.Session, workflow: object) -> str | None:
+def _no_version_reason(session: orm.Session, workflow: res_models.Resource) -> str | None:
     """Why no applied Deployment can run ``workflow`` now (``None``: one can)."""
-    reason_of = getattr(forms, "workflow_unready_reason_txn", None)
-    if reason_of is not None:
-        return reason_of(session, workflow=workflow)
-    if forms.workflow_ready_txn(session, workflow=workflow):
-        return None
-    return "no applied Deployment whose every weighted Version exports the workflow's class"
+    return forms.workflow_unready_reason_txn(session, workflow_uid=workflow.uid)
 
 
 def _running_step(instance_pk: int) -> progress_mod.RunningStep | None:

@@ -27,7 +27,6 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instance_sql
 from models import instances as inst_models
-from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
@@ -87,12 +86,12 @@ def _refuse_unready_txn(session: orm.Session, *, workflow_uid: str) -> None:
     seed 000 "ready:trueは新規instanceを受理できることだけを表し" — this host accepts a new instance
     exactly when ``observed.ready`` would be true now (README "When a workflow accepts instances"),
     so no instance waits ``queued`` for code that does not exist."""
-    workflow = session.get(res_models.Resource, workflow_uid)
-    reason = forms.workflow_unready_reason_txn(session, workflow=workflow)
+    readiness = forms.workflow_readiness_txn(session, workflow_uid=workflow_uid)
+    reason = "no such DurableWorkflow" if readiness is None else readiness.unready_reason()
     if reason is not None:
         raise DomainError(
             "dependency_conflict",
-            f"{forms.label(workflow)} is not ready to accept instances: {reason}",
+            f"{readiness.label() if readiness else workflow_uid} is not ready to accept instances: {reason}",
             {"resourceUid": workflow_uid, "ready": False},
         )
 
