@@ -1,7 +1,8 @@
 """Capture of tenant output in the sandbox child: ``log`` frames to the host (issue 13 item 1).
 
-:func:`install` (called by ``child.run_job`` before the Version's code is imported) points file
-descriptors 1 and 2 at pipes drained by a thread of the child, and replaces ``sys.stdout`` and
+:func:`install` (called by ``child.run_forked`` while the pre-spawned child waits for its job, so
+that none of it is on a job's path) points file descriptors 1 and 2 at pipes drained by a thread
+of the child, and replaces ``sys.stdout`` and
 ``sys.stderr`` by :class:`LineWriter` s: the interpreter's own (C) buffered text streams over a raw
 line sink, so a ``print`` costs about what it costs anywhere, with no system call (stderr is
 line-buffered, as Python's own, and flushes stdout first). ``logging`` needs nothing: left
@@ -18,6 +19,11 @@ milliseconds (when the line reached the sink: within ``FLUSH_SECONDS`` of its ``
 (``Sink.before_send``): what an effect printed reaches the host before its ``effect_result``, and
 nothing is lost at a final message. A log line is JSON text inside a frame of the runtime's own
 making: nothing written to descriptors 1/2 can ever be read by the host as a frame.
+
+The sink is muted until :meth:`Sink.arm` (``child.run_job``, as a workflow or scheduled job
+arrives: the budget starts then, after the host's own); a job that does not capture (validation)
+calls :meth:`Sink.discard` instead, which points descriptors 1/2 and the streams at
+``/dev/null``.
 
 Standard library and ``takohost.domain`` only (this runs beside user code).
 """
@@ -106,13 +112,14 @@ class _Splitter:
 class Sink:
     """The child's log buffer: lines in, ``log`` frames out through ``send`` (thread-safe).
 
-    ``send`` writes one frame without running ``before_send`` again (``child.Channel._write``).
+    ``send`` writes one frame without running ``before_send`` again (``child.Channel._write``);
+    ``None``: muted (lines are dropped uncounted, the drain thread waits) until :meth:`arm`.
     ``clock`` is monotonic seconds (the budget), ``wall`` epoch seconds (the lines' time).
     """
 
     def __init__(
         self,
-        send: Callable[[dict[str, Any]], None],
+        send: Callable[[dict[str, Any]], None] | None,
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -127,6 +134,31 @@ class Sink:
         self._budget = tenant_logs.Budget(now=clock())
         self._pipes: dict[int, tuple[str, _Splitter, Any]] = {}
         self._writers: list[LineWriter] = []
+        self._armed = threading.Event()
+        if send is not None:
+            self._armed.set()
+
+    def arm(self, send: Callable[[dict[str, Any]], None]) -> None:
+        """Start sending through ``send``; the budget starts now (whatever a muted sink held is
+        dropped: nothing of the tenant ran before)."""
+        with self._lock:
+            self._send = send
+            self._budget = tenant_logs.Budget(now=self._clock())
+            self._lines, self._dropped = [], 0
+            self._armed.set()
+
+    def discard(self) -> None:
+        """Never capture (a job whose output goes nowhere): descriptors 1/2 and
+        ``sys.stdout``/``sys.stderr`` write to ``/dev/null`` from now on; the drain thread sees
+        its pipes end and stays idle."""
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(null, fd, inheritable=True)  # closes the pipes' write ends
+        os.close(null)
+        sys.stdout = sys.__stdout__
+        sys.stderr = sys.__stderr__
+        self._writers.clear()
+        self._armed.set()
 
     # -- lines in ------------------------------------------------------------------------------
     def line(self, stream: str, text: str) -> None:
@@ -137,6 +169,8 @@ class Sink:
         """Keep complete lines of ``stream``, cut and budgeted (a dropped line costs only the
         budget check)."""
         with self._lock:
+            if self._send is None:
+                return
             now = self._clock()
             stamp = int(self._wall() * 1000)
             take = self._budget.take
@@ -190,7 +224,7 @@ class Sink:
                 pass
 
     def _flush_locked(self) -> None:
-        if not self._lines and not self._dropped:
+        if self._send is None or (not self._lines and not self._dropped):
             return
         message = {"op": "log", "lines": self._lines, "dropped": self._dropped}
         self._lines, self._dropped = [], 0
@@ -217,7 +251,9 @@ class Sink:
         return alive
 
     def run(self) -> None:
-        """The drain thread: poll the pipes, flush lines older than ``FLUSH_SECONDS``."""
+        """The drain thread: poll the pipes, flush lines older than ``FLUSH_SECONDS`` (a muted
+        sink's thread waits without waking up)."""
+        self._armed.wait()
         while True:
             fds = list(self._pipes)
             try:
@@ -319,10 +355,10 @@ class LineWriter(io.TextIOWrapper):
         super().flush()
 
 
-def install(send: Callable[[dict[str, Any]], None]) -> Sink:
+def install(send: Callable[[dict[str, Any]], None] | None = None) -> Sink:
     """Capture descriptors 1/2, ``sys.stdout`` and ``sys.stderr`` into a new :class:`Sink` sending
-    through ``send``; starts its drain thread. Returns the sink (the channel calls its
-    ``before_send``)."""
+    through ``send`` (``None``: muted until :meth:`Sink.arm`); starts its drain thread. Returns
+    the sink (the channel calls its ``before_send``)."""
     # Logging as a fresh interpreter has it: the zygote's own handlers (inherited over fork)
     # would format tenant records their way and make ``logging.basicConfig`` a no-op.
     root = logging.getLogger()

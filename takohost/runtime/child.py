@@ -138,7 +138,9 @@ def run_forked(
         # ready (thread created) before its job arrives, so none of this is on the job's path.
         channel = Channel(sock, buffer=protocol.FrameBuffer(), watchdog_seconds=None)
         channel.start(expect_job=True)
-        run_job(channel.job(), channel)
+        # The output capture too (pipes, streams, its thread: about 1 ms), muted until the job.
+        sink = capture.install()
+        run_job(channel.job(), channel, sink=sink)
     except BaseException:  # noqa: BLE001 - nothing may escape into the zygote's stack
         if keep_stderr:
             traceback.print_exc()
@@ -530,11 +532,17 @@ def last_traceback_line(exc: BaseException) -> str:
 # Jobs
 
 
-def run_job(job: dict[str, Any], channel: Channel) -> NoReturn:
-    """Run one job and end the child with its final message."""
+def run_job(job: dict[str, Any], channel: Channel, *, sink: capture.Sink | None = None) -> NoReturn:
+    """Run one job and end the child with its final message. ``sink`` is the muted output capture
+    installed while the child waited (``None``: installed here when the job captures)."""
     kind = job.get("kind")
     if kind in ("workflow", "scheduled"):
-        channel.capture = capture.install(channel._write)
+        if sink is None:
+            sink = capture.install()
+        sink.arm(channel._write)
+        channel.capture = sink
+    elif sink is not None:
+        sink.discard()
     if kind == "validate":
         _run_validate(job, channel)
     elif kind == "workflow":

@@ -440,6 +440,29 @@ def test_validate_reports_import_errors_by_their_last_line(zygote, source: str, 
     assert (outcome.ok, outcome.message) == (False, expected)
 
 
+def test_validate_output_goes_nowhere_and_never_blocks(zygote):
+    # The output capture is installed while a pre-spawned child waits, muted; a validation
+    # job points it at /dev/null: a Version writing far more than a pipe holds at import (to
+    # the descriptors and to the streams) still validates, quickly.
+    outcome = validate(
+        zygote,
+        {
+            "main.py": """
+            import os, sys
+            for fd in (1, 2):
+                os.write(fd, b"x" * 300_000)
+            print("y" * 300_000)
+            sys.stderr.write("z" * 300_000)
+            class W:
+                def __init__(self, env): pass
+                def run(self, event, step): return None
+        """
+        },
+        limit=5.0,
+    )
+    assert outcome == sandbox.ValidationOutcome(ok=True, workflow_classes=("W",), handlers=())
+
+
 def test_validate_survives_a_crash_and_a_hang(zygote):
     crashed = validate(zygote, {"main.py": "import os\nos._exit(3)\n"})
     assert not crashed.ok and "exited without a result" in crashed.message

@@ -49,6 +49,24 @@ def test_sink_sends_frames_of_at_most_frame_lines_and_counts_drops():
     assert frames[0]["lines"][0] == [1500, "stdout", "l0"]
 
 
+def test_a_muted_sink_sends_nothing_and_its_budget_starts_when_armed():
+    # Installed while the child waits for its job: muted, then armed as the job arrives. The
+    # budget must start at arm (after the host's), never earlier.
+    frames: list[dict] = []
+    now = [0.0]
+    sink = capture.Sink(None, clock=lambda: now[0], wall=lambda: 1.5)
+    sink.lines("stdout", ["before the job"])
+    sink.flush()
+    assert frames == []
+    now[0] = 3600.0  # an hour idle earns nothing beyond the burst
+    sink.arm(frames.append)
+    sink.lines("stdout", [f"l{i}" for i in range(tenant_logs.BURST_LINES + 5)])
+    sink.flush()
+    assert sum(len(f["lines"]) for f in frames) == tenant_logs.BURST_LINES
+    assert sum(f["dropped"] for f in frames) == 5
+    assert frames[0]["lines"][0] == [1500, "stdout", "l0"]
+
+
 def test_clean_frames_accepts_only_the_frame_shape():
     frame = {"module": "main", "file": "main.py", "line": 3, "function": "run", "source": "x = 1"}
     assert tracebacks.clean_frames([frame]) == [frame]
