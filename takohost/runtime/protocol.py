@@ -283,8 +283,9 @@ def _check_do(m: dict[str, Any]) -> None:
     if _args_error(m):
         _fields(m, required={"name", "argsError"})
         return
-    _fields(m, required={"name", "policy"})
+    _fields(m, required={"name", "policy"}, optional={"eager"})
     _require(type(m["policy"]) is dict, m, "policy must be an object")
+    _require(m.get("eager", True) is True, m, "eager must be true when present")
 
 
 def _check_sleep(m: dict[str, Any]) -> None:

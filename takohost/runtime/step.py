@@ -14,6 +14,13 @@ JS引数はTypeError"):
 Host errors raised here are remembered by identity (``Context.raised``): only an uncaught object
 that this module raised as ``StepFailed`` ends the run as ``step_failed`` (CONTRACT §4.4).
 
+Eager first attempts (PROTOCOL.md "Eager first attempts"): once the parent's answer to a step
+carries ``eager {steps, until}``, a ``do`` of a name this context has not asked for yet runs its
+effect at once, without waiting for ``run_effect``: the request (``"eager": true``) and the
+``effect_result`` go out back to back, and the parent answers the pair. At most ``steps`` new
+names are asked for after the grant (the 1024-step limit) and none after ``until`` (UTC epoch
+milliseconds: the instance's lifetime end).
+
 Overlap (``step_definition_mismatch``, uncatchable): a step method called while another step is
 unsettled — from inside an effect, from another thread, or (async ``run``) a second step created
 before the first settled (``asyncio.gather``, ``ensure_future``), and a ``run`` that settles while
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 from typing import Any, NoReturn, Protocol
 
 from takohost import errors
@@ -46,6 +54,10 @@ class Channel(Protocol):
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message``; return the parent's next answer (pings are filtered out)."""
+        ...
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send ``message`` without waiting for an answer (an eager ``do``)."""
         ...
 
     def final(self, message: dict[str, Any]) -> NoReturn:
@@ -120,6 +132,36 @@ class Context:
         self.raised: dict[int, tuple[BaseException, str, str]] = {}
         self._lock = threading.Lock()
         self._active: str | None = None
+        self._asked: set[str] = set()  # step names this context asked for
+        self._eager_steps = 0  # new names that may still be asked for under the grant
+        self._eager_until_ms = 0.0
+
+    # -- eager first attempts ----------------------------------------------------------------------
+    def _grant(self, reply: dict[str, Any]) -> None:
+        grant = reply.get("eager")
+        if grant is None:
+            return
+        if (
+            type(grant) is not dict
+            or set(grant) != {"steps", "until"}
+            or type(grant["steps"]) is not int
+            or grant["steps"] < 0
+            or type(grant["until"]) not in (int, float)
+        ):
+            self.channel.fatal("a malformed eager grant")
+        self._eager_steps = grant["steps"]
+        self._eager_until_ms = float(grant["until"])
+
+    def ask(self, name: str, *, effect: bool) -> bool:
+        """Note a request for ``name``; True when it may run its effect eagerly (``effect``: a
+        ``do`` with valid arguments, of a name not asked for yet, within the grant)."""
+        if name in self._asked:
+            return False
+        self._asked.add(name)
+        if self._eager_steps <= 0:
+            return False
+        self._eager_steps -= 1
+        return effect and time.time() * 1000 < self._eager_until_ms
 
     # -- overlap tracking --------------------------------------------------------------------
     def begin(self, kind: str, name: object) -> None:
@@ -156,6 +198,7 @@ class Context:
         may_run_effect: bool,
     ) -> Any:
         """Turn the parent's answer into a return value, a raised error or ``_RUN_EFFECT``."""
+        self._grant(reply)
         op = reply.get("op")
         if op == "resolve":
             result = reply.get("result")
@@ -234,12 +277,15 @@ class Step:
         try:
             step_name = _validated_name(name)
             request, args_error = _do_request(step_name, effect, retry_policy)
-            reply = context.channel.request(request)
-            result = context.settle(
-                reply, kind="do", name=step_name, args_error=args_error, may_run_effect=True
-            )
-            if result is not _RUN_EFFECT:
-                return result
+            if context.ask(step_name, effect=args_error is None):
+                context.channel.send({**request, "eager": True})
+            else:
+                reply = context.channel.request(request)
+                result = context.settle(
+                    reply, kind="do", name=step_name, args_error=args_error, may_run_effect=True
+                )
+                if result is not _RUN_EFFECT:
+                    return result
             try:
                 outcome = effect_result_message(step_name, value=effect())
             except BaseException as exc:  # noqa: BLE001 - whatever the effect raises fails the attempt
@@ -257,6 +303,7 @@ class Step:
         try:
             step_name = _validated_name(name)
             request, args_error = _sleep_request(step_name, seconds)
+            context.ask(step_name, effect=False)
             reply = context.channel.request(request)
             return context.settle(
                 reply, kind="sleep", name=step_name, args_error=args_error, may_run_effect=False
@@ -272,6 +319,7 @@ class Step:
         try:
             step_name = _validated_name(name)
             request, args_error = _wait_request(step_name, options)
+            context.ask(step_name, effect=False)
             reply = context.channel.request(request)
             return context.settle(
                 reply, kind="wait", name=step_name, args_error=args_error, may_run_effect=False
@@ -321,6 +369,7 @@ class AsyncStep:
     ) -> Any:
         context = self._context
         try:
+            context.ask(name, effect=False)
             reply = context.channel.request(request)
             return context.settle(reply, kind=kind, name=name, args_error=args_error, may_run_effect=False)
         finally:
@@ -330,10 +379,13 @@ class AsyncStep:
         context = self._context
         try:
             request, args_error = _do_request(name, effect, retry_policy)
-            reply = context.channel.request(request)
-            result = context.settle(reply, kind="do", name=name, args_error=args_error, may_run_effect=True)
-            if result is not _RUN_EFFECT:
-                return result
+            if context.ask(name, effect=args_error is None):
+                context.channel.send({**request, "eager": True})
+            else:
+                reply = context.channel.request(request)
+                result = context.settle(reply, kind="do", name=name, args_error=args_error, may_run_effect=True)
+                if result is not _RUN_EFFECT:
+                    return result
             try:
                 value = effect()
                 if inspect.isawaitable(value):

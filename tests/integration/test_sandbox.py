@@ -690,3 +690,81 @@ def test_a_ping_in_the_same_read_as_the_job_does_not_kill_the_child(zygote):
         handle._sock.sendall(frames)
         with pytest.raises(sandbox.ChildGone):
             handle.recv(timeout=10)
+
+
+# -- eager first attempts (PROTOCOL.md "Eager first attempts") --------------------------------------
+
+EAGER = """
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        a = step.do("a", lambda: {"n": 1})
+        b = step.do("b", lambda: {"n": 2})
+        again = step.do("b", lambda: {"n": 99})  # a name asked again is never eager
+        c = step.do("c", lambda: {"n": 3})
+        d = step.do("d", lambda: {"n": 4})
+        return {"got": [a, b, again, c, d]}
+"""
+
+FAR = int(time.time() * 1000) + 3_600_000
+
+
+def _frames(handle, *, timeout: float = 5.0) -> dict:
+    """The child's next frame, log frames skipped."""
+    while True:
+        message = handle.recv(timeout=timeout)
+        if message["op"] != "log":
+            return message
+
+
+def test_after_the_grant_a_new_do_runs_at_once_within_its_budget(zygote):
+    handle = zygote.spawn(workflow_job(EAGER))
+    with handle:
+        first = _frames(handle)
+        assert first == {"op": "do", "name": "a", "policy": first["policy"]}  # nothing granted yet
+        handle.send({"op": "run_effect", "attempt": 1, "eager": {"steps": 2, "until": FAR}})
+        assert _frames(handle) == {"op": "effect_result", "name": "a", "ok": True, "result": {"n": 1}}
+        handle.send({"op": "resolve", "result": {"n": 1}})
+        # "b" is new and granted: the request and its effect's result come without an answer
+        assert _frames(handle)["eager"] is True
+        assert _frames(handle) == {"op": "effect_result", "name": "b", "ok": True, "result": {"n": 2}}
+        handle.send({"op": "resolve", "result": {"n": 2}})
+        again = _frames(handle)
+        assert again["name"] == "b" and "eager" not in again
+        handle.send({"op": "resolve", "result": {"n": 2}})
+        assert _frames(handle)["eager"] is True and _frames(handle)["name"] == "c"
+        handle.send({"op": "resolve", "result": {"n": 3}})
+        last = _frames(handle)  # the budget of 2 new names ("b", "c") is spent: asked again
+        assert last["name"] == "d" and "eager" not in last
+        handle.send({"op": "run_effect", "attempt": 1})
+        assert _frames(handle)["result"] == {"n": 4}
+        handle.send({"op": "resolve", "result": {"n": 4}})
+        final = _frames(handle)
+        assert final == {"op": "run_returned", "output": {"got": [{"n": 1}, {"n": 2}, {"n": 2}, {"n": 3}, {"n": 4}]}}
+        assert handle.kill_and_wait()
+
+
+def test_no_eager_attempt_after_the_grant_expires(zygote):
+    handle = zygote.spawn(workflow_job(EAGER))
+    with handle:
+        assert _frames(handle)["name"] == "a"
+        handle.send({"op": "run_effect", "attempt": 1, "eager": {"steps": 5, "until": 1000}})
+        _frames(handle)
+        handle.send({"op": "resolve", "result": {"n": 1}})
+        request = _frames(handle)  # the instance's lifetime ended (1970): ask first
+        assert request["name"] == "b" and "eager" not in request
+        assert handle.kill_and_wait()
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [{"steps": -1, "until": FAR}, {"steps": 1}, {"steps": True, "until": FAR}, [1, 2], {"steps": 1, "until": "x"}],
+)
+def test_a_malformed_grant_stops_the_child(zygote, grant):
+    handle = zygote.spawn(workflow_job(EAGER))
+    with handle:
+        assert _frames(handle)["name"] == "a"
+        handle.send({"op": "run_effect", "attempt": 1, "eager": grant})
+        with pytest.raises(sandbox.ChildGone):
+            while True:
+                assert _frames(handle)["op"] != "do"

@@ -119,3 +119,16 @@ def test_replay_order_reports_a_skip_once_and_out_of_order():
     ended = replay_order.ReplayOrder(["a", "b"])
     ended.visit("a")
     assert ended.at_end().names == ("b",)
+
+
+def test_replay_order_counts_the_recorded_names_not_asked_for_yet():
+    # The eager grant waits for 0: only then is every name the child has not asked for new.
+    order = replay_order.ReplayOrder(["a", "b"])
+    assert order.unvisited == 2
+    order.visit("a")
+    order.visit("a")  # asked again: counted once
+    order.visit("new")  # a new name (a divergence) does not count
+    assert order.unvisited == 1
+    order.visit("b")
+    assert order.unvisited == 0
+    assert replay_order.ReplayOrder([]).unvisited == 0

@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 WATCHDOG_SUSPECT = 0.8
 
 
+#: The parent's answers to a step request (the frames that may carry the eager grant).
+_STEP_ANSWERS = frozenset({"resolve", "raise", "reject_args", "run_effect"})
+
+
 class _Stop(Exception):
     """Internal: the context is over (the reason is in ``outcome``)."""
 
@@ -101,6 +105,8 @@ class ReplayContext:
         #: The tenant's output of this context (issue 13): tagged, budgeted, written in batches.
         self.logs: tenant_logs.LogCollector | None = None
         self.replay: replay_order.ReplayOrder | None = None
+        self.eager_granted = False  # PROTOCOL.md "Eager first attempts"
+        self.asking = ""  # the step name of the request being answered
         self.observer = observe.ContextObserver(instance_pk)  # metrics, trace, log fields
 
     # -- the whole context --------------------------------------------------------------------------
@@ -350,12 +356,34 @@ class ReplayContext:
         return message["reason"], message["message"]
 
     def _send(self, message: dict) -> None:
+        """Send a frame to the child; the first answer to a step once replay has asked for every
+        recorded step again carries the eager grant (:meth:`_eager_grant`)."""
         assert self.child is not None
+        if not self.eager_granted and message["op"] in _STEP_ANSWERS:
+            grant = self._eager_grant()
+            if grant is not None:
+                message = {**message, "eager": grant}
+                self.eager_granted = True
         try:
             self.child.send(message)
         except sandbox.ChildGone:
             self._explain_gone()
             raise
+
+    def _eager_grant(self) -> dict | None:
+        """PROTOCOL.md "Eager first attempts": ``{"steps", "until"}`` once every recorded step was
+        asked for again in this context (a name the child has not asked for is then surely new),
+        or ``None``. ``steps``: names the instance may still add after the
+        step being answered (the 1024 limit); ``until``: its
+        lifetime end in UTC epoch milliseconds. The child then runs a new ``do``'s first attempt
+        without waiting for ``run_effect``: one round trip less per step."""
+        if self.replay is None or self.replay.unvisited or self.snapshot is None:
+            return None
+        # New names the child may still ask for after the one this frame answers.
+        steps = decide.MAX_STEPS - len(self.steps) - (self.asking not in self.steps)
+        if steps <= 0:
+            return None
+        return {"steps": steps, "until": int(self.snapshot.lifetime_ends_at.timestamp() * 1000)}
 
     # -- steps --------------------------------------------------------------------------------------
     def _request(self, message: dict) -> decide.Request:
@@ -382,6 +410,7 @@ class ReplayContext:
 
     def _step(self, message: dict) -> None:
         request = self._request(message)
+        self.asking = request.name
         assert self.snapshot is not None
         if self.replay is not None:
             self._diverged(self.replay.visit(request.name))
@@ -392,7 +421,9 @@ class ReplayContext:
             known_steps=len(self.steps),
             lifetime_ends_at=self.snapshot.lifetime_ends_at,
         )
-        if isinstance(decision, decide.Resolve):
+        if message.get("eager") is True:
+            self._eager(request.name, decision)
+        elif isinstance(decision, decide.Resolve):
             self._send({"op": "resolve", "result": decision.result})
         elif isinstance(decision, decide.Raise):
             self._send({"op": "raise", "error": decision.error, "message": decision.message})
@@ -415,13 +446,27 @@ class ReplayContext:
             assert isinstance(decision, decide.TryWait)
             self._wait(request.name, decision)
 
-    def _run_effect(self, name: str, decision: decide.RunEffect) -> None:
+    def _eager(self, name: str, decision: decide.Decision) -> None:
+        """A ``do`` whose first attempt the child runs without waiting (its ``effect_result``
+        follows): only under the grant, and only for a new step; the lifetime or step limit
+        still ends the instance first (the effect's result is then never used)."""
+        if not self.eager_granted:
+            raise _Violation("an eager step.do before the host granted eager first attempts")
+        if isinstance(decision, decide.RunEffect) and decision.new and decision.attempt == 1:
+            self._run_effect(name, decision, eager=True)
+        elif isinstance(decision, decide.EndInstance):
+            raise _Stop(self._end_errored(decision.reason, decision.message))
+        else:
+            raise _Violation(f"an eager step.do of {name!r}, which is not a new step")
+
+    def _run_effect(self, name: str, decision: decide.RunEffect, *, eager: bool = False) -> None:
         assert self.store is not None
         started_at = self.clock()
         self.observer.attempt_started(name, decision.attempt)
         if self.logs is not None:  # the host's own tag of what the child prints from now on
             self.logs.step, self.logs.attempt = name, decision.attempt
-        self._send({"op": "run_effect", "attempt": decision.attempt})
+        if not eager:  # an eager child already runs it
+            self._send({"op": "run_effect", "attempt": decision.attempt})
         died = False
         while True:
             try:

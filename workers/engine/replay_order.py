@@ -59,6 +59,8 @@ class ReplayOrder:
         self._visited: set[str] = set()
         self._highest = -1  # index of the latest-recorded step visited so far
         self._reported: set[str] = set()
+        #: Recorded names not asked for yet in this context (0: every name not recorded is new).
+        self.unvisited = len(self._index)
 
     def visit(self, name: str) -> Divergence | None:
         """A step request for ``name``; the divergence it reveals (first of its kind), or ``None``."""
@@ -66,6 +68,8 @@ class ReplayOrder:
             return None
         self._visited.add(name)
         index = self._index.get(name)
+        if index is not None:
+            self.unvisited -= 1
         if index is None:  # a new step: every recorded step should have been replayed first
             return self._skipped(name, len(self._recorded))
         if index < self._highest:
