@@ -12,13 +12,18 @@ The engine's hot commits are ONE statement whose data-modifying CTEs hang off th
 
 from __future__ import annotations
 
+from models import resource_sql
+
 # -- creating an instance, accepting an event (services) -------------------------------------------
 
 #: A shared advisory lock on the live DurableWorkflow ``%(uid)s`` of ``%(space)s`` (no row: not
-#: live); pairs with the exclusive one the DELETE purge closes the UID under.
-LOCK_WORKFLOW_SHARED = """
-SELECT pg_advisory_xact_lock_shared(hashtext(%(uid)s)) FROM resources
-WHERE uid = %(uid)s AND space = %(space)s AND form = 'DurableWorkflow' AND deleted_at IS NULL
+#: live); pairs with the exclusive one the DELETE purge closes the UID under. The same row carries
+#: the workflow's readiness facts (``resource_sql.WORKFLOW_READINESS``'s columns after the lock's),
+#: read in the same round trip: readiness needs no lock, and the create checks it after its insert.
+LOCK_WORKFLOW_SHARED = f"""
+SELECT pg_advisory_xact_lock_shared(hashtext(w.uid)), ready.*
+FROM resources w LEFT JOIN LATERAL ({resource_sql.WORKFLOW_READINESS}) ready ON true
+WHERE w.uid = %(uid)s AND w.space = %(space)s AND w.form = 'DurableWorkflow' AND w.deleted_at IS NULL
 """
 
 #: ``(closed, pk)``: the ``queued`` instance, ``InstanceCreated`` and its ``lifetime`` timer, unless

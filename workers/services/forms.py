@@ -527,8 +527,12 @@ def workflow_readiness_txn(session: orm.Session, *, workflow_uid: str) -> Readin
     ORM changes of ``session`` are flushed first); ``None`` when no such resource exists."""
     session.flush()
     row = session.connection().exec_driver_sql(resource_sql.WORKFLOW_READINESS, {"uid": workflow_uid}).first()
-    if row is None:
-        return None
+    return None if row is None else readiness_of(workflow_uid, tuple(row))
+
+
+def readiness_of(workflow_uid: str, row: tuple) -> Readiness:
+    """The :class:`Readiness` of DurableWorkflow ``workflow_uid`` from a row of
+    ``models.resource_sql.WORKFLOW_READINESS``'s columns (also read by the create's lock)."""
     name, class_name, deployment_uid, deployment_name, applied, versions = row
     entries = applied if isinstance(applied, list) else []
     return Readiness(

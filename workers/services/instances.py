@@ -55,17 +55,19 @@ def status_document(instance: inst_models.Instance) -> dict:
     return body
 
 
-def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None]:
-    """``(closed, pk)`` in two statements. A shared advisory lock pairs with the exclusive one
-    ``instance_stop.purge_workflow`` closes the UID under, so a create either commits before the
-    close (and is purged with it) or sees the closure: the closure is read by the next statement,
-    whose snapshot is taken after the lock was granted. ``pk`` ``None``: the id exists."""
+def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None, forms.Readiness]:
+    """``(closed, pk, readiness)`` in two statements. A shared advisory lock pairs with the
+    exclusive one ``instance_stop.purge_workflow`` closes the UID under, so a create either commits
+    before the close (and is purged with it) or sees the closure: the closure is read by the next
+    statement, whose snapshot is taken after the lock was granted. ``pk`` ``None``: the id exists.
+    The lock's row also brings the workflow's readiness facts (checked after the insert)."""
     conn = session.connection()
     live = conn.exec_driver_sql(
         instance_sql.LOCK_WORKFLOW_SHARED, {"uid": values["workflow_uid"], "space": values["space"]}
     ).first()
     if live is None:
         raise DomainError("not_found", "no such DurableWorkflow in this Space")
+    readiness = forms.readiness_of(values["workflow_uid"], tuple(live)[1:])
     closed, pk = conn.exec_driver_sql(
         instance_sql.INSERT_INSTANCE,
         {
@@ -78,21 +80,20 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
             "attributes": json.dumps({"instanceId": values["instance_id"]}),
         },
     ).one()
-    return bool(closed), pk
+    return bool(closed), pk, readiness
 
 
-def _refuse_unready_txn(session: orm.Session, *, workflow_uid: str) -> None:
+def _refuse_unready(readiness: forms.Readiness) -> None:
     """``409 dependency_conflict`` (rolling the insert back) when the workflow is not ``ready``:
     seed 000 "ready:trueは新規instanceを受理できることだけを表し" — this host accepts a new instance
     exactly when ``observed.ready`` would be true now (README "When a workflow accepts instances"),
     so no instance waits ``queued`` for code that does not exist."""
-    readiness = forms.workflow_readiness_txn(session, workflow_uid=workflow_uid)
-    reason = "no such DurableWorkflow" if readiness is None else readiness.unready_reason()
+    reason = readiness.unready_reason()
     if reason is not None:
         raise DomainError(
             "dependency_conflict",
-            f"{readiness.label() if readiness else workflow_uid} is not ready to accept instances: {reason}",
-            {"resourceUid": workflow_uid, "ready": False},
+            f"{readiness.label()} is not ready to accept instances: {reason}",
+            {"resourceUid": readiness.workflow_uid, "ready": False},
         )
 
 
@@ -133,9 +134,9 @@ def create(
         "lifetime": now + dt.timedelta(seconds=lifetime_seconds()),
     }
     with models_db.session_scope() as session:
-        closed, pk = _insert_instance_txn(session, **values)
+        closed, pk, readiness = _insert_instance_txn(session, **values)
         if pk is not None and not closed:
-            _refuse_unready_txn(session, workflow_uid=workflow_uid)
+            _refuse_unready(readiness)
         if closed:
             raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if pk is None:
