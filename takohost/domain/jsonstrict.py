@@ -12,7 +12,8 @@ This is the standard library's ``json`` decoder with hooks, not a parser of our 
 * ``object_pairs_hook`` rejects a repeated member name in any object (Python keeps the last);
 * after parsing, every string and member name is checked for U+D800..U+DFFF, which only a
   ``\\ud800``-style escape without its partner can produce (a valid escaped pair such as
-  ``\\ud83d\\ude00`` is joined into one character by the decoder);
+  ``\\ud83d\\ude00`` is joined into one character by the decoder) — so only a text holding such
+  an escape is walked;
 * trailing non-whitespace, control characters inside strings and every other syntax error are
   the decoder's own ``JSONDecodeError``.
 
@@ -34,6 +35,8 @@ from takohost.domain import deepjson
 __all__ = ["StrictJSONError", "loads_strict"]
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The only way a strictly decoded UTF-8 text yields a surrogate: an escape ``\\uD800``..``\\uDFFF``.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class StrictJSONError(ValueError):
@@ -72,7 +75,8 @@ def loads_strict(raw: bytes) -> object:
         raise StrictJSONError(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # e.g. an integer literal beyond the int conversion digit limit
         raise StrictJSONError(f"invalid JSON number: {exc}") from None
-    _reject_lone_surrogates(value)
+    if _SURROGATE_ESCAPE.search(text) is not None:  # else no string of it can hold one
+        _reject_lone_surrogates(value)
     return value
 
 
