@@ -674,6 +674,28 @@ def test_device_nodes_and_standard_extension_modules_work_in_the_sandbox(zygote)
     assert message == {"op": "run_returned", "output": {"random": 16, "mmap": True, "subprocess": 0}}, message
 
 
+IMPORTER_CACHE = """
+import sys
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        import mmap  # found now, through the sandbox's own sys.path
+        return {"cached": sorted(sys.path_importer_cache), "path": list(sys.path)}
+"""
+
+
+def test_the_importer_cache_starts_fresh_in_the_sandbox(zygote):
+    """The zygote's finders list directories as the host sees them; a child starts with an
+    empty importer cache (replaced, not cleared: freeing the old one cost copy-on-write faults)
+    and fills it only with the sandbox's own path entries (and directories under them)."""
+    with zygote.spawn(workflow_job(IMPORTER_CACHE)) as handle:
+        message = handle.recv(timeout=10)
+    assert message["op"] == "run_returned", message
+    cached, path = message["output"]["cached"], message["output"]["path"]
+    inside = [k for k in cached if any(k == p or k.startswith(p.rstrip("/") + "/") for p in path)]
+    assert cached and inside == cached, (cached, path)
+
+
 def test_a_ping_in_the_same_read_as_the_job_does_not_kill_the_child(zygote):
     """Issue 12: the heartbeat may ping right after the job was sent, so both frames can arrive
     in one ``recv()``; the child used to kill itself then (``run_threw`` "exited without a
