@@ -373,10 +373,10 @@ class ReplayContext:
     def _eager_grant(self) -> dict | None:
         """PROTOCOL.md "Eager first attempts": ``{"steps", "until"}`` once every recorded step was
         asked for again in this context (a name the child has not asked for is then surely new),
-        or ``None``. ``steps``: names the instance may still add after the
-        step being answered (the 1024 limit); ``until``: its
-        lifetime end in UTC epoch milliseconds. The child then runs a new ``do``'s first attempt
-        without waiting for ``run_effect``: one round trip less per step."""
+        or ``None``. ``steps``: names the instance may still add after the step being answered
+        (the 1024 limit); ``until``: its lifetime end in UTC epoch milliseconds. The child then
+        runs a new ``do``'s first attempt without waiting for ``run_effect``: one round trip less
+        per step."""
         if self.replay is None or self.replay.unvisited or self.snapshot is None:
             return None
         # New names the child may still ask for after the one this frame answers.
