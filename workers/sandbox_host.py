@@ -75,6 +75,52 @@ class UnknownBinding(Exception):
 _cache: collections.OrderedDict[str, dict] = collections.OrderedDict()
 _cache_lock = threading.Lock()
 
+#: Base64 characters of compiled modules this process keeps, over all Versions (LRU).
+CODE_CACHE_CHARS = 32 * 1024 * 1024
+#: A Version whose source is larger than this many characters compiles in every context (its job
+#: with the compiled code would not stay well below ``protocol.MAX_FRAME_BYTES``).
+CODE_MAX_SOURCE_CHARS = 1024 * 1024
+_code: collections.OrderedDict[str, dict[str, str]] = collections.OrderedDict()
+_code_chars = 0
+
+
+def caches_code(version: VersionChoice) -> bool:
+    """True when ``version``'s compiled modules may be kept and sent with its jobs (PROTOCOL.md
+    "Compiled modules"): its source is at most :data:`CODE_MAX_SOURCE_CHARS` characters."""
+    modules = version.spec.get("modules") or {}
+    return sum(len(source) for source in modules.values()) <= CODE_MAX_SOURCE_CHARS
+
+
+def code_for(version_uid: str) -> dict[str, str] | None:
+    """The compiled modules kept for Version ``version_uid`` (module path → base64), or ``None``."""
+    with _cache_lock:
+        code = _code.get(version_uid)
+        if code is not None:
+            _code.move_to_end(version_uid)
+        return code
+
+
+def remember_code(version_uid: str, modules: dict[str, str]) -> bool:
+    """Keep the compiled ``modules`` a child of Version ``version_uid`` sent (the caller checked
+    that each path is one of the Version's); at most ``protocol.CODE_MAX_CHARS`` characters per
+    Version, :data:`CODE_CACHE_CHARS` in all (the least recently used go first). The blobs are never
+    decoded here: only children of the same Version receive them, and a child that cannot load one
+    compiles the source. Returns False when they are too large to keep."""
+    global _code_chars
+    size = sum(len(blob) for blob in modules.values())
+    if size > protocol.CODE_MAX_CHARS:
+        return False
+    with _cache_lock:
+        old = _code.pop(version_uid, None)
+        if old is not None:
+            _code_chars -= sum(len(blob) for blob in old.values())
+        _code[version_uid] = dict(modules)
+        _code_chars += size
+        while _code_chars > CODE_CACHE_CHARS and len(_code) > 1:
+            _, evicted = _code.popitem(last=False)
+            _code_chars -= sum(len(blob) for blob in evicted.values())
+    return True
+
 
 def pick_version(deployment_spec: dict | None, *, rng: random.Random | None = None) -> str | None:
     """One Version uid chosen by weight from a WorkerDeployment spec (CONTRACT §3.3).
@@ -142,6 +188,8 @@ def job_message(
     event: dict,
     watchdog_seconds: float,
     class_name: str | None = None,
+    code: dict[str, str] | None = None,
+    want_code: bool = False,
 ) -> dict[str, Any]:
     """The ``job`` frame of a child (PROTOCOL.md "Start"; ``Zygote.spawn`` adds ``op``).
 
@@ -149,6 +197,8 @@ def job_message(
     or ``"scheduled"`` (``event = {"cron", "scheduledTime"}``, epoch ms; CONTRACT §4.6).
     ``watchdog_seconds``: the child kills itself after that long without a frame from the parent.
     ``env`` gets exactly the Version's ``vars`` and its binding names (CONTRACT §4.1).
+    ``code``: the Version's compiled modules (:func:`code_for`); ``want_code``: ask the child to
+    send them (PROTOCOL.md "Compiled modules").
     Raises ``ValueError`` for another kind or a workflow job without ``class_name``.
     """
     if kind not in ("workflow", "scheduled"):
@@ -166,6 +216,10 @@ def job_message(
         if not class_name:
             raise ValueError("a workflow job needs class_name")
         message["className"] = class_name
+    if code:
+        message["code"] = code
+    elif want_code:
+        message["wantCode"] = True
     return message
 
 

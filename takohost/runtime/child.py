@@ -30,12 +30,14 @@ Standard library and ``takohost`` only: this runs user code.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ctypes
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import marshal
 import os
 import queue
 import select
@@ -46,6 +48,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from typing import Any, NoReturn
 
 from takohost.domain import documents, identifiers
@@ -356,7 +359,12 @@ class SourceModules(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
     replace a built-in module or ``takohost``.
     """
 
-    def __init__(self, modules: dict[str, str]) -> None:
+    def __init__(self, modules: dict[str, str], code: object = None) -> None:
+        #: The job's compiled modules (module path → :func:`code_blob`; PROTOCOL.md "Compiled
+        #: modules"); a blob that does not load is ignored and the source compiled instead.
+        self._code: dict = code if type(code) is dict else {}
+        #: Module path → the code object compiled here from source (for the ``code`` frame).
+        self.compiled: dict[str, types.CodeType] = {}
         self._entries: dict[str, tuple[str, str, bool]] = {}
         for path, source in modules.items():
             if (
@@ -415,9 +423,26 @@ class SourceModules(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
         return None
 
     def exec_module(self, module: Any) -> None:
-        """Compile and run the module's source in its namespace."""
+        """Run the module's code in its namespace: the job's compiled code of it when it loads
+        (and names this module's virtual file), else the source compiled here."""
         virtual, source, _ = self._entries[module.__spec__.name]
-        exec(compile(source, virtual, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+        path = virtual[len(VIRTUAL_ROOT) + 1 :]
+        code = code_of(self._code.get(path))
+        if code is None or code.co_filename != virtual:
+            code = compile(source, virtual, "exec", dont_inherit=True)
+            if source:
+                self.compiled[path] = code
+        exec(code, module.__dict__)  # noqa: S102
+
+    def code_frame(self, *, limit: int) -> dict[str, Any] | None:
+        """The ``code`` frame of what was compiled here (``None``: nothing, or more than ``limit``
+        base64 characters in all)."""
+        if not self.compiled:
+            return None
+        blobs = {path: code_blob(code) for path, code in self.compiled.items()}
+        if sum(len(blob) for blob in blobs.values()) > limit:
+            return None
+        return {"op": "code", "modules": blobs}
 
     def get_source(self, fullname: str) -> str:
         """The module's source text (used by ``linecache`` for tracebacks)."""
@@ -434,14 +459,42 @@ class SourceModules(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
         return entry[2]
 
 
-def import_main(job: dict[str, Any]) -> Any:
-    """Install the job's ``modules`` and import ``mainModule`` fresh; errors propagate."""
-    finder = SourceModules(job.get("modules") or {})
+def code_blob(code: types.CodeType) -> str:
+    """A compiled module as frames carry it: base64 of this interpreter's magic number followed by
+    the ``marshal`` data (PROTOCOL.md "Compiled modules")."""
+    return base64.b64encode(importlib.util.MAGIC_NUMBER + marshal.dumps(code)).decode("ascii")
+
+
+def code_of(blob: object) -> types.CodeType | None:
+    """The code object of a :func:`code_blob`, or ``None`` for anything that is not one of this
+    interpreter's (another magic number, bad base64 or marshal data, not a code object)."""
+    if type(blob) is not str:
+        return None
+    try:
+        raw = base64.b64decode(blob, validate=True)
+        magic = importlib.util.MAGIC_NUMBER
+        if not raw.startswith(magic):
+            return None
+        code = marshal.loads(raw[len(magic) :])
+    except Exception:  # noqa: BLE001 - whatever it is, the source is compiled instead
+        return None
+    return code if type(code) is types.CodeType else None
+
+
+def import_version(job: dict[str, Any]) -> tuple[Any, SourceModules]:
+    """Install the job's ``modules`` (with its compiled ``code``, if any) and import
+    ``mainModule`` fresh: ``(module, finder)``; errors propagate."""
+    finder = SourceModules(job.get("modules") or {}, job.get("code"))
     main = job.get("mainModule")
     if type(main) is not str or main not in (job.get("modules") or {}):
         raise ImportError(f"mainModule {protocol.safe_text(main, limit=300)!r} is not one of the modules")
     finder.install()
-    return importlib.import_module(SourceModules.module_name(main))
+    return importlib.import_module(SourceModules.module_name(main)), finder
+
+
+def import_main(job: dict[str, Any]) -> Any:
+    """:func:`import_version`'s module."""
+    return import_version(job)[0]
 
 
 _WARM_UP_MODULE = "_takohost_warm_up"
@@ -605,9 +658,13 @@ def _run_failed(
 
 def _run_workflow(job: dict[str, Any], channel: Channel) -> NoReturn:
     try:
-        module = import_main(job)
+        module, finder = import_version(job)
     except BaseException as exc:  # noqa: BLE001
         _run_failed(channel, phase="import", message=last_traceback_line(exc), frames_of=exc)
+    if job.get("wantCode") is True:  # the parent keeps it for this Version's next contexts
+        frame = finder.code_frame(limit=protocol.CODE_MAX_CHARS)
+        if frame is not None:
+            channel.send(frame)
     class_name = job.get("className")
     cls = getattr(module, class_name, None) if type(class_name) is str else None
     if not isinstance(cls, type) or not callable(getattr(cls, "run", None)):

@@ -49,6 +49,9 @@ MAX_TEXT_CHARS = 4096
 #: 257. Without the bound an 8 MiB frame of ``[[[…`` cost the host's worker process about 5 s of
 #: CPU and 700 MB of memory (outside the sandbox's memory cgroup) to parse before it was refused.
 CHILD_MAX_CONTAINERS = 600_000
+#: The most base64 characters of compiled modules a ``code`` frame or a job carries (PROTOCOL.md
+#: "Compiled modules"); a Version whose code is larger compiles in every context.
+CODE_MAX_CHARS = 2 * 1024 * 1024
 
 _HEADER = struct.Struct(">I")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -407,8 +410,16 @@ def _check_log(m: dict[str, Any]) -> None:
         )
 
 
+def _check_code(m: dict[str, Any]) -> None:
+    _fields(m, required={"modules"})
+    modules = m["modules"]
+    _require(type(modules) is dict and bool(modules), m, "modules must be a non-empty object")
+    _require(all(type(blob) is str for blob in modules.values()), m, "each module's code must be a string")
+
+
 _CHECKERS = {
     "hello": _check_hello,
+    "code": _check_code,
     "do": _check_do,
     "sleep": _check_sleep,
     "wait": _check_wait,

@@ -790,3 +790,72 @@ def test_a_malformed_grant_stops_the_child(zygote, grant):
         with pytest.raises(sandbox.ChildGone):
             while True:
                 assert _frames(handle)["op"] != "do"
+
+
+# -- compiled modules (PROTOCOL.md "Compiled modules") ----------------------------------------------
+
+CODE_MAIN = """
+import helper
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        return {"from": helper.FROM, "n": step.do("one", lambda: {"n": 1})}
+"""
+
+
+def _compiled(source: str, path: str) -> str:
+    from takohost.runtime import child
+
+    return child.code_blob(compile(textwrap.dedent(source), f"/takohost/version/{path}", "exec", dont_inherit=True))
+
+
+def _run_one_step(handle) -> dict:
+    request = _frames(handle)
+    assert request["op"] == "do", request
+    handle.send({"op": "run_effect", "attempt": 1})
+    result = _frames(handle)
+    handle.send({"op": "resolve", "result": result["result"]})
+    return _frames(handle)
+
+
+def test_a_child_asked_for_its_code_sends_what_it_compiled(zygote):
+    from takohost.runtime import child
+
+    job = workflow_job(CODE_MAIN, wantCode=True)
+    job["modules"]["helper.py"] = 'FROM = "source"\n'
+    with zygote.spawn(job) as handle:
+        code = _frames(handle)  # before its first step
+        assert code["op"] == "code" and set(code["modules"]) == {"main.py", "helper.py"}
+        for path, blob in code["modules"].items():
+            assert child.code_of(blob).co_filename == f"/takohost/version/{path}"
+        assert _run_one_step(handle) == {"op": "run_returned", "output": {"from": "source", "n": {"n": 1}}}
+        assert handle.kill_and_wait()
+
+
+@pytest.mark.parametrize(
+    ("blob", "expected"),
+    [
+        ("compiled", "blob"),  # the job's code runs, not the source
+        ("garbage", "source"),  # not loadable: the source is compiled
+        ("other-file", "source"),  # compiled for another module: ignored
+        ("old-magic", "source"),  # another interpreter's: ignored
+    ],
+)
+def test_a_child_given_code_runs_it_or_falls_back_to_the_source(zygote, blob, expected):
+    import base64
+
+    from takohost.runtime import child
+
+    blobs = {
+        "compiled": _compiled('FROM = "blob"\n', "helper.py"),
+        "garbage": base64.b64encode(b"not marshal data").decode(),
+        "other-file": _compiled('FROM = "blob"\n', "elsewhere.py"),
+        "old-magic": base64.b64encode(b"\x00\x00\r\n" + base64.b64decode(_compiled('FROM = "blob"\n', "helper.py"))[4:]).decode(),
+    }
+    assert child.code_of(blobs["garbage"]) is None and child.code_of(blobs["old-magic"]) is None
+    job = workflow_job(CODE_MAIN, code={"helper.py": blobs[blob]})
+    job["modules"]["helper.py"] = 'FROM = "source"\n'
+    with zygote.spawn(job) as handle:
+        final = _run_one_step(handle)  # no code frame: it was not asked for
+        assert final == {"op": "run_returned", "output": {"from": expected, "n": {"n": 1}}}
+        assert handle.kill_and_wait()

@@ -106,6 +106,7 @@ class ReplayContext:
         self.logs: tenant_logs.LogCollector | None = None
         self.replay: replay_order.ReplayOrder | None = None
         self.eager_granted = False  # PROTOCOL.md "Eager first attempts"
+        self.want_code = False  # PROTOCOL.md "Compiled modules": this context's job asked for them
         self.asking = ""  # the step name of the request being answered
         self.observer = observe.ContextObserver(instance_pk)  # metrics, trace, log fields
 
@@ -235,13 +236,30 @@ class ReplayContext:
         event: dict[str, Any] = {"instanceId": snapshot.instance_id}
         if snapshot.params is not None:
             event["params"] = snapshot.params
+        # PROTOCOL.md "Compiled modules": send what an earlier child of this Version compiled, or
+        # ask this child for it.
+        code = sandbox_host.code_for(version.uid) if sandbox_host.caches_code(version) else None
+        self.want_code = code is None and sandbox_host.caches_code(version)
         return sandbox_host.job_message(
             kind="workflow",
             version=version,
             event=event,
             class_name=snapshot.workflow_spec["className"],
             watchdog_seconds=sandbox_host.watchdog_seconds(self.leases.ttl_ms),
+            code=code,
+            want_code=self.want_code,
         )
+
+    def _code(self, message: dict) -> None:
+        """A ``code`` frame: once, only when this context asked, only for the Version's modules."""
+        if not self.want_code:
+            raise _Violation("a code frame the host did not ask for")
+        self.want_code = False
+        assert self.version is not None
+        modules = self.version.spec.get("modules") or {}
+        if any(path not in modules for path in message["modules"]):
+            raise _Violation("a code frame for a module that is not the Version's")
+        sandbox_host.remember_code(self.version.uid, message["modules"])
 
     # -- the message loop --------------------------------------------------------------------------
     def _recv(self) -> dict:
@@ -261,6 +279,9 @@ class ReplayContext:
             except sandbox.ChildGone:
                 self._explain_gone()
                 raise
+            if message["op"] == "code":
+                self._code(message)
+                continue
             if message["op"] != "log":
                 return message
             if self.logs is None:
