@@ -2,10 +2,12 @@
 are resumed after any restart (a sweep finds them)").
 
 A WorkerVersion whose module sleeps 5 s at import is reconciled by a private worker (its own
-Celery queue, so no other worker of the session can take the message first); the worker is
+Celery queues, so no other worker of the session can take the message first); the worker is
 SIGKILLed while validating. Its reconcile lock dies with its database connection; a new worker
-and the real beat process (sweeping every ``TAKOHOST_SWEEP_INTERVAL_S`` = 1 s) finish the same
-Operation.
+and a real beat process (sweeping every ``TAKOHOST_SWEEP_INTERVAL_S`` = 1 s), on the same private
+queues, finish the same Operation. Private, because a worker that an e2e module of the same
+xdist process started on the session's database shares the session's queues: it took the
+sweep's messages and, finding no such Operation in its database, dropped them (a failed CI run).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _wait_state(db_url: str, op_id: str, states: set[str], timeout: float) -> st
     raise AssertionError(f"Operation {op_id} still {_op_state(db_url, op_id)} after {timeout} s")
 
 
-def test_operation_survives_sigkill_of_its_worker(db_url, space_token, beat_process):
+def test_operation_survives_sigkill_of_its_worker(db_url, space_token):
     from models import db as models_db
     from models.base import utcnow
     from takohost import config
@@ -46,8 +48,9 @@ def test_operation_survives_sigkill_of_its_worker(db_url, space_token, beat_proc
 
     space, _ = space_token
     private_ns = f"tkp{uuid.uuid4().hex[:8]}"
-    doomed = processes.start_worker(concurrency=1, env={"TAKOHOST_NAMESPACE": private_ns})
-    rescuer = None
+    private_env = {"TAKOHOST_NAMESPACE": private_ns}
+    doomed = processes.start_worker(concurrency=1, env=private_env)
+    rescuer = sweeper = None
     try:
         with models_db.session_scope(db_url) as session:
             worker = resources.accept_create_txn(
@@ -85,7 +88,8 @@ def test_operation_survives_sigkill_of_its_worker(db_url, space_token, beat_proc
         doomed.proc.wait(10)
         assert _op_state(db_url, op_id) == "running"
 
-        rescuer = processes.start_worker(concurrency=1)
+        rescuer = processes.start_worker(concurrency=1, env=private_env)
+        sweeper = processes.start_beat(env=private_env)
         assert _wait_state(db_url, op_id, {"succeeded", "failed"}, timeout=60) == "succeeded"
         with models_db.session_scope(db_url) as session:
             observed = session.execute(
@@ -97,3 +101,5 @@ def test_operation_survives_sigkill_of_its_worker(db_url, space_token, beat_proc
         doomed.stop()
         if rescuer is not None:
             rescuer.stop()
+        if sweeper is not None:
+            sweeper.stop()
