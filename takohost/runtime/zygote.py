@@ -418,6 +418,11 @@ def _preload() -> None:
         child.warm_up()
     except Exception:  # noqa: BLE001 - only slower children without it; never a reason not to serve
         logger.exception("the runtime warm-up failed; children start cold")
+    # The import finders cache listings of the host's directories on sys.path (site-packages,
+    # the checkout). Drop them here, once: a child that freed them would write to thousands of
+    # pages it shares with the zygote (copy-on-write faults), and one that kept them would let
+    # tenant code read them (gc.get_objects()).
+    sys.path_importer_cache.clear()
     gc.collect()
     gc.freeze()  # keep the preloaded objects out of the children's collections (copy-on-write)
 

@@ -684,6 +684,30 @@ class W:
 """
 
 
+HOST_FINDERS = """
+import gc, importlib.machinery
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        gc.unfreeze()  # the zygote's whole heap becomes visible to gc.get_objects()
+        leaked = sorted({
+            o.path for o in gc.get_objects()
+            if isinstance(o, importlib.machinery.FileFinder) and "site-packages" in o.path
+        })
+        return {"leaked": leaked}
+"""
+
+
+def test_tenant_code_finds_no_finder_listing_host_directories(zygote):
+    """Attack: the zygote's import finders cache the listings of the host directories on its
+    ``sys.path`` (the virtualenv's site-packages: every installed package). A child that kept them alive
+    (to avoid freeing them) let tenant code read them through ``gc``; the zygote now drops them
+    before it forks, so nothing of them is left to find."""
+    with zygote.spawn(workflow_job(HOST_FINDERS)) as handle:
+        message = handle.recv(timeout=10)
+    assert message == {"op": "run_returned", "output": {"leaked": []}}, message
+
+
 def test_the_importer_cache_starts_fresh_in_the_sandbox(zygote):
     """The zygote's finders list directories as the host sees them; a child starts with an
     empty importer cache (replaced, not cleared: freeing the old one cost copy-on-write faults)
