@@ -238,8 +238,9 @@ class ReplayContext:
             event["params"] = snapshot.params
         # PROTOCOL.md "Compiled modules": send what an earlier child of this Version compiled, or
         # ask this child for it.
-        code = sandbox_host.code_for(version.uid) if sandbox_host.caches_code(version) else None
-        self.want_code = code is None and sandbox_host.caches_code(version)
+        cached = sandbox_host.caches_code(version)
+        code = sandbox_host.code_for(version.uid) if cached else None
+        self.want_code = cached and code is None
         return sandbox_host.job_message(
             kind="workflow",
             version=version,
