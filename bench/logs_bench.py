@@ -29,7 +29,7 @@ import os
 import time
 import uuid
 
-from bench import engine_bench
+from bench import engine_bench, proc_cpu
 
 SOURCE = """
 class Ten:
@@ -70,36 +70,13 @@ def deploy(url: str, space: str) -> dict[str, str]:
     return engine_bench.deploy(url, space, source=SOURCE, classes=CLASSES)
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _host_tree(root: int) -> list[int]:
-    """``root`` and its descendants, not descending into the sandbox zygote (tenant memory)."""
-    pids, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        if "takohost.runtime.zygote" in _cmdline(pid):
-            continue
-        pids.append(pid)
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                todo.extend(int(p) for p in f.read().split())
-        except OSError:
-            pass
-    return pids
-
-
 def peak_rss_mib(roots: list[int]) -> float:
     """Sum of ``VmHWM`` (peak resident set) over the worker process trees of ``roots``, in MiB
     (the zygote and the sandbox children are tenant memory, under their own limits: skipped)."""
     total = 0
     for root in roots:
-        for pid in _host_tree(root):
+        tree = proc_cpu.roles(root)
+        for pid in tree["root"] + tree["processes"]:
             try:
                 with open(f"/proc/{pid}/status") as f:
                     for line in f:
