@@ -60,22 +60,44 @@ WHERE i.workflow_uid = %(uid)s AND i.instance_id = %(instance_id)s
 FOR UPDATE OF i
 """
 
-#: The event, the counters, ``EventAccepted`` and a direct wake (``%(direct)s``) in one statement.
+#: The event, the counters and ``EventAccepted`` in one statement; or, for a waiting matching wait
+#: (``%(direct)s``, the wait named ``%(wait_name)s``), the event consumed at once: the wait's result,
+#: ``EventAccepted``, ``EventConsumed`` and ``StepCompleted``, the instance woken (``running``) and its
+#: timeout timer deleted, the event never in the inbox (seed 000: "最古の一致eventを原子的に消費し
+#: step結果と一緒にcommitする"). ``%(name_json)s``/``%(type_json)s`` are ASCII JSON strings.
 ACCEPT_EVENT = """
 WITH f AS (
-  UPDATE instances SET next_sequence = next_sequence + 1, inbox_count = inbox_count + 1,
-         inbox_bytes = inbox_bytes + %(size)s, next_event_id = next_event_id + 1, updated_at = %(now)s,
+  UPDATE instances SET next_sequence = next_sequence + 1,
+         inbox_count = inbox_count + CASE WHEN %(direct)s THEN 0 ELSE 1 END,
+         inbox_bytes = inbox_bytes + CASE WHEN %(direct)s THEN 0 ELSE %(size)s END,
+         next_event_id = next_event_id + CASE WHEN %(direct)s THEN 3 ELSE 1 END, updated_at = %(now)s,
          status = CASE WHEN %(direct)s THEN 'running' ELSE status END,
          last_event_at = GREATEST(last_event_at, %(now)s)
   WHERE pk = %(pk)s
-  RETURNING next_sequence - 1 AS sequence, next_event_id - 1 AS event_id, last_event_at AS stamp
+  RETURNING next_sequence - 1 AS sequence, next_event_id - CASE WHEN %(direct)s THEN 3 ELSE 1 END AS event_id,
+            last_event_at AS stamp
 ), e AS (
   INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)
   SELECT %(pk)s, f.sequence, %(type)s, CAST(%(payload)s AS json), %(size)s, %(now)s FROM f
+  WHERE NOT CAST(%(direct)s AS boolean)
+), s AS (
+  UPDATE steps SET state = 'succeeded', result = CAST(%(payload)s AS json), updated_at = %(now)s
+  FROM f
+  WHERE steps.instance_pk = %(pk)s AND steps.name = %(wait_name)s AND steps.kind = 'wait'
+    AND steps.state = 'pending' AND CAST(%(direct)s AS boolean)
 ), h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
   SELECT %(pk)s, f.event_id, 'EventAccepted',
          CAST('{"sequence":' || f.sequence || ',"type":' || %(type_json)s || '}' AS json), f.stamp FROM f
+  UNION ALL
+  SELECT %(pk)s, f.event_id + 1, 'EventConsumed',
+         CAST('{"name":' || %(name_json)s || ',"sequence":' || f.sequence || ',"type":' || %(type_json)s || '}'
+              AS json), f.stamp
+  FROM f WHERE CAST(%(direct)s AS boolean)
+  UNION ALL
+  SELECT %(pk)s, f.event_id + 2, 'StepCompleted', CAST('{"name":' || %(name_json)s || ',"kind":"wait"}' AS json),
+         f.stamp
+  FROM f WHERE CAST(%(direct)s AS boolean)
 ), t AS (
   DELETE FROM timers WHERE instance_pk = %(pk)s AND CAST(%(direct)s AS boolean)
 )

@@ -130,6 +130,62 @@ def test_WF_01_event_sent_before_the_wait_starts_is_delivered(deploy, driver):
     assert steps["w"].result == {"ok": True}
 
 
+WAITS_NAMED = """
+class Named:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        step.do("prep", lambda: {"n": 1})
+        got = step.wait_for_event("wait ✓ é", {"type": "approve", "timeoutSeconds": 60})
+        return {"got": got}
+"""
+
+
+@pytest.mark.parametrize("payload", [{"ok": True}, instance_common.ABSENT])
+def test_an_event_for_a_waiting_matching_wait_is_consumed_in_the_commit_that_accepts_it(
+    deploy, driver, payload
+):
+    """Seed 000: "instanceで最古の一致eventを原子的に消費しstep結果と一緒にcommitする". The wait is
+    waiting, so the inbox holds no matching event: the sent one is the oldest, and it is consumed
+    with the wait's result in the very commit that accepts it; the woken context replays the wait."""
+    run = deploy(WAITS_NAMED, "Named")
+    run.create("direct")
+    assert driver.run() == ["waiting"]
+    assert "timeout" in run.timers("direct")
+    run.send("direct", "approve", payload)
+    # Before any context ran: consumed, recorded, woken; nothing queued, no timer left.
+    assert run.status("direct") == {"status": "running"}
+    assert instance_events.inbox(space=run.space, workflow_uid=run.workflow, instance_id="direct") == {
+        "events": []
+    }
+    wait = run.steps("direct")["wait ✓ é"]
+    assert wait.state == "succeeded" and wait.result == (
+        None if payload is instance_common.ABSENT else payload
+    )
+    assert run.timers("direct") == {}
+    tail = run.history("direct")[-3:]
+    completed = {"name": "wait ✓ é", "kind": "wait"}
+    if payload is not instance_common.ABSENT:
+        completed["result"] = payload  # joined in from the step row when the history is served
+    assert [(e["eventType"], e["attributes"]) for e in tail] == [
+        ("EventAccepted", {"sequence": 1, "type": "approve"}),
+        ("EventConsumed", {"name": "wait ✓ é", "sequence": 1, "type": "approve"}),
+        ("StepCompleted", completed),
+    ]
+    assert [e["eventId"] for e in tail] == [tail[0]["eventId"] + i for i in range(3)]
+    with models_db.session_scope(run.db_url) as session:
+        counters = session.execute(
+            sa.select(inst_models.Instance.inbox_count, inst_models.Instance.inbox_bytes).where(
+                inst_models.Instance.workflow_uid == run.workflow,
+                inst_models.Instance.instance_id == "direct",
+            )
+        ).one()
+    assert tuple(counters) == (0, 0)
+    assert driver.run() == ["complete"]
+    got = None if payload is instance_common.ABSENT else payload
+    assert run.status("direct") == {"status": "complete", "output": {"got": got}}
+    assert run.event_types("direct").count("EventConsumed") == 1  # the context replayed the record
+
+
 WF_02 = """
 class Fifo:
     def __init__(self, env): self.env = env

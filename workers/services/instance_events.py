@@ -3,7 +3,8 @@
 Seed 000 sendEvent: durable acceptance in per-instance order (``sequence``), at most
 ``MAX_QUEUED_EVENTS`` unconsumed events and ``MAX_QUEUED_BYTES`` canonical bytes of
 ``{type, payload?}`` per instance (``event_queue_full``), and direct delivery to a waiting matching
-wait (which bypasses those limits and wakes the instance); an ``Idempotency-Key`` replays the first
+wait (which bypasses those limits, is consumed by that wait in the same commit and wakes the
+instance); an ``Idempotency-Key`` replays the first
 answer. :func:`inbox` lists the accepted, unconsumed events.
 
 Every function opens its own session and commits before it dispatches (STYLE §5). The instance row
@@ -51,9 +52,11 @@ def send_event(
 
     ``payload`` ``ABSENT`` → no payload. ``idempotency`` = ``(key, request fingerprint)``: the same
     key and request replay the first answer without queueing twice. An event that a waiting
-    matching wait can take (accepted at or before its timeout) bypasses the queue limits and wakes
-    the instance (status ``running``, the timeout timer cancelled, a context dispatched after
-    commit). Returns ``{}``.
+    matching wait can take (accepted at or before its timeout) bypasses the queue limits and is
+    consumed by that wait in the same commit — it is the oldest matching event, since a waiting wait
+    left none in the inbox — and wakes the instance (status ``running``, the timeout timer
+    cancelled, a context dispatched after commit that replays the wait from its record). Returns
+    ``{}``.
 
     Raises DomainError: ``invalid_request`` (bad type), ``invalid_params`` / ``document_too_large``
     (payload), ``not_found`` (also while the DurableWorkflow is being deleted), ``unknown_instance``,
@@ -95,13 +98,13 @@ def send_event(
             raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if row.status in inst_models.TERMINAL_STATUSES:
             raise DomainError("instance_terminal", f"the instance is {row.status}; it takes no more events")
-        direct = False
+        direct, wait_name = False, None
         if row.status == "waiting" and row.stopping is None:
             # A separate statement: its snapshot is taken after the row lock was granted, so it sees
             # the pending wait that the context committed together with ``waiting``.
             steps = inst_models.Step.__table__
             wait = session.execute(
-                sa.select(steps.c.config, steps.c.timeout_at).where(
+                sa.select(steps.c.name, steps.c.config, steps.c.timeout_at).where(
                     steps.c.instance_pk == row.pk, steps.c.kind == "wait", steps.c.state == "pending"
                 )
             ).first()
@@ -110,6 +113,7 @@ def send_event(
                 and (wait.config or {}).get("type") == event_type
                 and (wait.timeout_at is None or now <= wait.timeout_at)
             )
+            wait_name = wait.name if direct else None
         if not direct and (
             row.inbox_count + 1 > MAX_QUEUED_EVENTS or row.inbox_bytes + size > MAX_QUEUED_BYTES
         ):
@@ -121,7 +125,7 @@ def send_event(
                 ),
             )
         _accept_event_txn(
-            session, row=row, event_type=event_type, payload=payload, size=size, now=now, direct=direct
+            session, row=row, event_type=event_type, payload=payload, size=size, now=now, wait_name=wait_name
         )
     if direct:
         dispatch.run_context(row.pk)
@@ -152,9 +156,11 @@ def _accept_event_txn(
     payload: Any,
     size: int,
     now: dt.datetime,
-    direct: bool,
+    wait_name: str | None,
 ) -> None:
-    """The event, the counters, ``EventAccepted`` and a direct wake in one statement."""
+    """The event, the counters and ``EventAccepted`` in one statement; with ``wait_name`` (the
+    name of the waiting matching wait) the event is consumed by that wait in the same
+    statement instead of queued, and the instance woken (``instance_sql.ACCEPT_EVENT``)."""
     session.connection().exec_driver_sql(
         instance_sql.ACCEPT_EVENT,
         {
@@ -164,7 +170,9 @@ def _accept_event_txn(
             "payload": None if payload is instance_common.ABSENT else deepjson.dumps_stored(payload),
             "size": size,
             "now": now,
-            "direct": direct,
+            "direct": wait_name is not None,
+            "wait_name": None if wait_name is None else wait_name.encode("utf-8"),
+            "name_json": None if wait_name is None else json.dumps(wait_name),
         },
     )
 
