@@ -65,11 +65,14 @@ class RunningStep:
 
 @dataclasses.dataclass(frozen=True)
 class ContextInfo:
-    """The latest ``ContextStarted``: its ``epoch``, Version and time."""
+    """The latest ``ContextStarted``: its ``epoch``, Version and time; ``ended`` when a
+    ``ContextSuspended`` follows it (that context stopped its code; a woken instance waits for the
+    next one)."""
 
     epoch: int
     started_at: dt.datetime
     version_uid: str | None = None
+    ended: bool = False
 
 
 class StepView(TypedDict):
@@ -146,7 +149,9 @@ def progress(
     elif status == "queued":
         body["activity"] = "queued"
     else:
-        body["activity"] = "running" if context is not None else "starting"
+        # No pending step: a context runs the code, unless the latest one stopped (an event woke
+        # the instance by completing its wait: the next context is due).
+        body["activity"] = "running" if context is not None and not context.ended else "starting"
     if no_version is not None and body["activity"] in ("queued", "starting", "running"):
         body["reason"] = "no_version"
         body["message"] = no_version

@@ -50,6 +50,14 @@ def test_a_due_retry_is_running_once_a_context_started_after_it():
     assert decide("running", step, context=late_context)["activity"] == "starting"
 
 
+def test_no_pending_step_is_running_unless_the_latest_context_stopped():
+    assert decide("running")["activity"] == "running"
+    assert decide("running", context=None)["activity"] == "starting"
+    # an event completed the wait of a waiting instance: its context had stopped, the next is due
+    stopped = p.ContextInfo(epoch=3, started_at=EARLIER, version_uid="v-1", ended=True)
+    assert decide("running", context=stopped)["activity"] == "starting"
+
+
 def test_sleep_shows_its_wake_time():
     step = p.PendingStep(name="cool off", kind="sleep", wake_at=LATER)
     body = decide("sleeping", step)

@@ -68,10 +68,20 @@ def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetim
         ).first()
         context = None
         if started is not None:
+            ended = session.scalar(
+                sa.select(
+                    sa.exists().where(
+                        event.instance_pk == instance.pk,
+                        event.event_type == "ContextSuspended",
+                        event.event_id > started.event_id,
+                    )
+                )
+            )
             context = progress_mod.ContextInfo(
                 epoch=int(started.attributes.get("epoch") or instance.epoch),
                 started_at=started.event_timestamp,
                 version_uid=started.attributes.get("versionUid"),
+                ended=bool(ended),
             )
         running = _running_step(instance.pk) if instance.status == "running" else None
         no_version = None
