@@ -50,6 +50,14 @@ class Forever:
 """
 
 
+ONE_STEP = """
+class One:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        return step.do("a", lambda: {"v": 1})
+"""
+
+
 def _pk(db_url, workflow, instance_id):
     return workflows.instance_row(db_url, workflow=workflow, instance_id=instance_id).pk
 
@@ -322,3 +330,54 @@ def test_a_child_lost_to_its_watchdog_because_the_host_stalled_is_not_a_failed_a
     assert instances.status(space=space, workflow_uid=deployed.workflow, instance_id="stall") == {
         "status": "running"
     }
+
+
+def test_a_stop_between_the_token_and_the_registration_is_noticed_at_once(
+    db_url, space_token, zygote, monkeypatch, tmp_path
+):
+    """A terminate that fences a context after it took its token but before its heartbeat watches
+    it: the hint found nothing watched, so it is remembered, and the registration wakes the beat,
+    which kills the never-ending effect at once (the periodic beat is made 60 s long here)."""
+    space, _ = space_token
+    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
+    driver = workflows.Driver(monkeypatch, zygote=zygote)
+    log = tmp_path / "log"
+    instances.create(
+        space=space, workflow_uid=deployed.workflow, instance_id="race", params={"log": str(log)}
+    )
+    pk = driver.queue.pop()
+    beat = _quiet_heartbeat(monkeypatch, db_url)
+    time.sleep(0.2)  # the beat woken by _quiet_heartbeat is over (if its thread runs yet)...
+    beat._wake.clear()  # ...and a thread started by the next registration waits 60 s
+    original = beat.register
+
+    def fenced_first(watched):
+        _bump(db_url, pk)  # the token was taken; terminate fences it now...
+        assert beat.notify({pk}) is False  # ...and its hint arrives before anything watches pk
+        original(watched)
+
+    monkeypatch.setattr(beat, "register", fenced_first)
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(context.run_context(pk, zygote=zygote)))
+    thread.start()
+    thread.join(10)
+    assert outcome == ["fenced"]
+    assert not lease_service.live_leases([pk], settings=config.load_settings())
+
+
+def test_a_registration_without_a_stop_hint_costs_no_beat(db_url, space_token, zygote, monkeypatch):
+    """The lease was just taken and the epoch is the context's own: registering does not renew the
+    lease nor read the epoch (the periodic beat does, a quarter of the lease TTL later)."""
+    space, _ = space_token
+    deployed = workflows.deploy(db_url, space=space, source=ONE_STEP, class_name="One")
+    driver = workflows.Driver(monkeypatch, zygote=zygote)
+    beat = _quiet_heartbeat(monkeypatch, db_url)
+    time.sleep(0.2)
+    beat._wake.clear()
+    beats = []
+    monkeypatch.setattr(beat, "beat", lambda current: beats.append(current))
+    for i in range(3):
+        instances.create(space=space, workflow_uid=deployed.workflow, instance_id=f"quiet{i}")
+    assert driver.run() == ["complete"] * 3
+    time.sleep(0.2)
+    assert beats == []

@@ -27,6 +27,12 @@ A terminate or a DELETE does not wait for the next beat: after fencing it publis
 pks on ``{namespace}:stop`` (``workers.services.stop_signals``); a listener thread wakes the beat at
 once when one of them is watched here, so the stop is proven (and the lease dropped) within a
 fraction of a second. The hint is only for speed: without it the next beat does the same.
+
+A context registers only after its token is taken, with a lease it has just taken: a new
+registration needs no beat of its own (the lease is fresh, the epoch its own). The one race left
+is a stop between the token and the registration, whose hint found nothing watched: hints are
+remembered (:data:`HINT_MEMORY_S`), and a registration whose pk was hinted after its lease was
+taken wakes the beat.
 """
 
 from __future__ import annotations
@@ -51,6 +57,10 @@ RENEW_FRACTION = 0.25
 PING_FRACTION = 0.1
 PING_WINDOW_FRACTION = 0.4
 WATCHDOG_FRACTION = 0.5
+#: How long a stop hint is kept for a context that registers after it (seconds), and how many
+#: pks are kept at most (beyond that the memory is pruned; a forgotten hint costs only speed).
+HINT_MEMORY_S = 60.0
+HINT_MEMORY_ENTRIES = 10_000
 
 
 def watchdog_seconds(ttl_ms: int) -> float:
@@ -108,22 +118,26 @@ class Heartbeat:
         self.ping_window = ttl_s * PING_WINDOW_FRACTION
         self._read_epochs = read_epochs
         self._watched: set[Watched] = set()
+        self._hinted: dict[int, float] = {}  # pk → monotonic time of its latest stop hint
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._threads: dict[str, threading.Thread] = {}
 
     def register(self, watched: Watched) -> None:
-        """Start watching a context (``renewed_at`` = when its lease was taken; its child may be set
-        later) and renew its lease at once."""
+        """Start watching a context (``renewed_at`` = when its lease was taken, a monotonic time;
+        its child may be set later). Its lease is renewed by the periodic beat (it was just taken);
+        the beat runs at once only when a stop hint for its pk arrived after ``renewed_at``."""
         with self._lock:
             self._watched.add(watched)
+            hinted = self._hinted.get(watched.instance_pk)
             for name, target in (("beat", self._loop), ("pinger", self._pings), ("stop", self._listen)):
                 thread = self._threads.get(name)
                 if thread is None or not thread.is_alive():
                     thread = threading.Thread(target=target, name=f"takohost-{name}", daemon=True)
                     self._threads[name] = thread
                     thread.start()
-        self._wake.set()
+        if hinted is not None and hinted >= watched.renewed_at:
+            self._wake.set()
 
     def watched_pks(self) -> set[int]:
         """The instance pks of the contexts watched now."""
@@ -131,11 +145,20 @@ class Heartbeat:
             return {w.instance_pk for w in self._watched}
 
     def notify(self, instance_pks: set[int]) -> bool:
-        """A stop hint for ``instance_pks``: beat now if one of them is watched here (True)."""
-        if instance_pks & self.watched_pks():
+        """A stop hint for ``instance_pks``: beat now if one of them is watched here (True). Each
+        hint is remembered for :data:`HINT_MEMORY_S` seconds, for a context that registers later."""
+        now = time.monotonic()
+        with self._lock:
+            if len(self._hinted) > HINT_MEMORY_ENTRIES:  # only a speed hint: forget, never grow
+                self._hinted = {pk: at for pk, at in self._hinted.items() if now - at < HINT_MEMORY_S}
+                if len(self._hinted) > HINT_MEMORY_ENTRIES:
+                    self._hinted.clear()
+            for pk in instance_pks:
+                self._hinted[pk] = now
+            watched = bool(instance_pks & {w.instance_pk for w in self._watched})
+        if watched:
             self._wake.set()
-            return True
-        return False
+        return watched
 
     def _listen(self) -> None:
         """Follow ``{namespace}:stop`` (reconnecting after Redis errors) and pass hints to
