@@ -360,30 +360,48 @@ def start_zygote():
 @contextlib.contextmanager
 def isolated_database():
     """A fresh database (a copy of the run's migrated template) that ``TAKOHOST_DATABASE_URL``
-    points at while the block runs; yields its URL and drops it after.
+    points at while the block runs, and a Redis namespace of its own in ``TAKOHOST_NAMESPACE``;
+    yields the database URL, and drops the database and the namespace's keys after.
 
     In-process engine tests use it so that real worker/beat processes started by other tests of
-    the session (which poll the session database) never race the in-process driver.
+    the session (which poll the session database) never race the in-process driver. The namespace
+    follows the database: instance pks start at 1 in every copy, so two modules running at once
+    in two xdist processes would otherwise share the Redis keys of their leases (one context
+    finding the other's instance "busy"), stop hints and Space counters. Celery's queues are named
+    when ``workers.celery_app`` is imported, so in-process dispatches still go to the session's.
     """
     import os
 
+    import redis
+
+    from takohost import config
     from tests.support import servers
 
     name = f"takohost_eng_{uuid.uuid4().hex[:10]}"
     url = servers.create_database(name)
-    previous = os.environ.get("TAKOHOST_DATABASE_URL")
+    previous = {key: os.environ.get(key) for key in ("TAKOHOST_DATABASE_URL", "TAKOHOST_NAMESPACE")}
+    namespace = f"{config.load_settings().namespace}-{name[-10:]}"
     try:
         os.environ["TAKOHOST_DATABASE_URL"] = url
+        os.environ["TAKOHOST_NAMESPACE"] = namespace
         yield url
     finally:
-        if previous is None:
-            os.environ.pop("TAKOHOST_DATABASE_URL", None)
-        else:
-            os.environ["TAKOHOST_DATABASE_URL"] = previous
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         engine = models_db._engines.pop((os.getpid(), url), None)
         if engine is not None:
             engine.dispose()
         servers.drop_database(name)
+        client = redis.Redis.from_url(config.load_settings().redis_url)
+        try:
+            keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()
 
 
 def clear_timers(db_url: str) -> None:
