@@ -86,6 +86,19 @@ def _quiet_heartbeat(monkeypatch, db_url):
     return beat
 
 
+def _forever(db_url, space_token, zygote, monkeypatch, tmp_path, instance_id):
+    """A queued instance of ``Forever`` (its effect appends to ``log`` forever) whose context the
+    test runs itself: ``(space, deployed, driver, pk, log)``."""
+    space, _ = space_token
+    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
+    driver = workflows.Driver(monkeypatch, zygote=zygote)
+    log = tmp_path / "log"
+    instances.create(
+        space=space, workflow_uid=deployed.workflow, instance_id=instance_id, params={"log": str(log)}
+    )
+    return space, deployed, driver, driver.queue.pop(), log
+
+
 def _wait_file(path, timeout=20):
     workflows.wait_until(lambda: path.exists(), timeout=timeout, message=str(path))
 
@@ -182,14 +195,7 @@ def test_every_fenced_commit_kind_is_refused(db_url, space_token, zygote, monkey
 def test_the_heartbeat_notices_fencing_and_kills_a_running_effect(
     db_url, space_token, zygote, monkeypatch, tmp_path
 ):
-    space, _ = space_token
-    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
-    driver = workflows.Driver(monkeypatch, zygote=zygote)
-    log = tmp_path / "log"
-    instances.create(
-        space=space, workflow_uid=deployed.workflow, instance_id="loop", params={"log": str(log)}
-    )
-    pk = driver.queue.pop()
+    space, deployed, driver, pk, log = _forever(db_url, space_token, zygote, monkeypatch, tmp_path, "loop")
     settings = config.load_settings()
     leases = lease_mod.store_for(
         redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
@@ -220,14 +226,7 @@ def test_terminate_asks_the_owner_to_stop_at_once_and_returns_once_the_stop_is_p
 ):
     """The stop hint (``{namespace}:stop``) wakes the owner's heartbeat: terminate does not wait for
     the next heartbeat period (made 60 s here) nor for the effect, which never ends."""
-    space, _ = space_token
-    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
-    driver = workflows.Driver(monkeypatch, zygote=zygote)
-    log = tmp_path / "log"
-    instances.create(
-        space=space, workflow_uid=deployed.workflow, instance_id="hint", params={"log": str(log)}
-    )
-    pk = driver.queue.pop()
+    space, deployed, driver, pk, log = _forever(db_url, space_token, zygote, monkeypatch, tmp_path, "hint")
     _quiet_heartbeat(monkeypatch, db_url)  # no periodic epoch check during this test: only the hint
     outcome = []
     thread = threading.Thread(target=lambda: outcome.append(context.run_context(pk, zygote=zygote)))
@@ -297,14 +296,7 @@ def test_a_child_lost_to_its_watchdog_because_the_host_stalled_is_not_a_failed_a
     step, and a fresh context is dispatched (the effect runs again: at-least-once)."""
     import dataclasses
 
-    space, _ = space_token
-    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
-    driver = workflows.Driver(monkeypatch, zygote=zygote)
-    log = tmp_path / "log"
-    instances.create(
-        space=space, workflow_uid=deployed.workflow, instance_id="stall", params={"log": str(log)}
-    )
-    pk = driver.queue.pop()
+    space, deployed, driver, pk, log = _forever(db_url, space_token, zygote, monkeypatch, tmp_path, "stall")
     settings = dataclasses.replace(config.load_settings(), lease_ttl_ms=1000)
     leases = lease_mod.store_for(redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=1000)
 
@@ -338,14 +330,7 @@ def test_a_stop_between_the_token_and_the_registration_is_noticed_at_once(
     """A terminate that fences a context after it took its token but before its heartbeat watches
     it: the hint found nothing watched, so it is remembered, and the registration wakes the beat,
     which kills the never-ending effect at once (the periodic beat is made 60 s long here)."""
-    space, _ = space_token
-    deployed = workflows.deploy(db_url, space=space, source=FOREVER, class_name="Forever")
-    driver = workflows.Driver(monkeypatch, zygote=zygote)
-    log = tmp_path / "log"
-    instances.create(
-        space=space, workflow_uid=deployed.workflow, instance_id="race", params={"log": str(log)}
-    )
-    pk = driver.queue.pop()
+    space, deployed, driver, pk, log = _forever(db_url, space_token, zygote, monkeypatch, tmp_path, "race")
     beat = _quiet_heartbeat(monkeypatch, db_url)
     time.sleep(0.2)  # the beat woken by _quiet_heartbeat is over (if its thread runs yet)...
     beat._wake.clear()  # ...and a thread started by the next registration waits 60 s
