@@ -2,8 +2,9 @@
 without HTTP or Celery (issue 12).
 
     python -m bench.context_bench                       # this checkout
-    python -m bench.context_bench --against ../other    # alternate runs with another checkout
-                                                        # (its own .venv and this file), medians
+    python -m bench.alternate --runs 5 \
+        --variant new='.venv/bin/python -m bench.context_bench' \
+        --variant old='cd ../other && .venv/bin/python -m bench.context_bench'   # side by side
 
 One scratch stack (``bench.engine_bench.Scratch``: its database, Redis namespace and an idle API),
 the 1-step workflow ``One`` of ``bench.engine_bench``, and ``--batches`` batches of
@@ -21,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -79,48 +79,12 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
-def compare(against: str, *, argv: list[str], rounds: int) -> dict:
-    """Alternate ``rounds`` runs of this checkout and of ``against`` (each with its own ``.venv``
-    and this module); medians of each figure side by side, and this/against ratios."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trees = {"this": here, "against": os.path.abspath(against)}
-    results: dict[str, list[dict]] = {name: [] for name in trees}
-    for _ in range(rounds):
-        for name, tree in trees.items():
-            done = subprocess.run(
-                [os.path.join(tree, ".venv", "bin", "python"), "-m", "bench.context_bench", *argv],
-                cwd=tree,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    keys = ("cpu_ms_per_context", "context_thread_ms", "other_threads_ms", "wall_ms_per_context")
-    medians = {
-        name: {k: statistics.median(r[k] for r in runs) for k in keys} for name, runs in results.items()
-    }
-    return {
-        "rounds": rounds,
-        "runs": results,
-        "this": medians["this"],
-        "against": medians["against"],
-        "ratio_this_over_against": {k: round(medians["this"][k] / medians["against"][k], 3) for k in keys},
-    }
-
-
 def main() -> None:
     """Command-line entry: print one JSON object."""
     parser = argparse.ArgumentParser(prog="bench.context_bench")
     parser.add_argument("--contexts", type=int, default=100, help="contexts per batch (default 100)")
     parser.add_argument("--batches", type=int, default=6, help="batches (default 6)")
-    parser.add_argument("--against", help="another checkout (with its own .venv) to alternate with")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating runs with --against")
-    args = parser.parse_args()
-    if args.against:
-        argv = ["--contexts", str(args.contexts), "--batches", str(args.batches)]
-        print(json.dumps(compare(args.against, argv=argv, rounds=args.rounds)))
-    else:
-        print(json.dumps(run(args)))
+    print(json.dumps(run(parser.parse_args())))
 
 
 if __name__ == "__main__":
