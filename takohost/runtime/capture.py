@@ -30,6 +30,7 @@ Standard library and ``takohost.domain`` only (this runs beside user code).
 
 from __future__ import annotations
 
+import _thread
 import codecs
 import functools
 import io
@@ -378,5 +379,5 @@ def install(send: Callable[[dict[str, Any]], None] | None = None) -> Sink:
     sink.add_writer(err)
     sys.stdout = out
     sys.stderr = err
-    threading.Thread(target=sink.run, name="takohost-logs", daemon=True).start()
+    _thread.start_new_thread(sink.run, ())
     return sink
