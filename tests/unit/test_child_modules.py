@@ -1,0 +1,95 @@
+"""The child's import of a Version's main module without the import system
+(``takohost.runtime.child.SourceModules.load``): the same module as ``importlib.import_module``
+makes, and the same clean-up."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import pytest
+
+from takohost.runtime import child
+
+MODULES = {
+    "mainmod.py": "import sys\nVALUE = 1\nME = sys.modules[__name__]\n",
+    "pkgmain/__init__.py": "PKG = True\n",
+    "pkgmain/sub.py": "SUB = 2\n",
+    "broken.py": "raise RuntimeError('at import')\n",
+}
+
+
+@pytest.fixture
+def finder():
+    made = child.SourceModules(MODULES)
+    made.install()
+    yield made
+    sys.meta_path.remove(made)
+    for name in [n for n in sys.modules if n.split(".")[0] in ("mainmod", "pkgmain", "broken")]:
+        del sys.modules[name]
+
+
+def _attributes(module: types.ModuleType) -> dict[str, str]:
+    return {k: repr(v) for k, v in vars(module).items() if k not in ("__builtins__", "ME")}
+
+
+@pytest.mark.parametrize("name", ["mainmod", "pkgmain"])
+def test_load_makes_the_module_importlib_makes(finder, name):
+    loaded = finder.load(name)
+    assert sys.modules[name] is loaded
+    del sys.modules[name]
+    imported = importlib.import_module(name)
+    assert loaded is not imported
+    assert _attributes(loaded) == _attributes(imported)
+    assert loaded.__spec__.origin == imported.__spec__.origin == f"{child.VIRTUAL_ROOT}/{name}" + (
+        "/__init__.py" if name == "pkgmain" else ".py"
+    )
+
+
+def test_the_module_is_in_sys_modules_while_its_code_runs(finder):
+    module = finder.load("mainmod")
+    assert module.ME is module
+
+
+def test_a_package_loaded_directly_imports_its_submodules(finder):
+    package = finder.load("pkgmain")
+    assert importlib.import_module("pkgmain.sub").SUB == 2
+    assert package.sub.SUB == 2
+
+
+def test_a_module_whose_code_raises_is_not_left_imported(finder):
+    with pytest.raises(RuntimeError, match="at import"):
+        finder.load("broken")
+    assert "broken" not in sys.modules
+
+
+def test_only_top_level_modules_of_the_version_load(finder):
+    with pytest.raises(ImportError):
+        finder.load("pkgmain.sub")
+    with pytest.raises(ImportError):
+        finder.load("json")
+
+
+def test_install_forgets_modules_of_the_versions_names_and_only_those():
+    sys.modules["pkgmain"] = types.ModuleType("pkgmain")
+    sys.modules["pkgmain.old"] = types.ModuleType("pkgmain.old")
+    sys.modules["pkgmainx"] = types.ModuleType("pkgmainx")  # a longer name, not a submodule
+    made = child.SourceModules(MODULES)
+    try:
+        made.install()
+        assert "pkgmain" not in sys.modules and "pkgmain.old" not in sys.modules
+        assert "pkgmainx" in sys.modules and "json" in sys.modules
+    finally:
+        sys.meta_path.remove(made)
+        for name in ("pkgmain", "pkgmain.old", "pkgmainx"):
+            sys.modules.pop(name, None)
+
+
+def test_import_version_loads_a_top_level_main_module_and_imports_a_dotted_one(finder):
+    module, _ = child.import_version({"modules": MODULES, "mainModule": "mainmod.py"})
+    assert module.VALUE == 1 and sys.modules["mainmod"] is module
+    sub, _ = child.import_version({"modules": MODULES, "mainModule": "pkgmain/sub.py"})
+    assert sub.SUB == 2 and sys.modules["pkgmain.sub"] is sub
+    for extra in [m for m in sys.meta_path if isinstance(m, child.SourceModules) and m is not finder]:
+        sys.meta_path.remove(extra)
