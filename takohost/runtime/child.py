@@ -137,6 +137,7 @@ def run_forked(
             forker.enter()
         else:
             _enter_workdir(root)
+        _forget_the_zygote_thread()
         # Everything else a context needs is made while this pre-spawned child waits, so that
         # none of it is on a job's path: the output capture (pipes, streams, its thread; muted
         # until the job) and the reader thread, which receives the channel, says hello and reads
@@ -186,6 +187,15 @@ def _harden(*, link_fd: int, zygote_pid: int, keep_stderr: bool, forker: isolati
     os.environ.clear()
     os.environ.update(CHILD_ENV)
     sys.argv = [""]
+
+
+def _forget_the_zygote_thread() -> None:
+    """``threading`` records the main thread's native id once, in the zygote: there it would tell
+    tenant code the zygote's pid on the host (``threading.main_thread().native_id``). Here it is
+    the child's own."""
+    main = threading.main_thread()
+    if hasattr(main, "_native_id"):
+        main._native_id = threading.get_native_id()
 
 
 def _enter_workdir(children_dir: str) -> None:

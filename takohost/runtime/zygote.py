@@ -1,10 +1,12 @@
 """The fork server ("zygote"): a small pre-started process that forks sandbox children.
 
 Started by ``workers.engine.sandbox.Zygote.start()`` as ``python -I -B -m takohost.runtime.zygote
---socket PATH --control-fd N --ready-fd N`` with a scrubbed environment and only those two pipe
-descriptors. It imports the standard library and the SDK only, pre-imports what children commonly
-need, freezes the GC generations, and then forks in about 0.4 ms instead of the 1.7–5 ms a fork of
-a Celery worker costs (bench/ANCHORS.md). ``--policy`` carries the ``isolation.Policy`` as JSON.
+--control-fd N --ready-fd N`` with a scrubbed environment and only those two pipe descriptors; its
+settings (the socket's path, the ``isolation.Policy``) arrive as JSON on its standard input
+(``read_settings``), so that no child finds them in its command line. It imports the standard
+library and the SDK only, pre-imports what children commonly need, freezes the GC generations,
+and then forks in about 0.4 ms instead of the 1.7–5 ms a fork of a Celery worker costs
+(bench/ANCHORS.md). A child forgets the zygote's pids and paths (``_forget_in_child``).
 
 Requests (one Unix stream connection per client process, see PROTOCOL.md "Zygote"): a frame
 ``{"op": "spawn"}`` carrying one end of a fresh ``socketpair`` as SCM_RIGHTS. The zygote hands
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import logging
 import os
 import selectors
@@ -277,12 +280,14 @@ class ZygoteServer:
         pid = self.forker.fork()
         if pid == 0:
             try:
+                # Only a child without isolation needs the zygote's pid and directory.
+                root, zygote_pid = ("", 0) if self.isolated else (self.children_dir, self.pid)
                 self._forget_in_child()
                 parent_link.detach()
                 child.run_forked(
                     link_fd=child_link.detach(),
-                    root=self.children_dir,
-                    zygote_pid=self.pid,
+                    root=root,
+                    zygote_pid=zygote_pid,
                     forker=self.forker,
                     keep_stderr=self.keep_child_stderr,
                 )
@@ -314,12 +319,19 @@ class ZygoteServer:
 
     def _forget_in_child(self) -> None:
         """In a new child: detach the zygote's sockets so no object's finaliser ever closes a
-        descriptor number the child reuses (the child closes the descriptors itself)."""
+        descriptor number the child reuses (the child closes the descriptors itself), and forget
+        what tenant code could read in the child's copy of this object: the zygote's pid, its
+        other children's (host pids of the next contexts, of any Space) and its paths."""
         self.listener.detach()
         for connection in self.connections.values():
             connection.sock.detach()
         for _, link, _ in self.idle:
             link.detach()
+        self.connections.clear()
+        self.idle.clear()
+        self.leaders.clear()
+        self.pid = 0
+        self.socket_path = self.children_dir = ""
 
     def reap(self) -> None:
         """Reap every exited child; kill its group (and namespace) before reaping it."""
@@ -431,24 +443,44 @@ def _set_subreaper() -> None:
     child.prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
+def read_settings(fd: int = 0) -> dict[str, Any]:
+    """The zygote's settings, one JSON object read from ``fd`` (its standard input) to EOF:
+    ``socket`` (the path to listen on, required), ``policy`` (``isolation.Policy.to_json()``
+    text; absent: the defaults), ``keepChildStderr`` (bool) and ``poolSize`` (int, default 2).
+    They come on a pipe, not the command line, because every child inherits the zygote's memory:
+    its command line would show tenant code the socket's path (``/proc/self/cmdline``,
+    ``sys.orig_argv``). Raises ``ValueError`` for anything else."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    settings = json.loads(b"".join(chunks) or b"null")
+    if type(settings) is not dict or type(settings.get("socket")) is not str:
+        raise ValueError("the zygote's settings are a JSON object with a socket path")
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: parse arguments, preload, signal readiness, serve."""
+    """Command-line entry: read the settings (:func:`read_settings`), preload, signal readiness,
+    serve."""
     parser = argparse.ArgumentParser(prog="takohost.runtime.zygote")
-    parser.add_argument("--socket", required=True)
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
-    parser.add_argument("--keep-child-stderr", action="store_true")
-    parser.add_argument("--pool-size", type=int, default=2)
-    parser.add_argument("--policy", default=None, help="isolation.Policy as JSON (default: defaults)")
     args = parser.parse_args(argv)
+    settings = read_settings()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     isolation.set_dumpable(False)  # nothing may read the zygote's memory through /proc or ptrace
     _set_subreaper()
-    policy = isolation.Policy.from_json(args.policy) if args.policy else isolation.Policy()
+    policy = isolation.Policy.from_json(settings["policy"]) if settings.get("policy") else isolation.Policy()
     layout = isolation.Layout.compute(policy)
-    children_dir = tempfile.mkdtemp(prefix="takohost-children-")
+    children_dir = _make_children_dir()
     try:
         isolation.probe(layout, root=children_dir)
         forker = isolation.Forker(layout, root=children_dir)
@@ -463,17 +495,32 @@ def main(argv: list[str] | None = None) -> int:
         return 78
     _preload()
     server = ZygoteServer(
-        socket_path=args.socket,
+        socket_path=settings["socket"],
         control_fd=args.control_fd,
-        keep_child_stderr=args.keep_child_stderr,
+        keep_child_stderr=settings.get("keepChildStderr") is True,
         forker=forker,
         children_dir=children_dir,
-        pool_size=max(0, args.pool_size),
+        pool_size=max(0, int(settings.get("poolSize", 2))),
     )
     os.write(args.ready_fd, b"ready\n")
     os.close(args.ready_fd)
+    # Every child is forked from below this frame: nothing of the host in its locals.
+    del args, settings, children_dir, policy
     server.serve()
     return 0
+
+
+def _make_children_dir() -> str:
+    """A new private directory under the temporary directory (``tempfile.mkdtemp`` would leave
+    its name generator, holding this zygote's pid, in every child's memory)."""
+    base = tempfile.gettempdir()
+    while True:
+        path = os.path.join(base, f"takohost-children-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
 
 
 if __name__ == "__main__":

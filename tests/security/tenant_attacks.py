@@ -861,6 +861,70 @@ def attack_keyring_find(p):
 
 
 # ---------------------------------------------------------------------------------------------
+# what the zygote left in the child's memory
+
+
+def attack_host_state(p):
+    """Look for the host's pids and the zygote's paths in what this child inherited: the frames
+    below this one and every object the collector tracks of a class of the runtime's own
+    modules or ``argparse``, three levels deep; ``threading``'s record of the main thread,
+    ``tempfile``'s name sequence, ``sys.orig_argv`` and ``/proc/self/cmdline``. The pids come masked (``pid ^ mask``)
+    so that the attack's own parameters never match; its own host pid (its uid minus the base)
+    is not the host's."""
+    import gc
+    import tempfile
+    import threading
+
+    mask = p["mask"]
+    pids = set(p["masked_pids"]) - {(os.getuid() - p["uid_base"]) ^ mask}
+    paths = _pattern(p["paths_hex"])
+    hits, seen = [], set()
+
+    def look(where, value, depth):
+        if len(hits) >= 50:
+            return
+        if type(value) is int:
+            if value ^ mask in pids:
+                hits.append(where)
+            return
+        if type(value) is str:
+            if paths.search(value.encode("utf-8", "surrogatepass")):
+                hits.append(where)
+            return
+        if depth == 0 or id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, dict):
+            for key, item in list(value.items())[:500]:
+                look(f"{where}[{key!r:.40}]", key, depth - 1)
+                look(f"{where}[{key!r:.40}]", item, depth - 1)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            for i, item in enumerate(list(value)[:500]):
+                look(f"{where}[{i}]", item, depth - 1)
+        else:
+            attributes = getattr(value, "__dict__", None)
+            if isinstance(attributes, dict):
+                look(f"{where}.__dict__", attributes, depth)
+
+    frame, frames = sys._getframe(1), 0
+    while frame is not None:
+        look(f"frame {frame.f_code.co_name}", dict(frame.f_locals), 4)
+        frame, frames = frame.f_back, frames + 1
+    objects = 0
+    for obj in gc.get_objects():
+        module = getattr(type(obj), "__module__", "") or ""
+        if module.startswith(("takohost.runtime", "__main__", "argparse")):
+            objects += 1
+            look(f"{type(obj).__name__} object", obj, 4)
+    look("threading.main_thread().native_id", threading.main_thread().native_id, 1)
+    look("tempfile._name_sequence", getattr(tempfile, "_name_sequence", None), 3)
+    look("sys.orig_argv", list(sys.orig_argv), 2)
+    with open("/proc/self/cmdline", "rb") as f:
+        look("/proc/self/cmdline", f.read().decode("utf-8", "replace"), 1)
+    return {"hits": hits, "frames": frames, "objects": objects}
+
+
+# ---------------------------------------------------------------------------------------------
 # the workflow and the cron handler
 
 

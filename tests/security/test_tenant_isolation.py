@@ -140,6 +140,32 @@ def test_credentials_of_host_processes_are_not_in_reach(stack, http):
     assert "TAKOHOST" not in found["proc1_environ"], found["proc1_environ"]
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def test_the_host_pids_and_zygote_paths_are_not_in_what_a_child_inherits(stack, http):
+    """The child is a copy of the zygote: its frames and objects must not tell the zygote's pid,
+    its siblings' (the next contexts, of any Space), the host's, or the zygote's socket."""
+    run_attack(http, "none")  # the zygote and its pre-spawned children exist
+    mask = random.getrandbits(30)
+    pids = _host_pids(stack) + sorted(support.sandbox_processes(UID_BASE))
+    zygotes = [pid for pid in pids if b"takohost.runtime.zygote" in _cmdline(pid)]
+    assert zygotes, "the zygote is among the pids (the scan could not tell otherwise)"
+    paths = glob.glob("/tmp/takohost-zygote-*/zygote.sock") + glob.glob("/tmp/takohost-children-*")
+    assert paths
+    found = output_of(run_attack(http, "host_state", {
+        "mask": mask, "masked_pids": [pid ^ mask for pid in pids], "uid_base": UID_BASE,
+        "paths_hex": support.hexed(*paths),
+    }))
+    assert found["frames"] > 5 and found["objects"] > 5, found  # it really looked
+    assert found["hits"] == [], "\n".join(found["hits"])
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. another instance's params from memory
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import select
@@ -271,28 +272,31 @@ class Zygote:
             "-B",
             "-m",
             "takohost.runtime.zygote",
-            "--socket",
-            self.socket_path,
             "--control-fd",
             str(control_r),
             "--ready-fd",
             str(ready_w),
-            "--policy",
-            self.policy.to_json(),
         ]
-        if self._child_stderr:
-            command.append("--keep-child-stderr")
+        # On its standard input, not its command line: children inherit the zygote's memory.
+        settings = json.dumps(
+            {"socket": self.socket_path, "policy": self.policy.to_json(), "keepChildStderr": self._child_stderr}
+        ).encode()
         try:
             self._proc = subprocess.Popen(
                 command,
                 env=dict(ZYGOTE_ENV),
                 close_fds=True,
                 pass_fds=(control_r, ready_w),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 cwd="/",
                 start_new_session=True,
             )
+            try:
+                self._proc.stdin.write(settings)  # far below a pipe's buffer: never blocks
+                self._proc.stdin.close()
+            except OSError:
+                pass  # it died at once: the ready pipe says so
         finally:
             os.close(control_r)
             os.close(ready_w)
