@@ -474,16 +474,32 @@ class SourceModules(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
         return None
 
     def exec_module(self, module: Any) -> None:
-        """Run the module's code in its namespace: the job's compiled code of it when it loads
-        (and names this module's virtual file), else the source compiled here."""
+        """Run the module's code in its namespace: what :meth:`compile_all` compiled, else the
+        job's compiled code of it when it loads (and names this module's virtual file), else the
+        source compiled here."""
         virtual, source, _ = self._entries[module.__spec__.name]
         path = virtual[len(VIRTUAL_ROOT) + 1 :]
-        code = code_of(self._code.get(path))
-        if code is None or code.co_filename != virtual:
+        code = self.compiled.get(path) or self._loaded(path, virtual)
+        if code is None:
             code = compile(source, virtual, "exec", dont_inherit=True)
             if source:
                 self.compiled[path] = code
         exec(code, module.__dict__)  # noqa: S102
+
+    def _loaded(self, path: str, virtual: str) -> types.CodeType | None:
+        code = code_of(self._code.get(path))
+        return code if code is not None and code.co_filename == virtual else None
+
+    def compile_all(self) -> None:
+        """Compile every module with source into :attr:`compiled` now (one that does not compile
+        is left for its import to report, as before)."""
+        for virtual, source, _ in self._entries.values():
+            path = virtual[len(VIRTUAL_ROOT) + 1 :]
+            if source and path not in self.compiled:
+                try:
+                    self.compiled[path] = compile(source, virtual, "exec", dont_inherit=True)
+                except (SyntaxError, ValueError):
+                    continue
 
     def code_frame(self, *, limit: int) -> dict[str, Any] | None:
         """The ``code`` frame of what was compiled here (``None``: nothing, or more than ``limit``
@@ -532,13 +548,20 @@ def code_of(blob: object) -> types.CodeType | None:
     return code if type(code) is types.CodeType else None
 
 
-def import_version(job: dict[str, Any]) -> tuple[Any, SourceModules]:
+def import_version(
+    job: dict[str, Any], *, compiled: Callable[[SourceModules], None] | None = None
+) -> tuple[Any, SourceModules]:
     """Install the job's ``modules`` (with its compiled ``code``, if any) and import
-    ``mainModule`` fresh: ``(module, finder)``; errors propagate."""
+    ``mainModule`` fresh: ``(module, finder)``; errors propagate. With ``compiled``, every
+    module is compiled first and ``compiled(finder)`` called before any of the Version's code
+    runs (what it then sees in ``finder.compiled`` is the source's, whatever that code does)."""
     finder = SourceModules(job.get("modules") or {}, job.get("code"))
     main = job.get("mainModule")
     if type(main) is not str or main not in (job.get("modules") or {}):
         raise ImportError(f"mainModule {protocol.safe_text(main, limit=300)!r} is not one of the modules")
+    if compiled is not None:
+        finder.compile_all()
+        compiled(finder)
     finder.install()
     name = SourceModules.module_name(main)
     if "." in name:  # its packages first: the import system's way
@@ -710,15 +733,20 @@ def _run_failed(
     channel.final(final)
 
 
+def _send_code(channel: Channel, finder: SourceModules) -> None:
+    """The ``code`` frame, before any of the Version's code runs (PROTOCOL.md "Compiled
+    modules"): the parent keeps it for this Version's next contexts."""
+    frame = finder.code_frame(limit=protocol.CODE_MAX_CHARS)
+    if frame is not None:
+        channel.send(frame)
+
+
 def _run_workflow(job: dict[str, Any], channel: Channel) -> NoReturn:
+    send_code = (lambda finder: _send_code(channel, finder)) if job.get("wantCode") is True else None
     try:
-        module, finder = import_version(job)
+        module, _ = import_version(job, compiled=send_code)
     except BaseException as exc:  # noqa: BLE001
         _run_failed(channel, phase="import", message=last_traceback_line(exc), frames_of=exc)
-    if job.get("wantCode") is True:  # the parent keeps it for this Version's next contexts
-        frame = finder.code_frame(limit=protocol.CODE_MAX_CHARS)
-        if frame is not None:
-            channel.send(frame)
     class_name = job.get("className")
     cls = getattr(module, class_name, None) if type(class_name) is str else None
     if not isinstance(cls, type) or not callable(getattr(cls, "run", None)):

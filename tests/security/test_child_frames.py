@@ -7,8 +7,9 @@
   host's grant, or of a step already recorded (to overwrite its result), is a protocol violation;
   nothing forged is recorded.
 * Forged compiled modules (PROTOCOL.md "Compiled modules"): the host never decodes a ``code``
-  frame, keeps it only for its Version, and refuses one it did not ask for or that names a module
-  the Version does not have. Later contexts of a Version receive what its first child compiled.
+  frame, keeps it only for its Version, and refuses one it did not ask for, one after the
+  child's first frame, or one that names a module the Version does not have. Later contexts of
+  a Version receive what its first child compiled before any of the Version's code ran.
 """
 
 from __future__ import annotations
@@ -181,9 +182,9 @@ def forge(path):
     os.write(3, struct.pack(">I", len(body)) + body)
 """
 
-# At import, before the child's own code frame: a module the Version does not have.
+# At import: after the child's own code frame (its first), one for the Version's main module.
 AT_IMPORT = FRAME + """
-forge("evil.py")
+forge("main.py")
 
 class Forge:
     def __init__(self, env): pass
@@ -232,10 +233,10 @@ def test_later_contexts_of_a_version_get_the_code_its_first_child_compiled(
 @pytest.mark.parametrize(
     ("source", "why"),
     [
-        (AT_IMPORT, "a code frame for a module that is not the Version's"),
+        (AT_IMPORT, "a code frame the host did not ask for"),
         (IN_RUN, "a code frame the host did not ask for"),
     ],
-    ids=["unknown-module", "not-asked"],
+    ids=["at-import", "in-run"],
 )
 def test_a_forged_code_frame_is_a_protocol_violation(monkeypatch, zygote, db_url, space_token, source, why):
     space = space_token[0]
@@ -249,5 +250,44 @@ def test_a_forged_code_frame_is_a_protocol_violation(monkeypatch, zygote, db_url
         assert why in status["error"]["message"], status
         kept = sandbox_host.code_for(deployed.version) or {}
         assert "evil.py" not in kept and all(blob != "YW55dGhpbmc=" for blob in kept.values())
+    finally:
+        workflows.clear_timers(db_url)
+
+
+
+# At import, the Version's own code replaces what its child compiled, hoping the child's honest
+# code frame carries it to the Version's later contexts (found by a hostile-tenant review).
+POISON = '''
+import sys
+EVIL = """
+class Poison:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        return {"ran": "not the source"}
+"""
+for finder in sys.meta_path:
+    if type(finder).__name__ == "SourceModules":
+        finder.compiled["main.py"] = compile(EVIL, "/takohost/version/main.py", "exec")
+
+class Poison:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        return {"ran": "the source"}
+'''
+
+
+def test_code_a_version_compiles_at_run_time_never_reaches_its_later_contexts(
+    monkeypatch, zygote, db_url, space_token
+):
+    space = space_token[0]
+    driver = workflows.Driver(monkeypatch, zygote=zygote)
+    try:
+        deployed = workflows.deploy(db_url, space=space, source=textwrap.dedent(POISON), class_name="Poison")
+        for instance_id in ("first", "second", "third"):
+            instances.create(space=space, workflow_uid=deployed.workflow, instance_id=instance_id, now=driver.clock())
+            assert driver.run() == ["complete"]
+            status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id=instance_id)
+            assert status == {"status": "complete", "output": {"ran": "the source"}}, instance_id
+        assert set(sandbox_host.code_for(deployed.version)) == {"main.py"}  # it was cached
     finally:
         workflows.clear_timers(db_url)

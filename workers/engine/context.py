@@ -252,7 +252,8 @@ class ReplayContext:
         )
 
     def _code(self, message: dict) -> None:
-        """A ``code`` frame: once, only when this context asked, only for the Version's modules."""
+        """A ``code`` frame: once, only when this context asked, only as the child's first frame,
+        only for the Version's modules."""
         if not self.want_code:
             raise _Violation("a code frame the host did not ask for")
         self.want_code = False
@@ -283,6 +284,9 @@ class ReplayContext:
             if message["op"] == "code":
                 self._code(message)
                 continue
+            # The child sends its code frame before any of the Version's code runs: one that
+            # comes after any other frame is tenant code's (PROTOCOL.md "Compiled modules").
+            self.want_code = False
             if message["op"] != "log":
                 return message
             if self.logs is None:
