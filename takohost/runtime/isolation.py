@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -690,10 +691,15 @@ class Forker:
         host_pid = int(os.readlink("/proc/self"))  # the host's proc: the host's pid
         if self.memory is not None:
             self.memory.join(host_pid)
+            self.memory = None  # its directory names the zygote's host pid
         setns(self.template_fd, CLONE_NEWNS)
         os.close(self.template_fd)
         outbound = policy.network == "outbound"
-        unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (0 if outbound else CLONE_NEWNET))
+        # A cgroup namespace rooted at the context's own cgroup: /proc/self/cgroup shows "/", not
+        # the host's cgroup paths (the container's id, the zygote's and the context's host pids).
+        unshare(
+            CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | (0 if outbound else CLONE_NEWNET)
+        )
         uid = policy.uid_base + host_pid if as_root else os.getuid()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         owner = f",uid={uid},gid={uid}" if as_root else ""
@@ -840,6 +846,11 @@ _DENIED_CALLS = {
         "reboot": 169,
         "settimeofday": 164,
         "clock_settime": 227,
+        # Watching the read-only trees shared with the host and every context would show what
+        # other contexts (of any Space) and the host open, and when.
+        "inotify_init": 253,
+        "inotify_init1": 294,
+        "fanotify_init": 300,
     },
     "aarch64": {
         "add_key": 217,
@@ -880,9 +891,16 @@ _DENIED_CALLS = {
         "reboot": 142,
         "settimeofday": 170,
         "clock_settime": 112,
+        "inotify_init1": 26,
+        "fanotify_init": 262,
     },
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
+_SOCKET = {"x86_64": 41, "aarch64": 198}
+#: ``socket()`` protocols a context may ask for: the default, TCP and UDP. Landlock's port rules
+#: (``TAKOHOST_SANDBOX_NETWORK=outbound``) hold for TCP only: an MPTCP socket (262) would connect
+#: to and listen on any port, SCTP (132) would listen where other contexts reach it.
+_SOCKET_PROTOCOLS = (0, 6, 17)
 _CLONE3 = 435
 _CLONE_NEW_FLAGS = (
     CLONE_NEWNS
@@ -891,9 +909,9 @@ _CLONE_NEW_FLAGS = (
     | CLONE_NEWUSER
     | CLONE_NEWPID
     | CLONE_NEWNET
-    | 0x02000000
+    | CLONE_NEWCGROUP
     | 0x00000080
-)  # + NEWCGROUP, NEWTIME
+)  # + NEWTIME
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO = 0x00050000
 _SECCOMP_RET_KILL_PROCESS = 0x80000000
@@ -915,6 +933,11 @@ def seccomp_program(machine: str | None = None) -> list[tuple[int, int, int, int
     body.append(("ld", 0, 0))
     body.append(("jge", 0x40000000, 0))  # the x32 ABI's numbers on x86_64: refused
     body.extend(("jeq", nr, 0) for nr in denied)
+    # socket(): only the protocols of _SOCKET_PROTOCOLS (args[2], its low 32 bits at offset 32)
+    body.append(("jne_over", _SOCKET[machine], len(_SOCKET_PROTOCOLS) + 2))
+    body.append(("ld", 32, 0))
+    body.extend(("jeq_allow", protocol, 0) for protocol in _SOCKET_PROTOCOLS)
+    body.append(("ret", _SECCOMP_RET_ERRNO | errno_module.EPERM, 0))
     body.append(("jeq3", _CLONE3, 0))
     body.append(("jne_allow", _CLONE[machine], 0))
     body.append(("ld", 16, 0))  # clone's flags (the low 32 bits of args[0])
@@ -943,6 +966,10 @@ def seccomp_program(machine: str | None = None) -> list[tuple[int, int, int, int
             program.append((jeq, to("enosys"), 0, k))
         elif kind == "jne_allow":
             program.append((jeq, 0, to("allow"), k))
+        elif kind == "jeq_allow":
+            program.append((jeq, to("allow"), 0, k))
+        elif kind == "jne_over":  # not this call: skip the next ``target`` instructions
+            program.append((jeq, 0, body[index][2], k))
         else:
             program.append((ret, 0, 0, k))
     program.append((ret, 0, 0, _SECCOMP_RET_ALLOW))

@@ -23,8 +23,12 @@ class W:
     def run(self, event, step):
         p = event["params"]
         out = {}
-        def attempt(name, family, address):
-            s = socket.socket(family, socket.SOCK_STREAM)
+        def attempt(name, family, address, protocol=0):
+            try:
+                s = socket.socket(family, socket.SOCK_STREAM, protocol)
+            except OSError as e:
+                out[name] = errno.errorcode.get(e.errno, str(e.errno))
+                return
             s.settimeout(3)
             try:
                 s.connect(address)
@@ -37,13 +41,18 @@ class W:
         attempt("postgres", socket.AF_INET, ("127.0.0.1", 5432))
         attempt("redis", socket.AF_INET, ("127.0.0.1", 6379))
         attempt("abstract", socket.AF_UNIX, "\\0" + p["abstract"])
-        server = socket.socket()
-        try:
-            server.bind(("127.0.0.1", 0))
-            server.listen()
-            out["listen"] = "listening"
-        except OSError as e:
-            out["listen"] = errno.errorcode.get(e.errno, str(e.errno))
+        # MPTCP (262) falls back to TCP with a plain server, and Landlock's rules are TCP's only
+        attempt("mptcp_redis", socket.AF_INET, ("127.0.0.1", 6379), 262)
+        attempt("mptcp_internet", socket.AF_INET, ("127.0.0.1", p["allowed"]), 262)
+        attempt("sctp", socket.AF_INET, ("127.0.0.1", p["allowed"]), 132)
+        for name, protocol in (("listen", 0), ("mptcp_listen", 262)):
+            try:
+                server = socket.socket(socket.AF_INET, socket.SOCK_STREAM, protocol)
+                server.bind(("127.0.0.1", 0))
+                server.listen()
+                out[name] = "listening"
+            except OSError as e:
+                out[name] = errno.errorcode.get(e.errno, str(e.errno))
         return out
 """
 
@@ -118,6 +127,9 @@ def test_outbound_reaches_the_allowed_ports_only(server):
     assert out["redis"] in ("EACCES", "EPERM")
     assert out["abstract"] in ("EACCES", "EPERM")  # the host's abstract socket, outside its domain
     assert out["listen"] in ("EACCES", "EPERM")  # no server on the host's network
+    # no way around the rules through another protocol (seccomp refuses the socket)
+    assert out["mptcp_redis"] == out["mptcp_internet"] == out["mptcp_listen"] == "EPERM", out
+    assert out["sctp"] == "EPERM", out
 
 
 @pytest.mark.parametrize(

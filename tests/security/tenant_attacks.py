@@ -860,6 +860,21 @@ def attack_keyring_find(p):
     return out
 
 
+def attack_watch(p):
+    """Watch the read-only trees every context and the host share (the standard library, the
+    SDK, ``/usr/bin``) for what others open, through inotify and fanotify."""
+    out = {}
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    out["inotify_init1"] = "OPENED" if fd >= 0 else _errno_name()
+    if fd >= 0:
+        watched = libc.inotify_add_watch(fd, os.path.dirname(os.__file__).encode(), 0x20)  # IN_OPEN
+        out["inotify_add_watch"] = "WATCHING" if watched >= 0 else _errno_name()
+    fan = libc.fanotify_init(0, 0)
+    out["fanotify_init"] = "OPENED" if fan >= 0 else _errno_name()
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # what the zygote left in the child's memory
 
@@ -868,7 +883,8 @@ def attack_host_state(p):
     """Look for the host's pids and the zygote's paths in what this child inherited: the frames
     below this one and every object the collector tracks of a class of the runtime's own
     modules or ``argparse``, three levels deep; ``threading``'s record of the main thread,
-    ``tempfile``'s name sequence, ``sys.orig_argv`` and ``/proc/self/cmdline``. The pids come masked (``pid ^ mask``)
+    ``tempfile``'s name sequence, ``sys.orig_argv``, ``/proc/self/cmdline``; and the kernel's
+    view of its place (``/proc/self/cgroup``, ``mountinfo``, ``status``, ``stat``). The pids come masked (``pid ^ mask``)
     so that the attack's own parameters never match; its own host pid (its uid minus the base)
     is not the host's."""
     import gc
@@ -921,6 +937,13 @@ def attack_host_state(p):
     look("sys.orig_argv", list(sys.orig_argv), 2)
     with open("/proc/self/cmdline", "rb") as f:
         look("/proc/self/cmdline", f.read().decode("utf-8", "replace"), 1)
+    # what the kernel shows of the context's place on the host: no host pid in it
+    numbers = re.compile("(?<![0-9])(" + "|".join(str(m ^ mask) for m in pids) + ")(?![0-9])")
+    for path in ("/proc/self/cgroup", "/proc/self/mountinfo", "/proc/self/status", "/proc/self/stat"):
+        with open(path) as f:
+            text = f.read()
+        if numbers.search(text) or paths.search(text.encode()):
+            hits.append(f"{path}: {text[:300]!r}")
     return {"hits": hits, "frames": frames, "objects": objects}
 
 

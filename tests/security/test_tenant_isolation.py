@@ -470,6 +470,11 @@ def test_mounts_namespaces_chroot_sysfs_and_shm_are_refused(http):
     assert not found["shm_open"].startswith("CREATED"), found["shm_open"]
 
 
+def test_what_other_contexts_and_the_host_open_cannot_be_watched(http):
+    found = output_of(run_attack(http, "watch"))
+    assert found == {"inotify_init1": "EPERM", "fanotify_init": "EPERM"}, found
+
+
 def test_no_abstract_socket_or_sysv_ipc_between_contexts_of_different_spaces(tenants, tmp_path):
     tag = f"takohost-attack-{uuid.uuid4().hex[:8]}"
     ready, done = tmp_path / "holder-ready", tmp_path / "holder-done"

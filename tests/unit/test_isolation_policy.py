@@ -74,9 +74,9 @@ def test_layout_hides_site_packages_and_keeps_only_stdlib_and_sdk_on_sys_path():
 
 # -- the system-call filter, run on a small classic-BPF interpreter --------------------------------
 
-def _run_bpf(program, *, arch: int, nr: int, arg0: int = 0) -> int:
+def _run_bpf(program, *, arch: int, nr: int, arg0: int = 0, arg2: int = 0) -> int:
     """Evaluate ``program`` (``(code, jt, jf, k)``) on one ``seccomp_data`` like the kernel."""
-    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF}
+    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF, 32: arg2 & 0xFFFFFFFF}
     acc, pc = 0, 0
     while True:
         code, jt, jf, k = program[pc]
@@ -106,6 +106,20 @@ def test_seccomp_filter_denies_what_namespaces_do_not_separate(machine):
     assert _run_bpf(program, arch=arch, nr=0) == allow  # read / io_setup
     assert _run_bpf(program, arch=arch, nr=0x40000000 + 248) == eperm  # the x32 ABI
     assert _run_bpf(program, arch=0x40000003, nr=0) == 0x80000000  # another ABI (i386): killed
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_seccomp_filter_allows_sockets_of_the_default_tcp_and_udp_protocols_only(machine):
+    """Landlock's port rules hold for TCP only: MPTCP (262) and SCTP (132) sockets are refused."""
+    program = isolation.seccomp_program(machine)
+    arch = isolation._AUDIT_ARCH[machine]
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    nr = isolation._SOCKET[machine]
+    for protocol in (0, 6, 17):
+        assert _run_bpf(program, arch=arch, nr=nr, arg0=2, arg2=protocol) == allow, protocol
+    for protocol in (262, 132, 1, 255, 0x10000 | 6):
+        assert _run_bpf(program, arch=arch, nr=nr, arg0=2, arg2=protocol) == eperm, protocol
+    assert _run_bpf(program, arch=arch, nr=isolation._CLONE[machine], arg0=17, arg2=262) == allow
 
 
 def test_host_processes_mark_themselves_non_dumpable():
