@@ -58,6 +58,17 @@ class _Collector(http.server.ThreadingHTTPServer):
         with self.lock:
             return [s.name for s in self.spans if int.from_bytes(s.trace_id, "big") == trace_id]
 
+    def context_outcomes(self, trace_id: int) -> set[str]:
+        """The ``takohost.outcome`` of every ``takohost.context`` span of the trace received so far."""
+        with self.lock:
+            return {
+                a.value.string_value
+                for s in self.spans
+                if int.from_bytes(s.trace_id, "big") == trace_id and s.name == "takohost.context"
+                for a in s.attributes
+                if a.key == "takohost.outcome"
+            }
+
 
 def test_the_create_request_and_the_worker_contexts_land_in_one_trace():
     collector = _Collector()
@@ -85,8 +96,13 @@ def test_the_create_request_and_the_worker_contexts_land_in_one_trace():
             trace_id = tracing.trace_id_of(deployed.workflow, "traced")
             wanted = {"takohost.instance.create", "takohost.event.send", "takohost.context",
                       "takohost.step.attempt", "takohost.commit", "takohost.sandbox.spawn"}
+            # A context's span ends after its last step's spans and may come in a later export
+            # batch: wait for both contexts, not only for every name.
             workflows.wait_until(
-                lambda: wanted <= set(collector.names(trace_id)), timeout=30, message="spans exported"
+                lambda: wanted <= set(collector.names(trace_id))
+                and {"waiting", "complete"} <= collector.context_outcomes(trace_id),
+                timeout=30,
+                message="spans exported",
             )
         with collector.lock:
             mine = [s for s in collector.spans if int.from_bytes(s.trace_id, "big") == trace_id]
