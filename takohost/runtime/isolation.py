@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
+    "CONTEXT_ENV",
     "IsolationUnavailable",
     "Layout",
     "MemoryCgroup",
@@ -103,6 +104,10 @@ MODES = ("namespaces", "none")
 NETWORKS = ("none", "outbound")
 
 _libc: Any = None
+
+#: The environment of the zygote and so of every context (the zygote's environment is what a
+#: child inherits, in ``os.environ`` and in the C library's ``environ``).
+CONTEXT_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
 class IsolationUnavailable(RuntimeError):

@@ -470,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, required=True)
     args = parser.parse_args(argv)
     settings = read_settings()
+    if dict(os.environ) != isolation.CONTEXT_ENV:  # what every child inherits
+        os.environ.clear()
+        os.environ.update(isolation.CONTEXT_ENV)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)

@@ -106,18 +106,23 @@ def test_child_sees_no_host_environment(monkeypatch):
         assert b"TAKOHOST_" not in zygote_env and b"DATABASE_URL" not in zygote_env
         handle = own.spawn(
             workflow_job("""
-            import os
+            import os, subprocess
             class W:
                 def __init__(self, env): pass
                 def run(self, event, step):
-                    return {"env": dict(os.environ)}
+                    # what a program it starts inherits: the C library's environment
+                    started = subprocess.run(["/usr/bin/env"], capture_output=True, text=True, env=None)
+                    return {"env": dict(os.environ), "inherited": sorted(started.stdout.split())}
         """)
         )
         with handle:
             result = handle.recv(timeout=5)
         assert result == {
             "op": "run_returned",
-            "output": {"env": {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}},
+            "output": {
+                "env": {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                "inherited": ["LANG=C.UTF-8", "PATH=/usr/bin:/bin"],
+            },
         }
     finally:
         own.stop()

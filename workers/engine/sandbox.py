@@ -49,7 +49,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ZYGOTE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
 _RECV_BYTES = 1 << 16  # below malloc's mmap threshold
 
 
@@ -284,7 +284,7 @@ class Zygote:
         try:
             self._proc = subprocess.Popen(
                 command,
-                env=dict(ZYGOTE_ENV),
+                env=dict(isolation.CONTEXT_ENV),  # -I -B: no PYTHON* variable is read anyway
                 close_fds=True,
                 pass_fds=(control_r, ready_w),
                 stdin=subprocess.PIPE,
