@@ -49,7 +49,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-
 _RECV_BYTES = 1 << 16  # below malloc's mmap threshold
 
 
