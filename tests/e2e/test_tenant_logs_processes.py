@@ -155,3 +155,43 @@ def test_the_readme_logs_block_runs_as_written(api_server, worker, beat_process,
     # "instances history shows the same traceback under each StepAttemptFailed"
     history = cli.ok("instances", "history", "order-fulfilment", "A-1002").stdout
     assert history.count("Traceback (the Version's frames, innermost last):") == 5
+
+
+def test_run_logs_prints_what_a_cron_run_printed_and_its_traceback(api_server, db_url, space_token):
+    """README "Commands": ``takohost run-logs TRIGGER TIME`` prints one run's lines (every
+    delivery of that match) with its traceback, by the time ``takohost runs`` shows or by epoch
+    milliseconds; ``--json`` gives the lines as one document; an unknown time is an error."""
+    import datetime as dt
+    import json
+
+    from tests.integration.test_cron_support import at, create_stack, decide
+    from tests.integration.test_tenant_logs import CHATTY_HANDLER
+    from workers import cron_tasks
+
+    space, token = space_token
+    base = api_server.extra["url"]
+    minute = "2030-03-04T10:05:00Z"
+    stack = create_stack(
+        db_url, space=space, cron="*/5 * * * *", source=CHATTY_HANDLER, now=at(minute) - dt.timedelta(seconds=30)
+    )
+    [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(match_pk) == "failed"
+    runs = _cli(base, space, token, "runs", stack.trigger_uid)
+    assert runs.returncode == 0 and minute in runs.stdout, (runs.stdout, runs.stderr)
+    printed = _cli(base, space, token, "run-logs", stack.trigger_uid, minute)
+    assert printed.returncode == 0, printed.stderr
+    rows = printed.stdout.splitlines()
+    assert "delivery 1" in rows[0] and "stdout" in rows[0] and "handler starts 1898849100000" in rows[0], rows
+    assert "stderr" in rows[1] and "WARNING:root:about to fail" in rows[1], rows
+    assert "RuntimeError: boom at 1898849100000" in printed.stdout
+    assert 'File "main.py", line 6, in scheduled' in printed.stdout
+    by_ms = _cli(base, space, token, "run-logs", stack.trigger_uid, "1898849100000")
+    assert by_ms.returncode == 0 and by_ms.stdout == printed.stdout, by_ms.stderr
+    as_json = _cli(base, space, token, "run-logs", stack.trigger_uid, minute, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    lines = json.loads(as_json.stdout)["logs"]
+    assert [(line["delivery"], line["stream"]) for line in lines[:2]] == [(1, "stdout"), (1, "stderr")]
+    followed = _cli(base, space, token, "run-logs", stack.trigger_uid, minute, "--follow", "--interval", "0.2")
+    assert followed.returncode == 0 and followed.stdout == printed.stdout, followed.stderr
+    unknown = _cli(base, space, token, "run-logs", stack.trigger_uid, "2030-03-04T10:06:00Z")
+    assert unknown.returncode != 0 and "not_found" in unknown.stderr + unknown.stdout, (unknown.stdout, unknown.stderr)
