@@ -157,3 +157,51 @@ def test_a_context_fenced_while_it_stops_its_child_publishes_nothing(db_url, spa
     row = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="f")
     assert row.status == "running" and row.output is None
     assert not lease_service.live_leases([pk], settings=config.load_settings())
+
+
+@pytest.mark.parametrize(
+    ("class_name", "status_at_release"),
+    [
+        # A terminal status: no later context waits for the lease, so its round trip comes after
+        # the status a client is waiting for.
+        ("Ends", "complete"),
+        ("Throws", "errored"),
+        # Before sleeping / waiting / a retry the lease goes first: the wake-up may come at once.
+        ("Naps", "running"),
+        ("Waits", "running"),
+        ("Retries", "running"),
+    ],
+)
+def test_the_lease_is_released_after_a_terminal_status_and_before_any_other(
+    db_url, space, driver, monkeypatch, class_name, status_at_release
+):
+    """Each context releases its lease once, after its child is proven dead (the stop proof), and
+    the lease is gone when the context ends; a terminal status is stored before the release."""
+    from workers.engine import lease as lease_mod
+
+    deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name=class_name)
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="r")
+    pk = driver.queue[0]
+    conn = _observer(db_url)
+    at_release: list[tuple[str, bool]] = []  # (the stored status, a child not proven dead yet)
+    unproven = [False]
+    original = lease_mod.LeaseStore.release
+    original_kill = sandbox.ChildHandle.kill_and_wait
+
+    def release(self, lease):
+        at_release.append((_status(conn, pk), unproven[0]))
+        return original(self, lease)
+
+    def kill_and_wait(self, timeout=5.0):
+        proven = original_kill(self, timeout)
+        unproven[0] = not proven
+        return proven
+
+    monkeypatch.setattr(lease_mod.LeaseStore, "release", release)
+    monkeypatch.setattr(sandbox.ChildHandle, "kill_and_wait", kill_and_wait)
+    try:
+        driver.run()
+    finally:
+        conn.close()
+    assert at_release == [(status_at_release, False)]
+    assert not lease_service.live_leases([pk], settings=config.load_settings())

@@ -671,7 +671,7 @@ class ReplayContext:
             documents.canonical_document(output, allow_none=True)
         except (documents.InvalidDocument, documents.DocumentTooLargeError) as exc:
             return self._end_errored("run_threw", f"run returned a value that is not a document: {exc}")
-        self._stop_child()
+        self._stop_child(release=False)
         assert self.store is not None
         self.store.commit_terminal(status="complete", output=output, now=self.clock())  # type: ignore[arg-type]
         return "complete"
@@ -685,7 +685,7 @@ class ReplayContext:
             step=None,
             attempt=None,
         )
-        self._stop_child()
+        self._stop_child(release=False)
         assert self.store is not None
         error = {"reason": reason}
         if message:
@@ -694,9 +694,14 @@ class ReplayContext:
         self.store.commit_terminal(status="errored", error=error, now=self.clock(), details=details)
         return "errored"
 
-    def _stop_child(self) -> None:
+    def _stop_child(self, *, release: bool = True) -> None:
         """Kill the child and prove it dead, then drop the lease (nothing of ours runs any more).
-        Not proven → stop without publishing (the lease expires; the child's watchdog fires)."""
+        Not proven → stop without publishing (the lease expires; the child's watchdog fires).
+
+        ``release=False`` keeps the lease until :meth:`_finish`, after the caller's commit: for a
+        terminal status, which no later context of the instance waits for, so that the lease's
+        round trip is not between the proof and the status a client sees. Before ``sleeping``,
+        ``waiting`` or a retry the lease must be gone first: the wake-up may come at once."""
         if self.watched is not None:
             self.heartbeat.unregister(self.watched)
         if self.child is not None:
@@ -709,7 +714,8 @@ class ReplayContext:
                 self.lease = None
                 raise _Stop("stop_unproven")
         self._flush_logs()  # before the status is published: a follower sees the last lines first
-        self._release_lease()
+        if release:
+            self._release_lease()
 
     def _kill_child(self) -> None:
         if self.child is not None:
