@@ -4,6 +4,7 @@ events, and ids that must round-trip through every call (API-inst-id)."""
 from __future__ import annotations
 
 import urllib.parse
+import uuid
 
 import pytest
 
@@ -357,3 +358,33 @@ def test_a_workflow_uid_the_host_never_issued_is_not_found(client, space_token, 
             method,
             path,
         )
+
+
+def test_a_create_that_is_refused_leaves_no_instance(api, client, db_url):
+    """The create sends its insert with the workflow's lock before it knows whether the UID is a
+    live, ready DurableWorkflow of the caller's Space: every refusal rolls it back."""
+    import sqlalchemy as sa
+
+    from models import db as models_db
+    from workers.services import tokens
+
+    def rows() -> int:
+        with models_db.session_scope(db_url) as session:
+            return session.scalar(sa.text("SELECT count(*) FROM instances"))
+
+    before = rows()
+    # a real workflow of another Space, named by a caller of its own Space
+    other_space = "s" + uuid.uuid4().hex[:12]
+    with models_db.session_scope(db_url) as session:
+        other_token = tokens.create_token_txn(session, space=other_space)
+    path = f"/v2/spaces/{other_space}/resources/{api.deployed.workflow}/instances"
+    refused = client.post(path, json={"id": "theirs"}, headers={"Authorization": f"Bearer {other_token}"})
+    assert _error(refused) == (404, "not_found")
+    # a workflow UID that is not a DurableWorkflow (the Version's) and one that does not exist
+    for uid in (api.deployed.version, str(uuid.uuid4())):
+        base = api.base.replace(api.deployed.workflow, uid)
+        assert _error(client.post(base, json={"id": "x"}, headers=api.headers)) == (404, "not_found")
+    # an existing id: instance_exists, and the first one stays as it was
+    assert api.call("POST", json={"id": "kept"}).status_code == 201
+    assert _error(api.call("POST", json={"id": "kept"})) == (409, "instance_exists")
+    assert rows() == before + 1

@@ -56,30 +56,36 @@ def status_document(instance: inst_models.Instance) -> dict:
 
 
 def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None, forms.Readiness]:
-    """``(closed, pk, readiness)`` in two statements. A shared advisory lock pairs with the
-    exclusive one ``instance_stop.purge_workflow`` closes the UID under, so a create either commits
-    before the close (and is purged with it) or sees the closure: the closure is read by the next
-    statement, whose snapshot is taken after the lock was granted. ``pk`` ``None``: the id exists.
-    The lock's row also brings the workflow's readiness facts (checked after the insert)."""
-    conn = session.connection()
-    live = conn.exec_driver_sql(
-        instance_sql.LOCK_WORKFLOW_SHARED, {"uid": values["workflow_uid"], "space": values["space"]}
-    ).first()
+    """``(closed, pk, readiness)`` from two statements sent in one round trip with the
+    transaction's ``BEGIN`` (a psycopg pipeline). A shared advisory lock pairs with the exclusive
+    one ``instance_stop.purge_workflow`` closes the UID under, so a create either commits before
+    the close (and is purged with it) or sees the closure: the closure is read by the insert, a
+    statement of its own whose snapshot is taken after the lock was granted. ``pk`` ``None``: the
+    id exists. The lock's row also brings the workflow's readiness facts (checked after the
+    insert). Raises ``DomainError`` ``not_found`` when no live DurableWorkflow of the Space has the
+    UID (the insert, sent before that is known, is rolled back with the transaction)."""
+    connection = session.connection().connection.driver_connection
+    with connection.pipeline():
+        live_rows = connection.execute(
+            instance_sql.LOCK_WORKFLOW_SHARED, {"uid": values["workflow_uid"], "space": values["space"]}
+        )
+        inserted = connection.execute(
+            instance_sql.INSERT_INSTANCE,
+            {
+                "uid": values["workflow_uid"],
+                "space": values["space"],
+                "instance_id": values["instance_id"].encode("utf-8"),
+                "params": None if values["params"] is None else deepjson.dumps_stored(values["params"]),
+                "now": values["now"],
+                "lifetime": values["lifetime"],
+                "attributes": json.dumps({"instanceId": values["instance_id"]}),
+            },
+        )
+    live = live_rows.fetchone()
     if live is None:
         raise DomainError("not_found", "no such DurableWorkflow in this Space")
     readiness = forms.readiness_of(values["workflow_uid"], tuple(live)[1:])
-    closed, pk = conn.exec_driver_sql(
-        instance_sql.INSERT_INSTANCE,
-        {
-            "uid": values["workflow_uid"],
-            "space": values["space"],
-            "instance_id": values["instance_id"].encode("utf-8"),
-            "params": None if values["params"] is None else deepjson.dumps_stored(values["params"]),
-            "now": values["now"],
-            "lifetime": values["lifetime"],
-            "attributes": json.dumps({"instanceId": values["instance_id"]}),
-        },
-    ).one()
+    closed, pk = inserted.fetchone()
     return bool(closed), pk, readiness
 
 
