@@ -60,6 +60,17 @@ WHERE i.workflow_uid = %(uid)s AND i.instance_id = %(instance_id)s
 FOR UPDATE OF i
 """
 
+#: The instance's pending wait ``(name, config, timeout_at)`` (no row: none), found by the
+#: instance's key so that it can go out in the same pipeline as ``LOCK_INSTANCE``, right after
+#: it: a statement of its own, whose snapshot is taken once the row lock is granted, so it sees
+#: the wait a context committed together with ``waiting``.
+SELECT_PENDING_WAIT = """
+SELECT s.name, s.config, s.timeout_at FROM steps s
+WHERE s.instance_pk = (SELECT i.pk FROM instances i
+                       WHERE i.workflow_uid = %(uid)s AND i.instance_id = %(instance_id)s)
+  AND s.kind = 'wait' AND s.state = 'pending'
+"""
+
 #: The event, the counters and ``EventAccepted`` in one statement; or, for a waiting matching wait
 #: (``%(direct)s``, the wait named ``%(wait_name)s``), the event consumed at once: the wait's result,
 #: ``EventAccepted``, ``EventConsumed`` and ``StepCompleted``, the instance woken (``running``) and its

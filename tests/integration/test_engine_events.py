@@ -463,3 +463,26 @@ def test_a_binding_call_the_host_finds_invalid_raises_type_error_in_the_workflow
         "status": "complete",
         "output": {"get": "TypeError", "send_event": "TypeError"},
     }
+
+
+def test_a_wait_with_a_non_ascii_name_takes_its_event_directly(db_url, space, driver):
+    """The pending wait is read as raw bytes beside the row lock: its UTF-8 name must come back
+    exactly, or the event would not be consumed by the wait (seed 000: consumed atomically)."""
+    source = '''
+class Waiter:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        return {"got": step.wait_for_event("承認 ✓\\u2028", {"type": "go", "timeoutSeconds": 600})}
+'''
+    d = workflows.deploy(db_url, space=space, source=source, class_name="Waiter")
+    ids = dict(space=space, workflow_uid=d.workflow)
+    instances.create(**ids, instance_id="ü")
+    assert driver.run() == ["waiting"]
+    instance_events.send_event(**ids, instance_id="ü", event_type="go", payload={"k": "✓"})
+    assert instances.status(**ids, instance_id="ü") == {"status": "running"}  # woken in the same commit
+    assert instance_events.inbox(**ids, instance_id="ü") == {"events": []}  # never queued
+    assert driver.run() == ["complete"]
+    assert instances.status(**ids, instance_id="ü") == {"status": "complete", "output": {"got": {"k": "✓"}}}
+    events = instance_history.history(**ids, instance_id="ü")["events"]
+    consumed = [e for e in events if e["eventType"] == "EventConsumed"]
+    assert [e["attributes"]["name"] for e in consumed] == ["承認 ✓\u2028"]

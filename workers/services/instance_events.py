@@ -19,6 +19,7 @@ import datetime as dt
 import json
 from typing import Any
 
+import psycopg.rows
 import sqlalchemy as sa
 from sqlalchemy import orm
 
@@ -90,7 +91,7 @@ def send_event(
             idempotency_service.store_response_txn(
                 session, space=space, key=idempotency[0], status=202, body={}
             )
-        row = _lock_instance_txn(session, space=space, workflow_uid=workflow_uid, instance_id=instance_id)
+        row, wait = _lock_instance_txn(session, space=space, workflow_uid=workflow_uid, instance_id=instance_id)
         if row is None:
             instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)  # not_found first
             raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
@@ -100,20 +101,12 @@ def send_event(
             raise DomainError("instance_terminal", f"the instance is {row.status}; it takes no more events")
         direct, wait_name = False, None
         if row.status == "waiting" and row.stopping is None:
-            # A separate statement: its snapshot is taken after the row lock was granted, so it sees
-            # the pending wait that the context committed together with ``waiting``.
-            steps = inst_models.Step.__table__
-            wait = session.execute(
-                sa.select(steps.c.name, steps.c.config, steps.c.timeout_at).where(
-                    steps.c.instance_pk == row.pk, steps.c.kind == "wait", steps.c.state == "pending"
-                )
-            ).first()
             direct = (
                 wait is not None
                 and (wait.config or {}).get("type") == event_type
                 and (wait.timeout_at is None or now <= wait.timeout_at)
             )
-            wait_name = wait.name if direct else None
+            wait_name = bytes(wait.name).decode("utf-8") if direct else None
         if not direct and (
             row.inbox_count + 1 > MAX_QUEUED_EVENTS or row.inbox_bytes + size > MAX_QUEUED_BYTES
         ):
@@ -135,17 +128,25 @@ def send_event(
     return {}
 
 
-def _lock_instance_txn(session: orm.Session, *, space: str, workflow_uid: str, instance_id: str) -> Any:
-    """The instance row locked ``FOR UPDATE``, with its closure flag (``None``: unknown
-    instance, or a workflow that is not a live DurableWorkflow of ``space``)."""
-    return (
-        session.connection()
-        .exec_driver_sql(
-            instance_sql.LOCK_INSTANCE,
-            {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")},
-        )
-        .first()
-    )
+def _lock_instance_txn(
+    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str
+) -> tuple[Any, Any]:
+    """``(row, wait)`` in one round trip (a psycopg pipeline, with the transaction's ``BEGIN``
+    when it is the first): the instance row locked ``FOR UPDATE`` with its closure flag
+    (``None``: unknown instance, or a workflow that is not a live DurableWorkflow of ``space``),
+    then its pending wait ``(name, config, timeout_at)`` read by a statement of its own, whose
+    snapshot is taken after the lock was granted (``instance_sql.SELECT_PENDING_WAIT``; ``name``
+    is UTF-8 bytes; only meaningful when ``row`` is not ``None``)."""
+    connection = session.connection().connection.driver_connection
+    params = {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
+    with (
+        connection.cursor(row_factory=psycopg.rows.namedtuple_row) as locked,
+        connection.cursor(row_factory=psycopg.rows.namedtuple_row) as pending,
+    ):
+        with connection.pipeline():
+            locked.execute(instance_sql.LOCK_INSTANCE, params)
+            pending.execute(instance_sql.SELECT_PENDING_WAIT, params)
+        return locked.fetchone(), pending.fetchone()
 
 
 def _accept_event_txn(
