@@ -41,6 +41,8 @@ import subprocess
 import sys
 import time
 
+from takohost.runtime import isolation
+
 VARIANTS = ("fork", "pid_namespace", "namespaces", "enter", "cow_1000")
 INTERPRETERS = ("bare", "zygote")
 _PAGE = 4096
@@ -52,8 +54,6 @@ def _cpu_seconds() -> float:
 
 
 def _iteration(variant: str, pidns_fd: int, pages: bytearray, forker: object | None) -> None:
-    from takohost.runtime import isolation
-
     if forker is not None:
         pid = forker.fork()
         if pid == 0:
@@ -91,7 +91,7 @@ def _iteration(variant: str, pidns_fd: int, pages: bytearray, forker: object | N
 def inner(interpreter: str, variant: str, iterations: int) -> dict:
     """In this process: load ``interpreter``'s state, then time ``iterations`` of ``variant``.
     Returns ``{"cpu_ms": …, "wall_ms": …}`` per iteration (milliseconds)."""
-    from takohost.runtime import isolation, zygote
+    from takohost.runtime import zygote
 
     forker, children_dir = None, None
     if variant == "enter":  # as the zygote does: the Forker first, then the preload
