@@ -117,7 +117,11 @@ def test_follow_prints_lines_while_the_instance_runs(api_server, worker, space_t
         first = follower.stdout.readline()
         assert "tick 0" in first, first
         assert time.monotonic() - started < 30
-        out, _ = follower.communicate(timeout=60)  # ends by itself once the instance is complete
+        # It ends by itself once the instance is complete. The rest is read from the same
+        # buffered file: ``communicate`` reads the raw descriptor and would skip lines that
+        # ``readline`` already buffered (tick 0 and tick 1 often come in one page).
+        follower.wait(timeout=60)
+        out = follower.stdout.read()
     finally:
         follower.kill()
     assert "tick 1" in out and "tick 2" in out
