@@ -14,6 +14,11 @@ restarts); Redis keeps nothing (as in production, the beat sweeps re-dispatch fr
 Every child dies with the supervisor, even on its ``SIGKILL`` (a parent-death signal), and a
 server left by a crashed supervisor is found through its pid file at the next start and stopped
 (:mod:`host_cli.embedded`). A lock file keeps a second supervisor off the same data dir.
+
+With ``--metrics-port PORT`` the supervisor serves one Prometheus endpoint for the whole stack:
+it makes the multiprocess directory (``metrics/dev-<pid>`` in the data dir) that API, worker
+and beat record into, and answers ``GET /metrics`` on that port with their sum and the beat's
+host-wide gauges (README "Metrics"). The children get no port of their own.
 """
 
 from __future__ import annotations
@@ -203,8 +208,9 @@ class _Stack:
         self.postgres.stop()
 
 
-def run(*, port: int, data_dir: str, concurrency: int = 2) -> int:
-    """Run the servers, API, worker and beat in the foreground until Ctrl-C or SIGTERM.
+def run(*, port: int, data_dir: str, concurrency: int = 2, metrics_port: int | None = None) -> int:
+    """Run the servers, API, worker and beat in the foreground until Ctrl-C or SIGTERM; with
+    ``metrics_port``, also ``GET /metrics`` of all of them on that port (see the module doc).
 
     Returns the exit code: 0 after a clean stop, :data:`EXIT_START_FAILED` (1) when something
     could not start (the port is taken, a server or the API failed, another supervisor holds the
@@ -218,6 +224,10 @@ def run(*, port: int, data_dir: str, concurrency: int = 2) -> int:
         (root / "logs").mkdir(mode=0o700, exist_ok=True)
         lock = _lock(root)
         check_port_free(port)
+        if metrics_port is not None:
+            if metrics_port == port:
+                raise DevError(f"the metrics port {metrics_port} is the API's port: give each its own")
+            check_port_free(metrics_port)
     except DevError as exc:
         sys.stderr.write(f"takohost dev: {exc}\n")
         return exc.code
@@ -236,6 +246,9 @@ def run(*, port: int, data_dir: str, concurrency: int = 2) -> int:
         admin_url = stack.postgres.start()
         stack.redis.start()
         env = _environment(stack)
+        metrics_url = None
+        if metrics_port is not None:
+            env, metrics_url = _serve_metrics(root, env, metrics_port)
         _ensure_database(admin_url)
         from models import migrate
 
@@ -253,7 +266,8 @@ def run(*, port: int, data_dir: str, concurrency: int = 2) -> int:
         _wait_healthy(stack.children[0], url, timeout=120, log_path=root / "logs" / "api.log")
         if stopping:
             return 0
-        _print_banner(root=root, url=url, token=token, seconds=time.monotonic() - started)
+        _print_banner(root=root, url=url, token=token, seconds=time.monotonic() - started,
+                      metrics_url=metrics_url)
         _supervise(stack, env, lambda: stopping)
         return 0
     except (DevError, embedded.EmbeddedError) as exc:
@@ -277,7 +291,33 @@ def _environment(stack: _Stack) -> dict[str, str]:
     return {**os.environ, **settings}
 
 
-def _print_banner(*, root: pathlib.Path, url: str, token: str, seconds: float) -> None:
+def _serve_metrics(root: pathlib.Path, env: dict[str, str], port: int) -> tuple[dict[str, str], str]:
+    """Serve the stack's metrics from this process (see the module doc); returns the children's
+    environment (recording into this process's directory, with no port of their own) and the
+    endpoint's URL. Raises :class:`DevError` when the sandbox's outbound policy would let tenant
+    code reach that port, or when it cannot be bound."""
+    from takohost.runtime import isolation
+    from workers.telemetry import metrics
+
+    try:
+        isolation.Policy.from_environ({**env, "TAKOHOST_METRICS_PORT": str(port)})
+    except ValueError as exc:
+        raise DevError(str(exc)) from None
+    os.environ["TAKOHOST_METRICS_DIR"] = str(root / "metrics")
+    os.environ.pop("TAKOHOST_METRICS_PORT", None)
+    metrics.prepare("dev")
+    addr = os.environ.get("TAKOHOST_METRICS_ADDR") or "127.0.0.1"
+    try:
+        metrics.serve(port, addr=addr, host_state=True)
+    except OSError as exc:
+        raise DevError(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
+    return dict(os.environ), f"http://{addr}:{port}/metrics"
+
+
+def _print_banner(
+    *, root: pathlib.Path, url: str, token: str, seconds: float, metrics_url: str | None = None
+) -> None:
+    metrics_line = f"  Metrics: {metrics_url}   (unauthenticated)\n" if metrics_url else ""
     sys.stdout.write(
         f"takohost dev is running (embedded PostgreSQL and Redis in the data dir; one machine, "
         f"not for production; started in {seconds:.1f} s)\n"
@@ -286,6 +326,7 @@ def _print_banner(*, root: pathlib.Path, url: str, token: str, seconds: float) -
         f"  Space:  {DEV_SPACE}\n"
         f"  Token:  {token}\n"
         f"  Data:   {root}   (logs in {root / 'logs'})\n"
+        f"{metrics_line}"
         f"  export TAKOHOST_URL={url} TAKOHOST_TOKEN={token}\n"
         "Press Ctrl-C to stop; starting again keeps all state.\n"
     )

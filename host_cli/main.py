@@ -105,12 +105,16 @@ def main() -> None:
 @main.command()
 @click.option("--port", default=8080, show_default=True, type=int, help="API port.")
 @click.option("--data-dir", default=".takohost", show_default=True, help="Where state is kept.")
-def dev(port: int, data_dir: str) -> None:
+@click.option("--metrics-port", type=click.IntRange(min=1, max=65535), default=None,
+              help="Serve Prometheus metrics of the whole stack on this port (TAKOHOST_METRICS_ADDR, "
+                   "default 127.0.0.1; unauthenticated; env TAKOHOST_METRICS_PORT).")
+def dev(port: int, data_dir: str, metrics_port: int | None) -> None:
     """Run API, worker and beat on an embedded PostgreSQL and Redis in the data dir."""
     from host_cli import devmode
+    from workers.telemetry import metrics
 
     _host_process()
-    raise SystemExit(devmode.run(port=port, data_dir=data_dir))
+    raise SystemExit(devmode.run(port=port, data_dir=data_dir, metrics_port=metrics.port_from_env(metrics_port)))
 
 
 @main.group()
