@@ -236,7 +236,10 @@ def test_terminate_asks_the_owner_to_stop_at_once_and_returns_once_the_stop_is_p
     started = time.monotonic()
     answer = instance_stop.terminate(space=space, workflow_uid=deployed.workflow, instance_id="hint")
     assert answer == {"status": "terminated"}
-    assert time.monotonic() - started < 2.5
+    # Without the hint the stop would come with the next beat (60 s) or the lease's expiry (15 s);
+    # with it, in about a second. The bound sits well below both and leaves room for a loaded
+    # machine (CI once took 2.7 s with other suites beside it).
+    assert time.monotonic() - started < 8
     thread.join(30)
     assert outcome == ["fenced"]
     size = log.stat().st_size
