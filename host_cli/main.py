@@ -33,7 +33,7 @@ def _serve_metrics(role: str, port: int | None, *, host_state: bool = False) -> 
     "Observability"); nothing without one."""
     from workers.telemetry import metrics
 
-    port = metrics.port_from_env(port)
+    port = _metrics_port(port)
     if port is None:
         return
     metrics.prepare(role)
@@ -43,6 +43,16 @@ def _serve_metrics(role: str, port: int | None, *, host_state: bool = False) -> 
         raise click.ClickException(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
     logging.getLogger("takohost.metrics").info(
         "metrics at http://%s:%d/metrics", os.environ.get("TAKOHOST_METRICS_ADDR") or "127.0.0.1", port)
+
+
+def _metrics_port(value: int | None) -> int | None:
+    """``--metrics-port``, else ``TAKOHOST_METRICS_PORT``; a bad variable is a usage error."""
+    from workers.telemetry import metrics
+
+    try:
+        return metrics.port_from_env(value)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _observability_options(fn):  # noqa: ANN001, ANN202 - a click decorator
@@ -111,10 +121,9 @@ def main() -> None:
 def dev(port: int, data_dir: str, metrics_port: int | None) -> None:
     """Run API, worker and beat on an embedded PostgreSQL and Redis in the data dir."""
     from host_cli import devmode
-    from workers.telemetry import metrics
 
     _host_process()
-    raise SystemExit(devmode.run(port=port, data_dir=data_dir, metrics_port=metrics.port_from_env(metrics_port)))
+    raise SystemExit(devmode.run(port=port, data_dir=data_dir, metrics_port=_metrics_port(metrics_port)))
 
 
 @main.group()

@@ -223,3 +223,16 @@ def test_a_taken_metrics_port_stops_the_command_with_the_reason():
         )
     assert done.returncode == 1
     assert f"cannot serve metrics on port {port}" in done.stderr
+
+
+def test_a_metrics_port_variable_that_is_no_port_is_a_usage_error():
+    """``TAKOHOST_METRICS_PORT=abc``: exit 2 with the variable's name, not a ``ValueError``
+    traceback (as before), for the three commands and for ``dev``."""
+    env = {**os.environ, "TAKOHOST_METRICS_PORT": "abc"}
+    for command in (["api", "--port", "1"], ["worker"], ["beat"], ["dev", "--data-dir", "/nonexistent/x"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "host_cli", *command], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert done.returncode == 2, (command, done.stderr[-2000:])
+        assert "TAKOHOST_METRICS_PORT must be a port 1-65535, not 'abc'" in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr

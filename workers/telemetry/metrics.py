@@ -216,11 +216,18 @@ def serve(port: int, *, addr: str | None = None, host_state: bool = False, setti
 
 
 def port_from_env(value: int | None) -> int | None:
-    """``value`` (a ``--metrics-port``), else ``TAKOHOST_METRICS_PORT`` as an int, else ``None``."""
+    """``value`` (a ``--metrics-port``), else ``TAKOHOST_METRICS_PORT`` as an int, else ``None``.
+
+    Raises ``ValueError`` (with a message for the user) when the variable is not a port 1–65535.
+    """
     if value is not None:
         return value
     raw = os.environ.get("TAKOHOST_METRICS_PORT", "").strip()
-    return int(raw) if raw else None
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 65535):
+        raise ValueError(f"TAKOHOST_METRICS_PORT must be a port 1-65535, not {raw!r}")
+    return int(raw)
 
 
 #: kombu's Redis transport keeps a priority's messages in ``queue + SEP + priority``.
