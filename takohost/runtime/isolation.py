@@ -902,6 +902,20 @@ _DENIED_CALLS = {
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _SOCKET = {"x86_64": 41, "aarch64": 198}
+#: ``socket()`` address families a context may ask for (the rest, ``socket(2)``'s ``domain``, is
+#: refused). Each of these is separated by the context's network namespace; ``AF_VSOCK`` (40) is
+#: not: its ports are the whole machine's, shared with the host and every other context (one
+#: Space's bound port is visible to another's bind), and it reaches the hypervisor. ``AF_PACKET``,
+#: ``AF_ALG``, ``AF_KEY``, ``AF_TIPC``, ``AF_XDP``, ``AF_BLUETOOTH`` … are attack surface a
+#: context has no use for. ``AF_NETLINK`` stays for ``NETLINK_ROUTE`` (0) only: the C library's
+#: ``getaddrinfo`` and ``if_nameindex`` read the (namespaced) interfaces through it.
+_SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
+_AF_NETLINK, _NETLINK_ROUTE = 16, 0
+#: ``socket()`` types (``type & SOCK_TYPE_MASK``, without ``SOCK_NONBLOCK``/``SOCK_CLOEXEC``) of
+#: an ``AF_INET``/``AF_INET6`` socket: stream and datagram. ``SOCK_SEQPACKET`` with protocol 0
+#: is SCTP where the kernel has it, whatever the protocol check below says.
+_INET_SOCKET_TYPES = (1, 2)
+_SOCK_TYPE_MASK = 0xF
 #: ``socket()`` protocols a context may ask for: the default, TCP and UDP. Landlock's port rules
 #: (``TAKOHOST_SANDBOX_NETWORK=outbound``) hold for TCP only: an MPTCP socket (262) would connect
 #: to and listen on any port, SCTP (132) would listen where other contexts reach it.
@@ -922,66 +936,81 @@ _SECCOMP_RET_ERRNO = 0x00050000
 _SECCOMP_RET_KILL_PROCESS = 0x80000000
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+# classic BPF: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ/JGE/JSET|BPF_K, BPF_ALU|BPF_AND|BPF_K, BPF_RET|BPF_K
+_LD, _JEQ, _JGE, _JSET, _AND, _RET = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06
+#: Offsets in ``struct seccomp_data``: the call's number, the architecture, and the low 32 bits
+#: of ``args[0]``, ``args[1]``, ``args[2]`` (little-endian).
+_NR, _ARCH, _ARG0, _ARG1, _ARG2 = 0, 4, 16, 24, 32
 
 
 def seccomp_program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     """The classic-BPF program of the context's system-call filter, as ``(code, jt, jf, k)``
-    instructions (pure; ``IsolationUnavailable`` for an architecture without a table)."""
+    instructions (pure; ``IsolationUnavailable`` for an architecture without a table).
+
+    Another architecture's calls kill the process; the x32 ABI, :data:`_DENIED_CALLS`, a
+    ``clone`` asking for a namespace, and a ``socket()`` outside :data:`_SOCKET_FAMILIES` /
+    :data:`_INET_SOCKET_TYPES` / :data:`_SOCKET_PROTOCOLS` fail with ``EPERM``; ``clone3`` with
+    ``ENOSYS`` (the C library falls back to ``clone``, whose flags can be read)."""
     machine = machine or platform.machine()
     if machine not in _DENIED_CALLS:
         raise IsolationUnavailable(f"no system-call filter for {machine}")
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    denied = sorted(_DENIED_CALLS[machine].values())
-    body: list[tuple[str, int, int]] = []  # (kind, k, target) with symbolic targets
-    body.append(("ld", 4, 0))
-    body.append(("jne_kill", _AUDIT_ARCH[machine], 0))
-    body.append(("ld", 0, 0))
-    body.append(("jge", 0x40000000, 0))  # the x32 ABI's numbers on x86_64: refused
-    body.extend(("jeq", nr, 0) for nr in denied)
-    # socket(): only the protocols of _SOCKET_PROTOCOLS (args[2], its low 32 bits at offset 32)
-    body.append(("jne_over", _SOCKET[machine], len(_SOCKET_PROTOCOLS) + 2))
-    body.append(("ld", 32, 0))
-    body.extend(("jeq_allow", protocol, 0) for protocol in _SOCKET_PROTOCOLS)
-    body.append(("ret", _SECCOMP_RET_ERRNO | errno_module.EPERM, 0))
-    body.append(("jeq3", _CLONE3, 0))
-    body.append(("jne_allow", _CLONE[machine], 0))
-    body.append(("ld", 16, 0))  # clone's flags (the low 32 bits of args[0])
-    body.append(("jset", _CLONE_NEW_FLAGS, 0))
-    body.append(("ret", _SECCOMP_RET_ALLOW, 0))
-    tail = {
-        "allow": len(body),
-        "eperm": len(body) + 1,
-        "enosys": len(body) + 2,
-        "kill": len(body) + 3,
-    }
-    program: list[tuple[int, int, int, int]] = []
-    for index, (kind, k, _) in enumerate(body):
+    eperm = _SECCOMP_RET_ERRNO | errno_module.EPERM
+    # (code, k, jt, jf): jt/jf name a label (None: the next instruction); ("label", name) marks one.
+    asm: list[tuple] = [
+        (_LD, _ARCH, None, None),
+        (_JEQ, _AUDIT_ARCH[machine], None, "kill"),
+        (_LD, _NR, None, None),
+        (_JGE, 0x40000000, "eperm", None),  # the x32 ABI's numbers on x86_64: refused
+        *((_JEQ, nr, "eperm", None) for nr in sorted(_DENIED_CALLS[machine].values())),
+        (_JEQ, _SOCKET[machine], "socket", None),
+        (_JEQ, _CLONE3, "enosys", None),
+        (_JEQ, _CLONE[machine], None, "allow"),
+        (_LD, _ARG0, None, None),  # clone's flags
+        (_JSET, _CLONE_NEW_FLAGS, "eperm", "allow"),
+        ("label", "socket"),
+        (_LD, _ARG0, None, None),  # the address family
+        *((_JEQ, family, "socket_type", None) for family in sorted(_SOCKET_FAMILIES.values())),
+        (_JEQ, _AF_NETLINK, None, "eperm"),
+        (_LD, _ARG2, None, None),
+        (_JEQ, _NETLINK_ROUTE, "allow", "eperm"),
+        ("label", "socket_type"),
+        (_JEQ, _SOCKET_FAMILIES["AF_UNIX"], "socket_protocol", None),  # any type of a Unix socket
+        (_LD, _ARG1, None, None),
+        (_AND, _SOCK_TYPE_MASK, None, None),
+        *((_JEQ, kind, "socket_protocol", None) for kind in _INET_SOCKET_TYPES),
+        (_RET, eperm, None, None),
+        ("label", "socket_protocol"),
+        (_LD, _ARG2, None, None),
+        *((_JEQ, protocol, "allow", None) for protocol in _SOCKET_PROTOCOLS),
+        ("label", "eperm"),
+        (_RET, eperm, None, None),
+        ("label", "allow"),
+        (_RET, _SECCOMP_RET_ALLOW, None, None),
+        ("label", "enosys"),
+        (_RET, _SECCOMP_RET_ERRNO | errno_module.ENOSYS, None, None),
+        ("label", "kill"),
+        (_RET, _SECCOMP_RET_KILL_PROCESS, None, None),
+    ]
+    return _assemble(asm)
 
-        def to(target: str, index: int = index) -> int:
-            return tail[target] - index - 1
 
-        if kind == "ld":
-            program.append((ld, 0, 0, k))
-        elif kind == "jne_kill":
-            program.append((jeq, 0, to("kill"), k))
-        elif kind == "jge" or kind == "jeq" or kind == "jset":
-            code = {"jge": jge, "jeq": jeq, "jset": jset}[kind]
-            program.append((code, to("eperm"), 0, k))
-        elif kind == "jeq3":
-            program.append((jeq, to("enosys"), 0, k))
-        elif kind == "jne_allow":
-            program.append((jeq, 0, to("allow"), k))
-        elif kind == "jeq_allow":
-            program.append((jeq, to("allow"), 0, k))
-        elif kind == "jne_over":  # not this call: skip the next ``target`` instructions
-            program.append((jeq, 0, body[index][2], k))
+def _assemble(asm: list[tuple]) -> list[tuple[int, int, int, int]]:
+    """Resolve the labels of ``asm`` (see :func:`seccomp_program`) into relative jumps."""
+    labels: dict[str, int] = {}
+    instructions: list[tuple] = []
+    for item in asm:
+        if item[0] == "label":
+            labels[item[1]] = len(instructions)
         else:
-            program.append((ret, 0, 0, k))
-    program.append((ret, 0, 0, _SECCOMP_RET_ALLOW))
-    program.append((ret, 0, 0, _SECCOMP_RET_ERRNO | errno_module.EPERM))
-    program.append((ret, 0, 0, _SECCOMP_RET_ERRNO | errno_module.ENOSYS))
-    program.append((ret, 0, 0, _SECCOMP_RET_KILL_PROCESS))
-    if any(jt > 255 or jf > 255 for _, jt, jf, _ in program):
+            instructions.append(item)
+    program: list[tuple[int, int, int, int]] = []
+    for index, (code, k, jt, jf) in enumerate(instructions):
+
+        def to(target: str | None, index: int = index) -> int:
+            return 0 if target is None else labels[target] - index - 1
+
+        program.append((code, to(jt), to(jf), k))
+    if any(not 0 <= jt <= 255 or not 0 <= jf <= 255 for _, jt, jf, _ in program):
         raise IsolationUnavailable("the system-call filter is too long for classic BPF jumps")
     return program
 

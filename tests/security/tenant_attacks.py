@@ -300,6 +300,12 @@ def attack_connect(p):
     for label, args in (
         ("raw_socket", (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)),
         ("packet_socket", (socket.AF_PACKET, socket.SOCK_RAW, 0)),
+        # vsock's ports are the machine's (shared with the host and other Spaces), not the netns's
+        ("vsock_socket", (40, socket.SOCK_STREAM, 0)),
+        # SOCK_SEQPACKET with protocol 0 is SCTP where the kernel has it (no Landlock port rules)
+        ("inet_seqpacket", (socket.AF_INET, socket.SOCK_SEQPACKET, 0)),
+        ("alg_socket", (38, socket.SOCK_SEQPACKET, 0)),
+        ("netlink_uevents", (16, socket.SOCK_DGRAM, 15)),
     ):
         try:
             socket.socket(*args).close()

@@ -74,14 +74,17 @@ def test_layout_hides_site_packages_and_keeps_only_stdlib_and_sdk_on_sys_path():
 
 # -- the system-call filter, run on a small classic-BPF interpreter --------------------------------
 
-def _run_bpf(program, *, arch: int, nr: int, arg0: int = 0, arg2: int = 0) -> int:
+def _run_bpf(program, *, arch: int, nr: int, arg0: int = 0, arg1: int = 0, arg2: int = 0) -> int:
     """Evaluate ``program`` (``(code, jt, jf, k)``) on one ``seccomp_data`` like the kernel."""
-    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF, 32: arg2 & 0xFFFFFFFF}
+    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF, 24: arg1 & 0xFFFFFFFF, 32: arg2 & 0xFFFFFFFF}
     acc, pc = 0, 0
     while True:
         code, jt, jf, k = program[pc]
         if code == 0x20:
             acc = data[k]
+            pc += 1
+        elif code == 0x54:  # BPF_ALU | BPF_AND | BPF_K
+            acc &= k
             pc += 1
         elif code == 0x06:
             return k
@@ -116,10 +119,37 @@ def test_seccomp_filter_allows_sockets_of_the_default_tcp_and_udp_protocols_only
     allow, eperm = 0x7FFF0000, 0x00050000 | 1
     nr = isolation._SOCKET[machine]
     for protocol in (0, 6, 17):
-        assert _run_bpf(program, arch=arch, nr=nr, arg0=2, arg2=protocol) == allow, protocol
+        assert _run_bpf(program, arch=arch, nr=nr, arg0=2, arg1=1, arg2=protocol) == allow, protocol
     for protocol in (262, 132, 1, 255, 0x10000 | 6):
-        assert _run_bpf(program, arch=arch, nr=nr, arg0=2, arg2=protocol) == eperm, protocol
+        assert _run_bpf(program, arch=arch, nr=nr, arg0=2, arg1=1, arg2=protocol) == eperm, protocol
     assert _run_bpf(program, arch=arch, nr=isolation._CLONE[machine], arg0=17, arg2=262) == allow
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_seccomp_filter_allows_only_families_and_types_a_network_namespace_separates(machine):
+    """``AF_VSOCK``'s ports are the machine's, shared by the host and every Space (a hostile
+    tenant's bind showed in another Space's); ``SOCK_SEQPACKET`` with protocol 0 is SCTP on a
+    kernel with SCTP. Unix, IPv4 and IPv6 stream/datagram sockets (with ``SOCK_NONBLOCK`` and
+    ``SOCK_CLOEXEC``), and route netlink for the C library, stay."""
+    program = isolation.seccomp_program(machine)
+    arch = isolation._AUDIT_ARCH[machine]
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    nr = isolation._SOCKET[machine]
+    nonblock_cloexec = 0o4000 | 0o2000000
+    for family in (2, 10):  # AF_INET, AF_INET6
+        for kind in (1, 2, 1 | nonblock_cloexec, 2 | nonblock_cloexec):
+            assert _run_bpf(program, arch=arch, nr=nr, arg0=family, arg1=kind) == allow, (family, kind)
+        for kind in (0, 3, 4, 5, 6, 10, 5 | nonblock_cloexec):  # raw, RDM, SEQPACKET, DCCP, PACKET
+            assert _run_bpf(program, arch=arch, nr=nr, arg0=family, arg1=kind) == eperm, (family, kind)
+    for kind in (1, 2, 5, 1 | nonblock_cloexec):  # AF_UNIX: stream, datagram, seqpacket
+        assert _run_bpf(program, arch=arch, nr=nr, arg0=1, arg1=kind) == allow, kind
+    assert _run_bpf(program, arch=arch, nr=nr, arg0=1, arg1=1, arg2=262) == eperm
+    assert _run_bpf(program, arch=arch, nr=nr, arg0=16, arg1=3, arg2=0) == allow  # NETLINK_ROUTE
+    for protocol in (4, 9, 15, 16, 6):  # sock_diag, audit, uevents, generic, xfrm
+        assert _run_bpf(program, arch=arch, nr=nr, arg0=16, arg1=3, arg2=protocol) == eperm, protocol
+    # AF_PACKET, AF_VSOCK, AF_ALG, AF_KEY, AF_TIPC, AF_XDP, AF_BLUETOOTH, AF_CAN, AF_RDS, AF_NETLINK+2^32
+    for family in (17, 40, 38, 15, 30, 44, 31, 29, 21, 0, 3, 0x10000 | 2):
+        assert _run_bpf(program, arch=arch, nr=nr, arg0=family, arg1=1) == eperm, family
 
 
 def test_host_processes_mark_themselves_non_dumpable():
