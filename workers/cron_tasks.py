@@ -142,7 +142,8 @@ def deliver_cron_match(match_pk: int) -> str:
     """Celery task ``takohost.deliver_cron_match``: deliver recorded match ``match_pk`` once.
 
     Returns what happened (``ok``, ``failed``, ``done``: nothing owed, ``busy``: another delivery
-    holds the lease, ``deferred``: its trigger is being deleted, ``error``: an infrastructure
+    holds the lease, ``deferred``: its trigger is being deleted or its Space runs
+    ``settings.space_max_contexts`` contexts and deliveries already, ``error``: an infrastructure
     failure left the match for the sweep).
     """
     return deliver(int(match_pk))
@@ -155,22 +156,35 @@ def deliver(
 
     The lease is taken before the delivery row is written and released after it is finished and
     the child is proven dead (not proven: the lease is left to expire after the child's
-    watchdog). While the match's trigger is being deleted no delivery starts (``deferred``: the
-    match stays pending, the sweep sends it again). An infrastructure failure (database, sandbox
+    watchdog). The lease takes a slot of the match's Space under ``settings.space_max_contexts``
+    (fair share, as a replay context's: ``lease.LeaseStore.admit_delivery``); over the cap nothing
+    starts (``deferred``: the match stays pending, a released slot or the sweep sends it again).
+    While the match's trigger is being deleted no delivery starts (``deferred`` too). An infrastructure failure (database, sandbox
     start) or a lost lease finishes the delivery ``unknown`` and leaves the match ``pending`` for
     the sweep; a handler failure, a handler over ``settings.scheduled_timeout_s`` and a handler
     stopped by its trigger's DELETE finish it ``failed`` (seed 003: never retried for that).
     ``zygote`` defaults to the process's (``sandbox.get_zygote()``).
     """
     settings = settings or config.load_settings()
-    lease = lease_mod.DeliveryLease.acquire(
-        redis_client.client(settings.redis_url),
-        key=redis_keys.delivery_lease_key(settings.namespace, match_pk),
-        ttl_ms=settings.lease_ttl_ms,
+    space = None
+    if settings.space_max_contexts > 0:
+        with models_db.session_scope(settings.database_url) as session:
+            space = cron_runs.match_space_txn(session, match_pk=match_pk)
+        if space is None:
+            return "done"
+    lease = lease_mod.store_for(
+        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
+    ).admit_delivery(
+        match_pk,
+        space=space,
+        cap=settings.space_max_contexts,
         renew_every_s=settings.lease_ttl_ms * heartbeat.RENEW_FRACTION / 1000,
     )
-    if lease is None:
+    if lease == lease_mod.BUSY:
         return "busy"
+    if lease == lease_mod.DEFERRED:
+        return "deferred"  # its Space's slots are taken: a release hands it one (or the sweep)
+    assert isinstance(lease, lease_mod.DeliveryLease)
     proven = True
     try:
         job = _start(match_pk, settings=settings)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import fakeredis
 import pytest
 
@@ -191,6 +193,61 @@ def test_no_space_or_no_cap_is_a_plain_lease(capped):
     for pk in (2, 3):
         lease = leases.admit(pk, space="a", cap=0)
         assert isinstance(lease, lease_mod.Lease) and lease.space is None
+
+
+def test_a_cron_delivery_takes_a_slot_of_its_space_like_a_context(capped, monkeypatch):
+    """A hostile Space's long ``scheduled`` handlers held every worker slot while another Space's
+    instance stayed ``queued`` for minutes: deliveries were not counted. Now a delivery's lease
+    is a member ``cron:{match_pk}`` of its Space's slots: counted with the contexts, deferred at
+    the cap, handed a slot on release (through ``deliver_cron_match``), and it hands its own on."""
+    leases, handed = capped
+    delivered: list[int] = []
+    monkeypatch.setattr(lease_mod.dispatch, "deliver_cron_match", delivered.append)
+    context = leases.admit(1, space="a", cap=2, owner="w")
+    first = leases.admit_delivery(70, space="a", cap=2, renew_every_s=60)
+    try:
+        assert isinstance(first, lease_mod.DeliveryLease) and first.key == "ns:cronlease:70"
+        assert leases.running(["a"]) == {"a": 2}  # counted, and not dropped as a stale member
+        assert leases.admit_delivery(70, space="a", cap=2, renew_every_s=60) == lease_mod.BUSY
+        assert leases.admit_delivery(71, space="a", cap=2, renew_every_s=60) == lease_mod.DEFERRED
+        assert leases.client.get("ns:cronlease:71") is None  # nothing taken
+        time.sleep(0.002)  # a later deferral time (equal scores would order by member)
+        assert leases.admit(2, space="a", cap=2, owner="w") == lease_mod.DEFERRED  # contexts wait too
+        assert isinstance(leases.admit(9, space="b", cap=2, owner="w"), lease_mod.Lease)  # not B's
+        assert leases.client.zrange(leases.waiting_key("a"), 0, -1) == [b"cron:71", b"2"]
+        assert first._renewed() and leases.running(["a"]) == {"a": 2}
+    finally:
+        first.release()
+    assert delivered == [71] and handed == []  # the oldest waiting is the delivery
+    second = leases.admit_delivery(71, space="a", cap=2, renew_every_s=60)
+    assert isinstance(second, lease_mod.DeliveryLease)
+    second.release()
+    assert handed == [2]  # a delivery's release hands the slot to a waiting context
+    assert leases.release(context)
+
+
+def test_an_expired_delivery_lease_frees_its_slot_and_renewal_keeps_it_counted(capped):
+    leases, _ = capped
+    held = leases.admit_delivery(70, space="a", cap=1, renew_every_s=60)
+    try:
+        leases.client.delete(leases.contexts_key("a"))  # Redis lost the SET: the renewal adds it again
+        assert held._renewed() and leases.running(["a"]) == {"a": 1}
+        leases.client.delete(held.key)  # the worker was SIGKILLed: its delivery lease expired
+        assert leases.running(["a"]) == {"a": 0}
+        assert not held._renewed()  # a vanished delivery lease is lost, never taken again
+        assert isinstance(leases.admit(2, space="a", cap=1, owner="w"), lease_mod.Lease)
+    finally:
+        held._halt()
+
+
+def test_no_space_or_no_cap_is_a_plain_delivery_lease(capped):
+    leases, _ = capped
+    for space, cap in ((None, 1), ("a", 0)):
+        held = leases.admit_delivery(5, space=space, cap=cap, renew_every_s=60)
+        assert isinstance(held, lease_mod.DeliveryLease) and held.slot is None
+        assert leases.admit_delivery(5, space=space, cap=cap, renew_every_s=60) == lease_mod.BUSY
+        held.release()
+    assert leases.running(["a"]) == {"a": 0}
 
 
 def test_note_waiting_records_sweep_orphans_for_hand_off(capped):

@@ -26,6 +26,13 @@ starts the next waiting one. A lost hand-off (a worker killed between the pop an
 lease left to expire) is recovered by the beat sweep, which dispatches at most the free slots of
 each Space (``workers.engine.sweep``). The scripts name lease keys they build from ARGV: one
 Redis (not a cluster), as everywhere in this host.
+
+A cron delivery takes a slot of its Space too (:meth:`LeaseStore.admit_delivery`): it runs the
+tenant's code in a worker slot like a context, and uncounted, one Space's long ``scheduled``
+handlers held every slot of the fleet while another Space's instances stayed ``queued``. Its
+member in the SET (and, deferred, in the ZSET) is ``cron:{match_pk}``, live while its delivery
+lease exists; a release that pops such a member hands the slot on with
+``workers.dispatch.deliver_cron_match``.
 """
 
 from __future__ import annotations
@@ -70,11 +77,22 @@ return 0
 # Space leases. KEYS[1] = lease key, KEYS[2] = the Space's contexts SET, KEYS[3] = its waiting ZSET.
 # ARGV[1] = lease value, ARGV[2] = ttl ms, ARGV[3] = cap, ARGV[4] = pk, ARGV[5] = now ms,
 # ARGV[6] = lease key prefix, ARGV[7] = SPACE_KEYS_TTL_MS.  1 = taken, 0 = busy, -1 = deferred.
-_ADMIT = """
+# A member is an instance pk (its lease: ARGV[6] .. pk) or ``cron:{match_pk}`` (its delivery
+# lease: the cron prefix .. match_pk); prepended to the scripts that count members.
+_LIVE = """
+local function live_member(member, lease_prefix, cron_prefix)
+  if string.sub(member, 1, 5) == 'cron:' then
+    return redis.call('EXISTS', cron_prefix .. string.sub(member, 6)) == 1
+  end
+  return redis.call('EXISTS', lease_prefix .. member) == 1
+end
+"""
+# ... ARGV[8] = the delivery lease key prefix.
+_ADMIT = _LIVE + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local live = 0
 for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if member ~= ARGV[4] and redis.call('EXISTS', ARGV[6] .. member) == 1 then
+  if member ~= ARGV[4] and live_member(member, ARGV[6], ARGV[8]) then
     live = live + 1
   else
     redis.call('SREM', KEYS[2], member)
@@ -116,11 +134,12 @@ local nxt = redis.call('ZPOPMIN', KEYS[3])
 if nxt[1] then return {1, nxt[1]} end
 return {1}
 """
-# KEYS[1] = contexts SET; ARGV[1] = lease key prefix. Drop members without a lease; count the rest.
-_RUNNING = """
+# KEYS[1] = contexts SET; ARGV[1] = lease key prefix, ARGV[2] = delivery lease key prefix.
+# Drop members without a lease; count the rest.
+_RUNNING = _LIVE + """
 local live = 0
 for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if redis.call('EXISTS', ARGV[1] .. member) == 1 then
+  if live_member(member, ARGV[1], ARGV[2]) then
     live = live + 1
   else
     redis.call('SREM', KEYS[1], member)
@@ -128,6 +147,19 @@ for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return live
 """
+# KEYS[1] = delivery lease, KEYS[2] = contexts SET; ARGV[1] = value, ARGV[2] = ttl ms,
+# ARGV[3] = member, ARGV[4] = SPACE_KEYS_TTL_MS. Renew a delivery lease if still ours (a vanished
+# one is lost: see DeliveryLease) and keep it counted in its Space.
+_RENEW_MEMBER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+
+#: The member of a cron delivery in a Space's contexts SET and waiting ZSET: ``cron:{match_pk}``.
+CRON_MEMBER = "cron:"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +205,7 @@ class LeaseStore:
         self._renew_space = client.register_script(_RENEW_SPACE)
         self._release_space = client.register_script(_RELEASE_SPACE)
         self._running = client.register_script(_RUNNING)
+        self._renew_member = client.register_script(_RENEW_MEMBER)
 
     def key(self, instance_pk: int) -> str:
         """The Redis key of ``instance_pk``'s lease."""
@@ -212,11 +245,59 @@ class LeaseStore:
                 int(time.time() * 1000),
                 self.key_prefix(),
                 SPACE_KEYS_TTL_MS,
+                self.delivery_key_prefix(),
             ],
         )
         if int(answer) == 1:
             return Lease(instance_pk=instance_pk, key=key, value=value, space=space)
         return BUSY if int(answer) == 0 else DEFERRED
+
+    def admit_delivery(
+        self, match_pk: int, *, space: str | None, cap: int, renew_every_s: float
+    ) -> DeliveryLease | str:
+        """Take cron match ``match_pk``'s delivery lease and a slot of ``space`` in one round trip
+        (the same script and cap as :meth:`admit`; the slot's member is ``cron:{match_pk}``).
+
+        Returns the started :class:`DeliveryLease`; :data:`BUSY` when another delivery holds the
+        lease; :data:`DEFERRED` when ``space`` runs ``cap`` contexts and deliveries already (the
+        member waits in the Space's ZSET, and a release hands it the next free slot through
+        ``workers.dispatch.deliver_cron_match``; the cron sweep sends the match again anyway).
+        ``space`` ``None`` or ``cap`` ≤ 0 → a plain :meth:`DeliveryLease.acquire`. Raises
+        ``redis.RedisError``.
+        """
+        key = redis_keys.delivery_lease_key(self.namespace, match_pk)
+        if space is None or cap <= 0:
+            held = DeliveryLease.acquire(self.client, key=key, ttl_ms=self.ttl_ms, renew_every_s=renew_every_s)
+            return BUSY if held is None else held
+        value = f"{process_owner()}:{uuid.uuid4().hex}"
+        member = f"{CRON_MEMBER}{match_pk}"
+        started = time.monotonic()
+        answer = int(
+            self._admit(
+                keys=[key, self.contexts_key(space), self.waiting_key(space)],
+                args=[
+                    value,
+                    self.ttl_ms,
+                    cap,
+                    member,
+                    int(time.time() * 1000),
+                    self.key_prefix(),
+                    SPACE_KEYS_TTL_MS,
+                    self.delivery_key_prefix(),
+                ],
+            )
+        )
+        if answer != 1:
+            return BUSY if answer == 0 else DEFERRED
+        return DeliveryLease.start(
+            self.client,
+            key=key,
+            value=value,
+            ttl_ms=self.ttl_ms,
+            renew_every_s=renew_every_s,
+            renewed_at=started,
+            slot=_Slot(store=self, space=space, member=member),
+        )
 
     def renew(self, lease: Lease) -> bool:
         """Extend ``lease`` by the TTL if it is still ours (compare-and-set); False if it is not.
@@ -246,15 +327,26 @@ class LeaseStore:
         """
         if lease.space is None:
             return bool(self._release(keys=[lease.key], args=[lease.value]))
+        return self.release_slot(key=lease.key, value=lease.value, space=lease.space, member=str(lease.instance_pk))
+
+    def release_slot(self, *, key: str, value: str, space: str, member: str) -> bool:
+        """Delete lease ``key`` if it still holds ``value``, free ``member``'s slot of ``space``
+        and hand the slot to the Space's oldest waiting member: an instance pk through
+        ``handoff``, a ``cron:{match_pk}`` through ``workers.dispatch.deliver_cron_match`` (a
+        failing hand-off is logged, never raised: the sweeps send it later). True when this call
+        deleted the lease."""
         answer = self._release_space(
-            keys=[lease.key, self.contexts_key(lease.space), self.waiting_key(lease.space)],
-            args=[lease.value, lease.instance_pk],
+            keys=[key, self.contexts_key(space), self.waiting_key(space)], args=[value, member]
         )
-        if len(answer) > 1 and self.handoff is not None:
+        if len(answer) > 1:
+            waiting = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
             try:
-                self.handoff(int(answer[1]))
+                if waiting.startswith(CRON_MEMBER):
+                    dispatch.deliver_cron_match(int(waiting.removeprefix(CRON_MEMBER)))
+                elif self.handoff is not None:
+                    self.handoff(int(waiting))
             except Exception:  # noqa: BLE001 - the sweep dispatches it
-                log.warning("hand-off failed; left to the sweep", extra={"space": lease.space}, exc_info=True)
+                log.warning("hand-off failed; left to the sweep", extra={"space": space}, exc_info=True)
         return bool(int(answer[0]))
 
     def running(self, spaces: Iterable[str]) -> dict[str, int]:
@@ -265,7 +357,9 @@ class LeaseStore:
             return {}
         pipe = self.client.pipeline(transaction=False)
         for space in names:
-            self._running(keys=[self.contexts_key(space)], args=[self.key_prefix()], client=pipe)
+            self._running(
+                keys=[self.contexts_key(space)], args=[self.key_prefix(), self.delivery_key_prefix()], client=pipe
+            )
         return {space: int(live) for space, live in zip(names, pipe.execute(), strict=True)}
 
     def note_waiting(self, waiting: dict[str, Sequence[int]]) -> None:
@@ -286,6 +380,10 @@ class LeaseStore:
     def key_prefix(self) -> str:
         """The prefix of every lease key (``{namespace}:lease:``): the key is prefix + pk."""
         return redis_keys.lease_key(self.namespace, 0)[:-1]
+
+    def delivery_key_prefix(self) -> str:
+        """The prefix of every cron delivery lease key (``{namespace}:cronlease:``)."""
+        return redis_keys.delivery_lease_key(self.namespace, 0)[:-1]
 
     def contexts_key(self, space: str) -> str:
         """The Redis SET of ``space``'s running contexts (``redis_keys.space_contexts_key``)."""
@@ -321,6 +419,15 @@ def store_for(*, redis_url: str, namespace: str, ttl_ms: int) -> LeaseStore:
     return store
 
 
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """The Space slot a :class:`DeliveryLease` holds: ``member`` of ``space``'s contexts SET."""
+
+    store: LeaseStore
+    space: str
+    member: str
+
+
 @dataclasses.dataclass
 class DeliveryLease:
     """A held cron delivery lease (``workers.redis_keys.delivery_lease_key``), renewed every
@@ -341,6 +448,7 @@ class DeliveryLease:
     renew_every_s: float
     renewed_at: float = 0.0
     lost: bool = False
+    slot: _Slot | None = None
     _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -354,18 +462,46 @@ class DeliveryLease:
         started = time.monotonic()
         if not client.set(key, value, nx=True, px=ttl_ms):
             return None
+        return cls.start(client, key=key, value=value, ttl_ms=ttl_ms, renew_every_s=renew_every_s, renewed_at=started)
+
+    @classmethod
+    def start(
+        cls,
+        client: redis.Redis,
+        *,
+        key: str,
+        value: str,
+        ttl_ms: int,
+        renew_every_s: float,
+        renewed_at: float,
+        slot: _Slot | None = None,
+    ) -> DeliveryLease:
+        """Start renewing a lease already taken (``key`` holds ``value`` since the monotonic
+        ``renewed_at``); with ``slot`` it stays counted in its Space (:meth:`LeaseStore.admit_delivery`)."""
         lease = cls(
-            client=client, key=key, value=value, ttl_ms=ttl_ms, renew_every_s=renew_every_s, renewed_at=started
+            client=client, key=key, value=value, ttl_ms=ttl_ms, renew_every_s=renew_every_s,
+            renewed_at=renewed_at, slot=slot,
         )
         lease._thread = threading.Thread(target=lease._heartbeat, name=f"cronlease:{key}", daemon=True)
         lease._thread.start()
         return lease
 
+    def _renewed(self) -> bool:
+        if self.slot is None:
+            return bool(self.client.eval(_RENEW, 1, self.key, self.value, self.ttl_ms))
+        store = self.slot.store
+        return bool(
+            store._renew_member(
+                keys=[self.key, store.contexts_key(self.slot.space)],
+                args=[self.value, self.ttl_ms, self.slot.member, SPACE_KEYS_TTL_MS],
+            )
+        )
+
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.renew_every_s):
             started = time.monotonic()
             try:
-                if not self.client.eval(_RENEW, 1, self.key, self.value, self.ttl_ms):
+                if not self._renewed():
                     log.warning("cron delivery lease lost; its handler is stopped", extra={"key": self.key})
                     self.lost = True
                     return
@@ -377,7 +513,12 @@ class DeliveryLease:
         """Stop the heartbeat and delete the lease if it is still ours (never raises)."""
         self._halt()
         try:
-            self.client.eval(_RELEASE, 1, self.key, self.value)
+            if self.slot is None:
+                self.client.eval(_RELEASE, 1, self.key, self.value)
+            else:
+                self.slot.store.release_slot(
+                    key=self.key, value=self.value, space=self.slot.space, member=self.slot.member
+                )
         except redis.RedisError:
             log.warning(
                 "cron delivery lease release failed; it expires", extra={"key": self.key}, exc_info=True

@@ -100,6 +100,12 @@ def claim_match_txn(session: orm.Session, *, match_pk: int, now: dt.datetime) ->
     )
 
 
+def match_space_txn(session: orm.Session, *, match_pk: int) -> str | None:
+    """The Space of recorded match ``match_pk`` (``None``: no such match), for the delivery's
+    fair-share slot (``workers.engine.lease.LeaseStore.admit_delivery``)."""
+    return session.scalar(sa.select(cron_models.CronMatch.space).where(cron_models.CronMatch.pk == match_pk))
+
+
 def trigger_stopping_txn(session: orm.Session, *, trigger_uid: str, lock: bool = False) -> bool:
     """True while a DELETE of WorkerCronTrigger ``trigger_uid`` is accepted and not yet applied.
 
