@@ -188,7 +188,7 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
 @main.command()
 @click.option("--concurrency", default=2, show_default=True, type=click.IntRange(min=1),
               help="Processes running replay contexts and cron deliveries (one per core); Operations "
-                   "run in one more process of their own.")
+                   "run in one more process of their own, and WorkerVersion import checks in another.")
 @click.option("--pool", type=click.Choice(["solo", "prefork"]), default="solo", show_default=True,
               help="solo: --concurrency single-process workers under one supervisor (each consumes "
                    "and runs its tasks itself; the fastest measured). prefork: one Celery parent "
@@ -200,10 +200,12 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
               help="Internal: one process of a solo pool, run by its supervisor.")
 @click.option("--control-plane", "control", is_flag=True, hidden=True,
               help="Internal: the process that consumes the control-plane queue only (Operations).")
+@click.option("--validation", is_flag=True, hidden=True,
+              help="Internal: the process that consumes the WorkerVersion import checks only.")
 @click.option("--loglevel", default="INFO", show_default=True)
 @_observability_options
 def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, control: bool,
-           loglevel: str, log_format: str | None, metrics_port: int | None) -> None:
+           validation: bool, loglevel: str, log_format: str | None, metrics_port: int | None) -> None:
     """Run the Celery workers (host_cli.worker_pool: N solo processes under one supervisor)."""
     _host_process()
     _setup_logging(log_format, loglevel)
@@ -217,6 +219,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         supervisor = worker_pool.Supervisor(command=worker_pool.solo_command(loglevel=loglevel),
                                             concurrency=concurrency, stop_timeout=stop_timeout)
         supervisor.add_process(_control_command(loglevel))  # issue 15 item 6
+        supervisor.add_process(_validation_command(loglevel))
         raise SystemExit(supervisor.run())
     if supervised:
         from host_cli import worker_pool
@@ -235,7 +238,8 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         children.prespawn(sandbox.get_zygote())
     if pool == "prefork":
         _start_control_process(loglevel)  # issue 15 item 6
-    queue = app.conf.takohost_control_queue if control else app.conf.task_default_queue
+    queue = (app.conf.takohost_control_queue if control
+             else app.conf.takohost_validation_queue if validation else app.conf.task_default_queue)
     app.worker_main(["worker", f"--pool={pool}", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
                      "-Q", queue, "--without-gossip", "--without-mingle",
                      "--without-heartbeat"])
@@ -255,16 +259,25 @@ def _control_command(loglevel: str) -> list[str]:
     return worker_pool.solo_command(loglevel=loglevel, extra=["--control-plane"])
 
 
+def _validation_command(loglevel: str) -> list[str]:
+    """argv of the WorkerVersion import checks' consumer (``workers.celery_app.VALIDATION_TASKS``):
+    tenant code at validation never holds the control plane."""
+    from host_cli import worker_pool
+
+    return worker_pool.solo_command(loglevel=loglevel, extra=["--validation"])
+
+
 def _start_control_process(loglevel: str) -> None:
-    """For ``--pool prefork``: start the control-plane consumer beside this Celery parent; it dies
-    with this process (``PR_SET_PDEATHSIG``, as a supervised one)."""
+    """For ``--pool prefork``: start the control-plane and validation consumers beside this Celery
+    parent; they die with this process (``PR_SET_PDEATHSIG``, as supervised ones)."""
     import os
     import subprocess
 
     from host_cli import worker_pool
 
     env = {**os.environ, worker_pool.SUPERVISOR_PID_ENV: str(os.getpid())}
-    subprocess.Popen(_control_command(loglevel), env=env, stdin=subprocess.DEVNULL)
+    for command in (_control_command(loglevel), _validation_command(loglevel)):
+        subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
 
 
 def _mark_metrics_dead_at_exit() -> None:

@@ -21,6 +21,11 @@ TASK_MODULES = ["workers.tasks"]
 #: so an Operation never waits behind tenant code holding every slot. Everything else (replay
 #: contexts, cron deliveries: tenant code) goes to ``Settings.queue``.
 CONTROL_TASKS = frozenset({"takohost.reconcile_operation"})
+#: The import check of a new WorkerVersion runs tenant code (up to
+#: ``TAKOHOST_VALIDATION_TIMEOUT_S``): in the control process, one Space's slow imports held
+#: every other Space's PUT and DELETE for 10 s each. It has a queue and a process of its own in
+#: every ``takohost worker`` (:func:`validation_queue`).
+VALIDATION_TASKS = frozenset({"takohost.validate_version"})
 
 
 def control_queue(settings: config.Settings | None = None) -> str:
@@ -29,11 +34,22 @@ def control_queue(settings: config.Settings | None = None) -> str:
     return settings.namespace + ".control"
 
 
+def validation_queue(settings: config.Settings | None = None) -> str:
+    """The WorkerVersion import checks' queue: ``{namespace}.validation``."""
+    settings = settings or config.load_settings()
+    return settings.namespace + ".validation"
+
+
 def queue_for(task_name: str, *, celery: Celery | None = None) -> str:
     """The queue a message of ``task_name`` is sent to by ``celery`` (default: this module's app):
-    ``CONTROL_TASKS`` → its control queue, everything else → its default queue."""
+    ``CONTROL_TASKS`` → its control queue, ``VALIDATION_TASKS`` → its validation queue,
+    everything else → its default queue."""
     conf = (celery or app).conf
-    return conf.takohost_control_queue if task_name in CONTROL_TASKS else conf.task_default_queue
+    if task_name in CONTROL_TASKS:
+        return conf.takohost_control_queue
+    if task_name in VALIDATION_TASKS:
+        return conf.takohost_validation_queue
+    return conf.task_default_queue
 
 
 def make_celery(settings: config.Settings | None = None) -> Celery:
@@ -47,7 +63,11 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
     app.conf.update(
         task_default_queue=settings.queue,
         takohost_control_queue=control_queue(settings),
-        task_routes={name: {"queue": control_queue(settings)} for name in CONTROL_TASKS},
+        takohost_validation_queue=validation_queue(settings),
+        task_routes={
+            **{name: {"queue": control_queue(settings)} for name in CONTROL_TASKS},
+            **{name: {"queue": validation_queue(settings)} for name in VALIDATION_TASKS},
+        },
         # Holding the broker URL must not make anyone the fleet's operator (issue 10 item 7):
         # workers join no control exchange, so Celery's remote control (ping, inspect, shutdown,
         # revoke, cancel_consumer, pool_restart…) reaches no one, and they publish no events.

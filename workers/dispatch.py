@@ -17,6 +17,7 @@ from workers.celery_app import app
 log = logging.getLogger(__name__)
 
 RECONCILE_OPERATION = "takohost.reconcile_operation"
+VALIDATE_VERSION = "takohost.validate_version"
 RUN_CONTEXT = "takohost.run_context"
 DELIVER_CRON_MATCH = "takohost.deliver_cron_match"
 
@@ -70,6 +71,12 @@ def _send_many(name: str, arg_lists: Sequence[Sequence[object]]) -> int:
 def reconcile_operation(operation_id: str) -> None:
     """Ask a worker to reconcile Operation ``operation_id`` (API-op)."""
     _send(RECONCILE_OPERATION, operation_id)
+
+
+def validate_version(operation_id: str) -> None:
+    """Ask a worker's validation process to reconcile WorkerVersion Operation ``operation_id``
+    (its import check runs tenant code: ``workers.celery_app.VALIDATION_TASKS``)."""
+    _send(VALIDATE_VERSION, operation_id)
 
 
 def run_context(instance_pk: int) -> None:

@@ -42,7 +42,7 @@ from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
 from takohost import config
-from workers import cron_tasks, sandbox_host
+from workers import cron_tasks, dispatch, sandbox_host
 from workers.celery_app import app
 from workers.services import cron_schedules, forms, instance_stop, operations, workflow_observer
 from workers.services import resources as resource_service
@@ -50,32 +50,51 @@ from workers.telemetry import lifecycle
 
 log = logging.getLogger(__name__)
 
-DONE, BUSY, RETRY = "done", "busy", "retry"
+DONE, BUSY, RETRY, FORWARD = "done", "busy", "retry", "forwarded"
 MAX_ATTEMPTS = 5
 #: Seconds before a reconcile that asked to retry (purge not proven yet, transient error) runs
 #: again; short, so a Celery countdown is fine (DESIGN: never long ETAs). The sweep is the backstop.
 RETRY_DELAY_S = 2.0
 
 
-@app.task(name="takohost.reconcile_operation", bind=True, ignore_result=True)
+@app.task(name=dispatch.RECONCILE_OPERATION, bind=True, ignore_result=True)
 def reconcile_operation(self, operation_id: str) -> str:  # noqa: ANN001 - Celery's bound task
-    """Reconcile Operation ``operation_id`` once; re-queue itself shortly when asked to retry."""
+    """Reconcile Operation ``operation_id`` once (the control process); re-queue itself shortly
+    when asked to retry. A WorkerVersion create or update is handed to the validation process
+    (``forwarded``): its import check runs tenant code, which must not hold the control plane."""
     started = utcnow()
     outcome = reconcile(operation_id)
+    if outcome == FORWARD:
+        dispatch.validate_version(operation_id)
+        return outcome
     lifecycle.operation_reconciled(operation_id, since=started)
     if outcome == RETRY:
         self.apply_async(args=[operation_id], countdown=RETRY_DELAY_S)
     return outcome
 
 
-def reconcile(operation_id: str) -> str:
-    """Run the reconcile of ``operation_id`` if no one else is; returns ``done``, ``busy`` or ``retry``."""
+@app.task(name=dispatch.VALIDATE_VERSION, bind=True, ignore_result=True)
+def validate_version(self, operation_id: str) -> str:  # noqa: ANN001 - Celery's bound task
+    """Reconcile WorkerVersion Operation ``operation_id``, its import check included (the
+    validation process: ``workers.celery_app.VALIDATION_TASKS``)."""
+    started = utcnow()
+    outcome = reconcile(operation_id, validate=True)
+    lifecycle.operation_reconciled(operation_id, since=started)
+    if outcome == RETRY:
+        self.apply_async(args=[operation_id], countdown=RETRY_DELAY_S)
+    return outcome
+
+
+def reconcile(operation_id: str, *, validate: bool = False) -> str:
+    """Run the reconcile of ``operation_id`` if no one else is; returns ``done``, ``busy``,
+    ``retry``, or ``forwarded``: a WorkerVersion create/update and not ``validate`` (nothing was
+    changed; the caller sends it to the validation process)."""
     engine = models_db.get_engine(config.load_settings().database_url)
     with operation_lock(engine, operation_id) as held:
         if not held:
             return BUSY
         try:
-            return _reconcile_locked(operation_id)
+            return _reconcile_locked(operation_id, validate=validate)
         except Exception as exc:  # a host problem, not a rule: retry, then give up as "unknown"
             log.exception("reconcile failed", extra={"operation": operation_id})
             return _record_unexpected(operation_id, exc)
@@ -102,13 +121,15 @@ def operation_lock(engine: sa.Engine, operation_id: str) -> Iterator[bool]:
         conn.close()
 
 
-def _reconcile_locked(operation_id: str) -> str:
+def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
     now = utcnow()
     with models_db.session_scope() as session:
         op = session.get(res_models.Operation, operation_id, with_for_update=True)
         if op is None or op.state not in operations.UNFINISHED:
             return DONE
         resource = session.get(res_models.Resource, op.resource_uid)
+        if resource.form == "WorkerVersion" and op.kind != "delete" and not validate:
+            return FORWARD
         operations.set_state(op, operations.RUNNING, now=now)
         op.next_attempt_at = now + operations.redispatch_after()
         form, kind, spec, uid = resource.form, op.kind, resource.spec, resource.uid

@@ -94,3 +94,53 @@ def test_a_put_is_applied_while_every_slot_runs_tenant_code(
     finally:
         for index in range(4):
             cli.run("instances", "terminate", "hog", f"hog-{index}")
+
+
+SLOW_IMPORT = """
+import time
+time.sleep(6)
+class P:
+    def run(self, event, step):
+        return None
+"""
+
+
+def test_one_space_s_slow_version_imports_do_not_hold_another_space_s_operations(
+    api_server, worker, space_token, db_url
+) -> None:
+    """A hostile tenant's attack: three WorkerVersions whose import sleeps 9.5 s (under the 10 s
+    validation limit) held another Space's ModuleWorker create for 28 s, because the import
+    checks ran in the control process. Now they have a process of their own: Space B's create is
+    applied at once while Space A's slow imports are checked, and those still succeed."""
+    from models import db as models_db
+    from tests.support import workflows
+    from workers.services import tokens
+
+    base = api_server.extra["url"]
+    space_a, token_a = space_token
+    space_b = f"s{uuid.uuid4().hex[:12]}"
+    with models_db.session_scope(db_url) as session:
+        token_b = tokens.create_token_txn(session, space=space_b)
+    a, b = requests.Session(), requests.Session()
+    a.headers["Authorization"], b.headers["Authorization"] = f"Bearer {token_a}", f"Bearer {token_b}"
+    worker_a = workflows._create_http(a, base, space_a, "ModuleWorker", {})
+
+    def post(session: requests.Session, space: str, form: str, spec: dict) -> dict:
+        body = {"form": workflows.FORM.format(f"{form}/{workflows.FORM_VERSIONS[form]}"),
+                "name": f"r{uuid.uuid4().hex[:12]}", "spec": spec}
+        answer = session.post(f"{base}/v2/spaces/{space}/resources", json=body,
+                              headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10)
+        assert answer.status_code == 202, answer.text
+        return answer.json()
+
+    slow = [post(a, space_a, "WorkerVersion", workflows.version_spec(worker=worker_a, source=SLOW_IMPORT))
+            for _ in range(2)]
+    time.sleep(1.0)  # the first import check is under way
+    started = time.monotonic()
+    created = post(b, space_b, "ModuleWorker", {})
+    workflows._wait_operation(b, base, space_b, created, timeout=60)
+    waited = time.monotonic() - started
+    print(f"Space B's create applied in {waited:.2f} s beside Space A's slow imports")
+    assert waited < 4.0, f"Space B's Operation waited {waited:.1f} s behind Space A's import checks"
+    for op in slow:
+        workflows._wait_operation(a, base, space_a, op, timeout=60)

@@ -140,11 +140,13 @@ class Steps:
 def test_solo_pool_kill_one_process_restart_finish_then_sigterm_leaves_nothing(tmp_path):
     with workflows.private_stack(workers=0) as stack:
         worker = stack.start_worker(pool="solo", concurrency=2)
-        # 2 pool processes + the control-plane process (issue 15 item 6)
-        workflows.wait_until(lambda: worker.log().count("ready.") >= 3, timeout=60, message="3 ready")
+        # 2 pool processes + the control-plane process (issue 15 item 6) + the validation process
+        workflows.wait_until(lambda: worker.log().count("ready.") >= 4, timeout=60, message="4 ready")
         tree = _descendants(worker.pid)
-        solo = [pid for pid, cmd in tree.items() if "--supervised" in cmd and "--control-plane" not in cmd]
+        solo = [pid for pid, cmd in tree.items()
+                if "--supervised" in cmd and "--control-plane" not in cmd and "--validation" not in cmd]
         assert len([pid for pid, cmd in tree.items() if "--control-plane" in cmd]) == 1, tree
+        assert len([pid for pid, cmd in tree.items() if "--validation" in cmd]) == 1, tree
         zygotes = [pid for top in solo for pid, cmd in _descendants(top).items()
                    if "takohost.runtime.zygote" in cmd and _parent(pid) == top]
         assert len(solo) == 2 and len(zygotes) == 2, tree
@@ -163,13 +165,13 @@ def test_solo_pool_kill_one_process_restart_finish_then_sigterm_leaves_nothing(t
         owner = int(client.get(key).decode().split(":")[1])  # value: "{host}:{pid}:{nonce}"
         assert owner in solo
         os.kill(owner, signal.SIGKILL)
-        workflows.wait_until(lambda: worker.log().count("ready.") >= 4, timeout=60, message="restarted")
+        workflows.wait_until(lambda: worker.log().count("ready.") >= 5, timeout=60, message="restarted")
         final = workflows.wait_until(
             lambda: (s := http.status("x"))["status"] == "complete" and s, timeout=90, message="complete")
         assert final["output"] == {"a": "a", "b": "b", "c": "c"}
         assert log.read_text().split() == ["a", "b", "b", "c"]
         everything = set(_descendants(worker.pid))
-        assert len([p for p, c in _descendants(worker.pid).items() if "--supervised" in c]) == 3  # + control
+        assert len([p for p, c in _descendants(worker.pid).items() if "--supervised" in c]) == 4  # + control, validation
         os.kill(worker.pid, signal.SIGTERM)  # the supervisor alone, not its group
         assert worker.proc.wait(40) == 0
         time.sleep(0.5)

@@ -153,9 +153,13 @@ def test_operations_go_to_the_control_queue_and_tenant_work_does_not(broker: Bro
     """Issue 15 item 6: only the control process consumes ``{namespace}.control``."""
     namespace = broker.queue_key.split(":", 1)[0]
     control_key = f"{namespace}:{namespace}.control"
+    validation_key = f"{namespace}:{namespace}.validation"
     dispatch.reconcile_operation("op-1")
+    dispatch.validate_version("op-2")
     dispatch.run_context(7)
     dispatch.deliver_cron_match(8)
     controlled = [json.loads(m)["headers"]["task"] for m in broker.client.lrange(control_key, 0, -1)]
     assert controlled == [dispatch.RECONCILE_OPERATION]
+    validated = [json.loads(m)["headers"]["task"] for m in broker.client.lrange(validation_key, 0, -1)]
+    assert validated == [dispatch.VALIDATE_VERSION]  # tenant code at validation: not the control queue
     assert broker.sent() == [(dispatch.RUN_CONTEXT, [7]), (dispatch.DELIVER_CRON_MATCH, [8])]

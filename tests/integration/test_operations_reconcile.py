@@ -70,10 +70,13 @@ def test_unexpected_errors_are_retried_then_fail_with_effect_unknown(client, spa
 
     monkeypatch.setattr(sandbox_host, "validate_spec", broken)
     op = post(client, space, token, "WorkerVersion", version_spec(worker)).get_json()
+    # The control process hands a Version's reconcile to the validation process, unchanged.
+    assert operations_tasks.reconcile(op["id"]) == "forwarded"
+    assert _op(client, space, token, op["id"])["state"] == "pending"
     for _ in range(operations_tasks.MAX_ATTEMPTS - 1):
-        assert operations_tasks.reconcile(op["id"]) == "retry"
+        assert operations_tasks.reconcile(op["id"], validate=True) == "retry"
         assert _op(client, space, token, op["id"])["state"] == "running"
-    assert operations_tasks.reconcile(op["id"]) == "done"
+    assert operations_tasks.reconcile(op["id"], validate=True) == "done"
     final = _op(client, space, token, op["id"])
     assert final["state"] == "failed" and final["effect"] == "unknown"
     assert final["error"]["code"] == "internal_error" and "zygote" not in final["error"]["message"]

@@ -92,7 +92,7 @@ def settle(op_id: str, *, timeout: float = 30.0) -> dict:
 
     deadline = time.monotonic() + timeout
     while True:
-        operations_tasks.reconcile(op_id)
+        operations_tasks.reconcile(op_id, validate=True)  # both processes' parts, in-process
         with models_db.session_scope() as session:
             op = session.get(res_models.Operation, op_id)
             view = operations.view(op)
