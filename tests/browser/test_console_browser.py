@@ -322,7 +322,7 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     alert.accept()
     _wait(lambda: _text(browser, "[data-testid=notice]") == "Instance terminated.", timeout=40, what="terminated")
     assert "terminated" in _text(browser, "[data-testid=status]")
-    assert "cannot be terminated" in _text(browser, "[data-testid=terminal-note]")
+    assert "nothing left to terminate" in _text(browser, "[data-testid=terminal-note]")
     assert not browser.find_element(By.CSS_SELECTOR, "button.danger").is_displayed()
 
     # An errored instance shows its reason and message.
