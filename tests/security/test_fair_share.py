@@ -47,8 +47,10 @@ HANDOFF_WINDOW_SECONDS = 10.0
 HANDED_ON_AT_LEAST = 40
 #: B's create sent right behind 1,000 messages of A's deferred instances may wait, beyond the
 #: slack, this much per message for them to be deferred by the one free worker slot (measured
-#: here: 2.5–4 ms a message on a shared 2-core machine with one core taken by the spinner).
-DEFERRAL_BUDGET_MS = 5.0
+#: here: 2.5–4 ms a message on a shared 2-core machine with one core taken by the spinner; in a
+#: full CI run beside three other test processes the 1,000 drained in 21 s and B waited 12.1 s,
+#: over a 5 ms budget's 10.2 s). Without deferral B never starts; the budget only bounds its cost.
+DEFERRAL_BUDGET_MS = 15.0
 #: How long the loaded instance is followed before the test gives up (to report a figure).
 GIVE_UP_SECONDS = 40.0
 
