@@ -23,6 +23,7 @@ import pytest
 from models import db as models_db
 from takohost import config
 from tests.integration.test_cron_support import create_stack, decide, deliveries_of
+from tests.security.test_fair_share import ONE
 from tests.support import workflows
 from workers import celery_app, dispatch
 from workers.services import tokens
@@ -36,13 +37,6 @@ def scheduled(event, env, ctx):
     open(marker, "w").close()
     while not os.path.exists(os.path.join(env.DIR, "go")):
         time.sleep(0.05)
-"""
-
-ONE = """
-class One:
-    def __init__(self, env): self.env = env
-    def run(self, event, step):
-        return step.do("one", lambda: {"ok": True})
 """
 
 

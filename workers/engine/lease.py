@@ -235,22 +235,28 @@ class LeaseStore:
             return BUSY if held is None else held
         value = f"{owner or process_owner()}:{uuid.uuid4().hex}"
         key = self.key(instance_pk)
-        answer = self._admit(
-            keys=[key, self.contexts_key(space), self.waiting_key(space)],
-            args=[
-                value,
-                self.ttl_ms,
-                cap,
-                instance_pk,
-                int(time.time() * 1000),
-                self.key_prefix(),
-                SPACE_KEYS_TTL_MS,
-                self.delivery_key_prefix(),
-            ],
-        )
-        if int(answer) == 1:
+        answer = self._take_slot(key=key, value=value, space=space, cap=cap, member=str(instance_pk))
+        if answer == 1:
             return Lease(instance_pk=instance_pk, key=key, value=value, space=space)
-        return BUSY if int(answer) == 0 else DEFERRED
+        return BUSY if answer == 0 else DEFERRED
+
+    def _take_slot(self, *, key: str, value: str, space: str, cap: int, member: str) -> int:
+        """Run ``_ADMIT`` for lease ``key`` and ``member`` of ``space``: 1 taken, 0 busy, -1 deferred."""
+        return int(
+            self._admit(
+                keys=[key, self.contexts_key(space), self.waiting_key(space)],
+                args=[
+                    value,
+                    self.ttl_ms,
+                    cap,
+                    member,
+                    int(time.time() * 1000),
+                    self.key_prefix(),
+                    SPACE_KEYS_TTL_MS,
+                    self.delivery_key_prefix(),
+                ],
+            )
+        )
 
     def admit_delivery(
         self, match_pk: int, *, space: str | None, cap: int, renew_every_s: float
@@ -272,21 +278,7 @@ class LeaseStore:
         value = f"{process_owner()}:{uuid.uuid4().hex}"
         member = f"{CRON_MEMBER}{match_pk}"
         started = time.monotonic()
-        answer = int(
-            self._admit(
-                keys=[key, self.contexts_key(space), self.waiting_key(space)],
-                args=[
-                    value,
-                    self.ttl_ms,
-                    cap,
-                    member,
-                    int(time.time() * 1000),
-                    self.key_prefix(),
-                    SPACE_KEYS_TTL_MS,
-                    self.delivery_key_prefix(),
-                ],
-            )
-        )
+        answer = self._take_slot(key=key, value=value, space=space, cap=cap, member=member)
         if answer != 1:
             return BUSY if answer == 0 else DEFERRED
         return DeliveryLease.start(
