@@ -28,10 +28,10 @@ from models import cron as cron_models
 from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
+from services import dispatch
+from services.telemetry import metrics
 from takohost import config
 from takohost.domain import cron
-from workers import dispatch
-from workers.telemetry import metrics
 
 log = logging.getLogger(__name__)
 

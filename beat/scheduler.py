@@ -23,10 +23,10 @@ from celery import beat as celery_beat
 from beat import cron_recorder
 from models import db as models_db
 from models.base import utcnow
+from services import operations
 from takohost import config
 from workers import cron_tasks
 from workers.engine import sweep, timers
-from workers.services import operations
 
 log = logging.getLogger(__name__)
 

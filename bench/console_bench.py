@@ -49,7 +49,7 @@ def _populate(url: str, *, n: int, history: int = 60) -> tuple[str, str, str]:
     from models import instances as inst_models
     from models import migrate, tenant_logs
     from models import resources as res_models
-    from workers.services import tokens
+    from services import tokens
 
     migrate.upgrade(url)
     now = dt.datetime.now(dt.UTC)

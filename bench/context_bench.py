@@ -36,9 +36,8 @@ def run(args: argparse.Namespace) -> dict:
     """One scratch stack, ``args.batches`` batches of ``args.contexts`` contexts; the JSON result."""
     from bench import engine_bench
     from models import db as models_db
-    from workers import dispatch
+    from services import dispatch, instances, tokens
     from workers.engine import context
-    from workers.services import instances, tokens
 
     scratch = engine_bench.Scratch(workers=0, concurrency=1)
     queued: list[int] = []

@@ -21,7 +21,7 @@ from bench import engine_bench, proc_cpu
 def run(args: argparse.Namespace) -> dict:
     """One scratch stack (API only), ``args.creates`` creates after a warm-up; the JSON result."""
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     scratch = engine_bench.Scratch(workers=0, concurrency=1, api_workers=1)
     try:

@@ -38,7 +38,7 @@ from models import cron as cron_models  # noqa: E402
 from models import db as models_db  # noqa: E402
 from models import migrate  # noqa: E402
 from models import resources as res_models  # noqa: E402
-from workers.services import cron_schedules, tokens  # noqa: E402
+from services import cron_schedules, tokens  # noqa: E402
 
 HANDLER = "def scheduled(event, env, ctx):\n    return None\n"
 ADMIN_URL = os.environ.get("TAKOHOST_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

@@ -382,7 +382,7 @@ def run(args: argparse.Namespace) -> dict:
     with their sandbox children) and the host's Postgres backends — not this load generator."""
     from bench import proc_cpu
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     scratch = Scratch(workers=args.workers, concurrency=args.concurrency, pool=args.pool,
                       api_workers=getattr(args, "api_workers", 1))

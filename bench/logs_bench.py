@@ -118,7 +118,7 @@ def _chatty_lines(url: str, workflow: str, ids: list[str]) -> dict:
 def run(args: argparse.Namespace) -> dict:
     """Run the three scenarios on one scratch stack; returns the JSON-able result."""
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     scratch = engine_bench.Scratch(workers=args.workers, concurrency=args.concurrency)
     try:

@@ -103,7 +103,7 @@ class Stack:
 
     def __init__(self) -> None:
         from models import db as models_db
-        from workers.services import tokens
+        from services import tokens
 
         os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "5")
         self.scratch = engine_bench.Scratch(workers=1, concurrency=2, pool="solo")
@@ -216,7 +216,7 @@ def _timed_get(stack: Stack, path: str, repeat: int = 15) -> dict:
 
 def scenario_list(stack: Stack, count: int) -> dict:
     """A workflow with ``count`` instances (bulk rows): list pages at the start, middle and end."""
-    from workers.services import instance_pages
+    from services import instance_pages
 
     workflow, other = _deploy_with(stack.url), _deploy_with(stack.url)
     engine = sa.create_engine(stack.url, poolclass=sa.pool.NullPool)
@@ -251,7 +251,7 @@ def scenario_list(stack: Stack, count: int) -> dict:
 def _explain_ms(stack: Stack, workflow: str, after: int | None, status: str | None = None) -> float:
     """The list's query as the checkout under test builds it, timed in Postgres (``EXPLAIN
     ANALYZE``), milliseconds."""
-    from workers.services import instances
+    from services import instances
 
     engine = sa.create_engine(stack.url, poolclass=sa.pool.NullPool)
     if hasattr(instances, "_page_query"):
@@ -270,7 +270,7 @@ def _explain_ms(stack: Stack, workflow: str, after: int | None, status: str | No
 
 def scenario_history(stack: Stack, steps: int) -> dict:
     """An instance with ``steps`` completed steps (two history events each): history pages."""
-    from workers.services import instance_pages
+    from services import instance_pages
 
     instance_id = f"hist{steps}"
     stack.client.create(stack.workflow, instance_id)

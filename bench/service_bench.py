@@ -6,7 +6,7 @@ straight to its wait and wakes it), one call at a time against a scratch databas
     python -m bench.service_bench --against ../other     # alternating with another checkout's
                                                          # service modules, in this process
 
-``--against`` loads ``workers/services/instances.py`` and ``instance_events.py`` of the other
+``--against`` loads ``services/instances.py`` (``workers/services/`` in checkouts before the move) and ``instance_events.py`` of the other
 checkout under other names beside this checkout's, and alternates batches of 25 calls between
 them, so that both see the same machine at the same moment (the machine's speed moves by up to 2×
 within minutes: separate runs cannot show a 0.3 ms difference). Everything else, the SQL
@@ -85,8 +85,7 @@ def run(calls: int, against: str | None) -> dict:
     try:
         from bench import engine_bench
         from models import migrate
-        from workers import dispatch
-        from workers.services import instance_events, instances, tokens
+        from services import dispatch, instance_events, instances, tokens
 
         migrate.upgrade(url)
         with models_db.session_scope(url) as session:
@@ -95,7 +94,9 @@ def run(calls: int, against: str | None) -> dict:
         dispatch.run_context = lambda pk: None  # every module's ``dispatch`` is this one
         modules = {"this": (instances, instance_events)}
         if against:
-            services = os.path.join(os.path.abspath(against), "workers", "services")
+            services = os.path.join(os.path.abspath(against), "services")
+            if not os.path.exists(os.path.join(services, "instances.py")):  # before the move
+                services = os.path.join(os.path.abspath(against), "workers", "services")
             modules["against"] = (
                 _load(os.path.join(services, "instances.py"), "bench_against_instances"),
                 _load(os.path.join(services, "instance_events.py"), "bench_against_instance_events"),

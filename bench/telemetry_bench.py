@@ -18,8 +18,8 @@ import os
 import tempfile
 import time
 
+from services.telemetry import metrics, tracing
 from workers.engine import decide, observe
-from workers.telemetry import metrics, tracing
 
 
 class _Store:

@@ -8,9 +8,9 @@ import flask.json.provider
 from host_api import admission, auth, errors, telemetry
 from host_api.routes import instances, meta, resources, runs
 from host_api.ui import views as ui_views
+from services import ids
 from takohost import config
 from takohost.domain import deepjson
-from workers.services import ids
 
 #: The API's blueprints, registered in this order.
 BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp, ui_views.bp)
@@ -72,7 +72,7 @@ PATH_ID_PARAMS = {"uid": "resource", "op_id": "Operation"}
 
 def check_path_ids() -> None:
     """``before_request`` (after authentication): a ``{uid}`` or ``{op_id}`` path parameter of any
-    URL-map route must have the shape of an id the host issued (``workers.services.ids``), else
+    URL-map route must have the shape of an id the host issued (``services.ids``), else
     ``404 not_found`` before any query. The raw-path instance routes are not in the URL map:
     they call ``ids.require_host_id`` themselves.
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from host_api import db
 from host_api.errors import ApiError
 from models import resources as res_models
-from workers.services import tokens
+from services import tokens
 
 PUBLIC_ENDPOINTS = {"meta.healthz", "meta.openapi", "static"}
 #: Blueprints that authenticate by themselves: the web console signs in with the same tokens but

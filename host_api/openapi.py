@@ -17,7 +17,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from host_api import schemas
 from host_api.errors import STATUS_BY_CODE
 from models import instances as inst_models
-from workers.services import ids, instance_pages, resources, tenant_logs, tokens
+from services import ids, instance_pages, resources, tenant_logs, tokens
 
 SPACE = {
     "name": "space",

@@ -3,7 +3,7 @@
 One schema per Form spec (CONTRACT §3; seeds 000 "入力、観測、CRUD" and 003 "入力", "未知の
 フィールド") plus the create/update envelopes of CONTRACT §2.2. The same schemas generate the
 OpenAPI document (``host_api.openapi``). Validation here is pure: it never reads the database;
-cross-resource rules live in ``workers.services.forms``.
+cross-resource rules live in ``services.forms``.
 
 Every rejection is ``400 invalid_spec`` with ``details.pointer`` (RFC 6901, relative to the
 request body: ``/spec/worker/name``) and ``details.errors`` (every ``{pointer, message}``); an
@@ -18,8 +18,8 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from models.errors import DomainError
+from services import forms, ids
 from takohost.domain import cron, documents, identifiers, progress
-from workers.services import forms, ids
 
 MAX_MODULES = 64
 MAX_MODULE_BYTES = 1024 * 1024

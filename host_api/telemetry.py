@@ -1,4 +1,4 @@
-"""HTTP latency by route for the Prometheus metrics (issue 13 item 4; ``workers.telemetry.metrics``).
+"""HTTP latency by route for the Prometheus metrics (issue 13 item 4; ``services.telemetry.metrics``).
 
 :func:`register` adds the app's first ``before_request`` (start the clock) and an ``after_request``
 that observes ``takohost_http_request_duration_seconds{method, route, status}``. ``route`` is the
@@ -16,7 +16,7 @@ import time
 import flask
 
 from host_api.routes import instances
-from workers.telemetry import metrics
+from services.telemetry import metrics
 
 _ACTION = re.compile(r"^/[^/]*/(?P<action>[a-z]+)$")
 

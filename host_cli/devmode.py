@@ -132,7 +132,7 @@ def _dev_token(data_dir: pathlib.Path) -> str:
 
     from models import db as models_db
     from models import resources
-    from workers.services import tokens
+    from services import tokens
 
     path = data_dir / "token"
     if path.exists():
@@ -296,8 +296,8 @@ def _serve_metrics(root: pathlib.Path, env: dict[str, str], port: int) -> tuple[
     environment (recording into this process's directory, with no port of their own) and the
     endpoint's URL. Raises :class:`DevError` when the sandbox's outbound policy would let tenant
     code reach that port, or when it cannot be bound."""
+    from services.telemetry import metrics
     from takohost.runtime import isolation
-    from workers.telemetry import metrics
 
     try:
         isolation.Policy.from_environ({**env, "TAKOHOST_METRICS_PORT": str(port)})

@@ -18,8 +18,8 @@ from host_cli import client_commands
 
 def _setup_logging(log_format: str | None = None, level: str = "INFO") -> None:
     """Host log lines on stderr, ``text`` or ``json`` (``--log-format``, ``TAKOHOST_LOG_FORMAT``),
-    carrying the fields of the instance they are about (``workers.telemetry.logs``)."""
-    from workers.telemetry import logs
+    carrying the fields of the instance they are about (``services.telemetry.logs``)."""
+    from services.telemetry import logs
 
     try:
         logs.setup(fmt=log_format, level=level.upper())
@@ -31,7 +31,7 @@ def _serve_metrics(role: str, port: int | None, *, host_state: bool = False) -> 
     """With a metrics port (``--metrics-port``, ``TAKOHOST_METRICS_PORT``): a fresh multiprocess
     directory for this command's processes and ``GET /metrics`` on that port (README
     "Observability"); nothing without one."""
-    from workers.telemetry import metrics
+    from services.telemetry import metrics
 
     port = _metrics_port(port)
     if port is None:
@@ -47,7 +47,7 @@ def _serve_metrics(role: str, port: int | None, *, host_state: bool = False) -> 
 
 def _metrics_port(value: int | None) -> int | None:
     """``--metrics-port``, else ``TAKOHOST_METRICS_PORT``; a bad variable is a usage error."""
-    from workers.telemetry import metrics
+    from services.telemetry import metrics
 
     try:
         return metrics.port_from_env(value)
@@ -227,7 +227,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         worker_pool.die_with_supervisor()
     else:
         _check_sandbox(metrics_port)
-    from workers.celery_app import app
+    from services.celery_app import app
 
     if pool == "solo":
         if concurrency != 1:
@@ -246,7 +246,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
 
 
 # --- the control plane's own process (issue 15 item 6) ---------------------------------------
-# Operations (and anything else in workers.celery_app.CONTROL_TASKS) go to a queue of their own,
+# Operations (and anything else in services.celery_app.CONTROL_TASKS) go to a queue of their own,
 # consumed by one more process that every `takohost worker` starts and that runs no workflow or
 # handler code (only the time-limited import check of a new WorkerVersion):
 # with every slot busy in replay contexts or cron handlers, a PUT is still reconciled at once.
@@ -260,7 +260,7 @@ def _control_command(loglevel: str) -> list[str]:
 
 
 def _validation_command(loglevel: str) -> list[str]:
-    """argv of the WorkerVersion import checks' consumer (``workers.celery_app.VALIDATION_TASKS``):
+    """argv of the WorkerVersion import checks' consumer (``services.celery_app.VALIDATION_TASKS``):
     tenant code at validation never holds the control plane."""
     from host_cli import worker_pool
 
@@ -285,7 +285,7 @@ def _mark_metrics_dead_at_exit() -> None:
     directory (its live gauges stop counting); nothing when metrics are off."""
     from celery import signals
 
-    from workers.telemetry import metrics
+    from services.telemetry import metrics
 
     def _dead(**_: object) -> None:
         metrics.process_exit()
@@ -303,7 +303,7 @@ def beat(loglevel: str, log_format: str | None, metrics_port: int | None) -> Non
     _host_process()
     _setup_logging(log_format, loglevel)
     _serve_metrics("beat", metrics_port, host_state=True)
-    from workers.celery_app import app
+    from services.celery_app import app
 
     app.start(["beat", f"--loglevel={loglevel}", "--scheduler", "beat.scheduler:HostScheduler"])
 
@@ -319,7 +319,7 @@ def token_create(space: str) -> None:
     """Create a token for SPACE and print it alone on stdout."""
     from models import db as models_db
     from models.errors import DomainError
-    from workers.services import tokens
+    from services import tokens
 
     try:
         with models_db.session_scope() as session:

@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from workers.telemetry import metrics
+from services.telemetry import metrics
 
 log = logging.getLogger("takohost.worker")
 

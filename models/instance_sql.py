@@ -1,6 +1,6 @@
 """The hand-written SQL of instances, their steps, history, inbox events and timers: every
 statement once, in psycopg's ``%(name)s`` style, for the engine's store (``workers.engine.store``,
-raw psycopg) and the instance services (``workers.services.instances`` / ``instance_events``,
+raw psycopg) and the instance services (``services.instances`` / ``instance_events``,
 through ``Connection.exec_driver_sql``). Names, ids and event types are bytea UTF-8 (pass
 ``str.encode()``), documents ``json`` text. Simple reads and bulk purges stay SQLAlchemy Core
 beside the models they touch (``models.instances``).

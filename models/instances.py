@@ -174,7 +174,7 @@ class WorkflowClosure(Base):
     """A DurableWorkflow UID closed for new create/event/wake because its DELETE is purging it.
 
     Seed 000 (DELETE): "Hostは新規create/event/wakeを閉じ、実行ownerをfenceし…purgeする". The row is
-    written by ``workers.services.instance_stop.purge_workflow`` under an exclusive advisory lock that
+    written by ``services.instance_stop.purge_workflow`` under an exclusive advisory lock that
     ``create`` takes shared, so no create can slip in after the close; it is kept after the purge
     (UIDs are never reused).
     """

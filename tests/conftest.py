@@ -112,7 +112,7 @@ def db_url() -> str:
 def space_token(db_url: str) -> tuple[str, str]:
     """A new Space and a token for it: ``(space, token)``."""
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     space = f"s{uuid.uuid4().hex[:12]}"
     with models_db.session_scope(db_url) as session:

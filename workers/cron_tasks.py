@@ -31,14 +31,14 @@ import time
 
 from models import db as models_db
 from models.base import utcnow
+from services import cron_runs, dispatch, redis_client, redis_keys
+from services.celery_app import app
+from services.telemetry import metrics
 from takohost import config
 from takohost.runtime import protocol, tracebacks
-from workers import dispatch, redis_client, redis_keys, sandbox_host, tenant_logs
-from workers.celery_app import app
+from workers import sandbox_host, tenant_logs
 from workers.engine import heartbeat, sandbox, store
 from workers.engine import lease as lease_mod
-from workers.services import cron_runs
-from workers.telemetry import metrics
 
 log = logging.getLogger(__name__)
 

@@ -41,12 +41,12 @@ from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
+from services import cron_schedules, dispatch, forms, instance_stop, operations, workflow_observer
+from services import resources as resource_service
+from services.celery_app import app
+from services.telemetry import lifecycle
 from takohost import config
-from workers import cron_tasks, dispatch, sandbox_host
-from workers.celery_app import app
-from workers.services import cron_schedules, forms, instance_stop, operations, workflow_observer
-from workers.services import resources as resource_service
-from workers.telemetry import lifecycle
+from workers import cron_tasks, sandbox_host
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def reconcile_operation(self, operation_id: str) -> str:  # noqa: ANN001 - Celer
 @app.task(name=dispatch.VALIDATE_VERSION, bind=True, ignore_result=True)
 def validate_version(self, operation_id: str) -> str:  # noqa: ANN001 - Celery's bound task
     """Reconcile WorkerVersion Operation ``operation_id``, its import check included (the
-    validation process: ``workers.celery_app.VALIDATION_TASKS``)."""
+    validation process: ``services.celery_app.VALIDATION_TASKS``)."""
     started = utcnow()
     outcome = reconcile(operation_id, validate=True)
     lifecycle.operation_reconciled(operation_id, since=started)

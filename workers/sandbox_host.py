@@ -9,7 +9,7 @@ Replay contexts (``workers.engine.context``) and cron deliveries (``workers.cron
 * build the child's ``job`` with :func:`job_message` (``kind``, ``modules``, ``mainModule``,
   ``vars``, ``bindings``, ``event``, ``watchdogSeconds``; ``className`` for a workflow);
 * answer each ``binding`` request of the child with :func:`answer_binding`: the same call path as
-  HTTP (``workers.services.instance_bindings``), the same error names, the same text hygiene.
+  HTTP (``services.instance_bindings``), the same error names, the same text hygiene.
 
 WorkerVersion validation (:func:`validate_spec`, called by the reconcile task) runs
 ``workers.engine.sandbox.validate_version`` (its own job: no vars, no bindings, no event). This
@@ -27,11 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from models.errors import DomainError
+from services import instance_bindings
 from takohost import config, errors
 from takohost.runtime import bindings as runtime_bindings
 from takohost.runtime import protocol
 from workers.engine import heartbeat, sandbox
-from workers.services import instance_bindings
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """DurableWorkflow instances over HTTP (CONTRACT §2.5): parse, call the instance services
-(``workers.services.instances``, ``instance_events``, ``instance_history``, ``instance_stop``),
+(``services.instances``, ``instance_events``, ``instance_history``, ``instance_stop``),
 render. The same service functions serve ``env.NAME`` bindings from workflow code (§4.5).
 
 Instance ids are 1–256 Unicode scalar values and may contain ``/``, ``%``, ``?``, spaces, emoji
@@ -17,7 +17,7 @@ and test client, or ``REQUEST_URI``), splits it on ``/`` and percent-decodes the
 | POST / GET | ``/{id}/events`` | send_event (``202 {}``, optional Idempotency-Key) / inbox |
 | POST | ``/{id}/terminate`` | terminate → ``{"status"}`` |
 | GET | ``/{id}/history`` | history (``pageToken``, ``limit``) |
-| GET | ``/{id}/logs`` | tenant log lines (``pageToken``, ``limit``; ``workers.services.tenant_logs``) |
+| GET | ``/{id}/logs`` | tenant log lines (``pageToken``, ``limit``; ``services.tenant_logs``) |
 | GET | ``/{id}/progress`` | where is it: what it runs or waits for (``instance_progress``) |
 """
 
@@ -31,7 +31,7 @@ import flask
 from host_api import body as request_body
 from host_api import query
 from host_api.errors import ApiError
-from workers.services import (
+from services import (
     ids,
     instance_common,
     instance_events,

@@ -12,8 +12,7 @@ from host_api import body as request_body
 from host_api import db, query, schemas
 from models.base import utcnow
 from models.errors import DomainError
-from workers import dispatch
-from workers.services import forms, operations, resources
+from services import dispatch, forms, operations, resources
 
 bp = flask.Blueprint("resources", __name__)
 

@@ -9,7 +9,7 @@ import flask
 
 from host_api import db, query
 from host_api.errors import ApiError
-from workers.services import cron_runs, tenant_logs
+from services import cron_runs, tenant_logs
 
 bp = flask.Blueprint("runs", __name__)
 
@@ -35,7 +35,7 @@ def list_runs(space: str, uid: str) -> flask.Response:
 def run_logs(space: str, uid: str, scheduled_time: str) -> flask.Response:
     """``200 {"logs": [{"time", "delivery", "stream", "message"}], "nextPageToken", "removedLines"}``:
     the tenant log lines of every delivery of the run at ``scheduled_time`` (as the runs ledger
-    writes it, RFC 3339 UTC, or epoch milliseconds), oldest first (``workers.services.tenant_logs``).
+    writes it, RFC 3339 UTC, or epoch milliseconds), oldest first (``services.tenant_logs``).
 
     ``404 not_found`` for a resource that is not a live WorkerCronTrigger of this Space or a time
     with no recorded match; ``400 invalid_request`` for a malformed time, ``pageToken`` or ``limit``.

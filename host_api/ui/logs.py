@@ -1,5 +1,5 @@
 """Tenant logs for the console: an instance's lines and a cron run's lines (issue 13's
-``workers.services.tenant_logs``, the same service as ``GET …/instances/{id}/logs`` and
+``services.tenant_logs``, the same service as ``GET …/instances/{id}/logs`` and
 ``GET …/runs/{scheduledTime}/logs``), pages followed up to :data:`MAX_LINES`.
 
 A line is what the API serves: ``{"time", "epoch", "step", "attempt", "stream", "message"}`` for
@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 from models.errors import DomainError
-from workers.services import tenant_logs
+from services import tenant_logs
 
 #: Log lines the console reads for one panel.
 MAX_LINES = 2000

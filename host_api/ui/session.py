@@ -26,7 +26,7 @@ import urllib.parse
 import flask
 
 from host_api import auth
-from workers.services import tokens
+from services import tokens
 
 COOKIE = "takohost_console"
 COOKIE_PATH = "/ui"

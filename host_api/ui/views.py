@@ -1,7 +1,7 @@
 """The web console at ``/ui/``: server-rendered pages of one Space (issue 14).
 
 Thin like the rest of ``host_api``: each view resolves the signed-in Space
-(``host_api.ui.session``), reads through the services (``workers.services.console`` for lists and
+(``host_api.ui.session``), reads through the services (``services.console`` for lists and
 counts the JSON API has no call for; the instance, event, progress, stop, tenant-log and cron-run
 services for the rest) and renders a Jinja template. Actions call the same service functions as the JSON
 routes, so their errors are the API's (``code: message``), shown on the page. Instance ids travel
@@ -39,8 +39,7 @@ from models import db as models_db
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from takohost.domain import jsonstrict
-from workers.services import (
+from services import (
     console,
     cron_runs,
     instance_common,
@@ -49,6 +48,7 @@ from workers.services import (
     instance_progress,
     instance_stop,
 )
+from takohost.domain import jsonstrict
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from models import cron as cron_models
 from models import db as models_db
 from models import tenant_logs
 from models.base import utcnow
+from services import tokens
 from tests.support import workflows
-from workers.services import tokens
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

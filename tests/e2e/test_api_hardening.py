@@ -20,7 +20,7 @@ MAX_BODY = 16 * 1024 * 1024
 @pytest.fixture(scope="module")
 def host(api_server, db_url) -> dict:
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     space = f"hard-{uuid.uuid4().hex[:8]}"
     with models_db.session_scope(db_url) as session:

@@ -113,8 +113,8 @@ def test_one_space_s_slow_version_imports_do_not_hold_another_space_s_operations
     checks ran in the control process. Now they have a process of their own: Space B's create is
     applied at once while Space A's slow imports are checked, and those still succeed."""
     from models import db as models_db
+    from services import tokens
     from tests.support import workflows
-    from workers.services import tokens
 
     base = api_server.extra["url"]
     space_a, token_a = space_token

@@ -31,11 +31,11 @@ from beat import cron_recorder
 from models import cron as cron_models
 from models import db as models_db
 from models import migrate
+from services import cron_runs, tokens
 from takohost import config
 from tests import conftest
 from tests.integration.test_cron_support import RAISING_HANDLER, create_stack
 from tests.support import processes
-from workers.services import cron_runs, tokens
 
 pytestmark = pytest.mark.slow
 

@@ -19,10 +19,9 @@ import pytest
 import redis
 
 from models.errors import DomainError
+from services import instance_stop, redis_keys
 from takohost import config
 from tests.support import workflows
-from workers import redis_keys
-from workers.services import instance_stop
 
 LOOP_SYNC = """
 import os, time

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
+from services.telemetry import tracing
 from tests.support import workflows
-from workers.telemetry import tracing
 
 trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")

@@ -22,7 +22,7 @@ class Waiter:
 @pytest.fixture(scope="module")
 def http(api_server, db_url):
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     space = "ids-e2e"
     with models_db.session_scope(db_url) as session:

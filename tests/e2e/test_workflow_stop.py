@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from services import instance_events, instance_history, instance_stop, instances
 from tests.support import workflows
-from workers.services import instance_events, instance_history, instance_stop, instances
 
 FINALLY_SLEEP = """
 class Sleeper:

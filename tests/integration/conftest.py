@@ -65,7 +65,7 @@ def space(space_token: tuple[str, str]) -> str:
 def no_dispatch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record instead of sending the API's reconcile messages; returns the recorded Operation ids
     (tests settle Operations in-process with ``test_resources_support.settle``)."""
-    from workers import dispatch
+    from services import dispatch
 
     sent: list[str] = []
     monkeypatch.setattr(dispatch, "reconcile_operation", sent.append)

@@ -25,7 +25,7 @@ def test_unknown_token_is_401(client, space_token):
 
 def test_token_of_another_space_is_404_not_found(client, space_token, db_url):
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     space, _ = space_token
     with models_db.session_scope(db_url) as session:
@@ -65,7 +65,7 @@ def test_a_deleted_token_is_refused_once_its_cached_space_expires(client, space_
     from host_api import auth
     from models import db as models_db
     from models import resources
-    from workers.services import tokens
+    from services import tokens
 
     # 3 s, not less: the first request, the DELETE's transaction and the second request must fit
     # in it on a loaded CI machine (with 0.3 s the entry once expired before the second request).

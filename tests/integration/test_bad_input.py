@@ -27,7 +27,7 @@ from tests.integration.test_resources_support import (
 def world(app, db_url):
     """Space A with a deployed Worker, a Workflow and a Trigger; Space B with a Worker; a deleted UID."""
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     suffix = uuid.uuid4().hex[:8]
     with models_db.session_scope(db_url) as session:

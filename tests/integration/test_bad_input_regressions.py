@@ -427,7 +427,7 @@ def test_the_raw_route_helper_builds_a_405_with_allow(app):
 
 def test_openapi_states_the_real_limits(client, space_token):
     from host_api import openapi
-    from workers.services import ids
+    from services import ids
 
     doc = openapi.document()
     paths, schemas = doc["paths"], doc["components"]["schemas"]

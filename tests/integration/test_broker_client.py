@@ -1,4 +1,4 @@
-"""The Celery app's Redis transport (``workers.broker``, issue 12 item 3): publishing reuses one
+"""The Celery app's Redis transport (``services.broker``, issue 12 item 3): publishing reuses one
 Redis client per channel instead of building one per message, and the messages all arrive."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import uuid
 import redis
 from kombu.transport import redis as kombu_redis
 
+from services import broker, celery_app
 from takohost import config
-from workers import broker, celery_app
 
 
 def test_publishes_reuse_one_client_and_arrive(monkeypatch):
@@ -40,6 +40,6 @@ def test_publishes_reuse_one_client_and_arrive(monkeypatch):
 
 
 def test_other_brokers_keep_kombus_transport():
-    assert broker.transport_for("redis://h:6379/0") == "workers.broker:Transport"
-    assert broker.transport_for("redis+socket:///tmp/r.sock") == "workers.broker:Transport"
+    assert broker.transport_for("redis://h:6379/0") == "services.broker:Transport"
+    assert broker.transport_for("redis+socket:///tmp/r.sock") == "services.broker:Transport"
     assert broker.transport_for("amqp://guest@h//") is None

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import instances as inst_models
+from services import console, tokens
 from tests.support import workflows
-from workers.services import console, tokens
 
 SOURCE = """
 class F:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from models import cron as cron_models
 from models import db as models_db
+from services import redis_client, redis_keys
 from takohost import config
 from tests.integration.test_cron_support import (
     RAISING_HANDLER,
@@ -21,7 +22,7 @@ from tests.integration.test_cron_support import (
     deliveries_of,
     matches_of,
 )
-from workers import cron_tasks, redis_client, redis_keys
+from workers import cron_tasks
 
 
 def _ms(text: str) -> int:

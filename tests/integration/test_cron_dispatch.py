@@ -21,14 +21,14 @@ from celery import Celery
 from redis import connection as redis_connection
 
 from beat import cron_recorder
+from services import celery_app, dispatch
 from takohost import config
 from tests.integration.test_cron_support import create_stack, matches_of
-from workers import celery_app, dispatch
 
 
 @dataclasses.dataclass
 class Broker:
-    """A private Celery app patched into ``workers.dispatch``, and what it did."""
+    """A private Celery app patched into ``services.dispatch``, and what it did."""
 
     app: Celery
     queue_key: str

@@ -19,9 +19,10 @@ import pytest
 
 from models import db as models_db
 from models import resources as res_models
+from services import redis_client, redis_keys
 from takohost import config
 from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of, matches_of
-from workers import cron_tasks, redis_client, redis_keys, sandbox_host
+from workers import cron_tasks, sandbox_host
 
 LOOPING = {
     "sync-loop": """

@@ -163,7 +163,7 @@ def test_runs_not_found_rules(client, db_url: str, space_token: tuple[str, str])
 def test_runs_of_another_spaces_trigger_are_not_found(
     client, db_url: str, space_token: tuple[str, str]
 ) -> None:
-    from workers.services import tokens
+    from services import tokens
 
     space, token = space_token
     other_space = f"{space}-b"

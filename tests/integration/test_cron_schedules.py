@@ -23,7 +23,7 @@ from tests.integration.test_cron_support import (
 
 def test_API_05_observed_is_the_seed_example(db_url: str, space_token: tuple[str, str]) -> None:
     space, _ = space_token
-    from workers.services import cron_schedules
+    from services import cron_schedules
 
     observed = cron_schedules.observed_for("*/5 * * * *", now=at("2026-10-05T12:03:10Z"))
     assert observed == {
@@ -128,7 +128,7 @@ def test_register_is_idempotent_for_the_same_expression(db_url: str, space_token
 
 
 def test_observed_for_uses_utc_whatever_the_offset_of_now() -> None:
-    from workers.services import cron_schedules
+    from services import cron_schedules
 
     paris = dt.timezone(dt.timedelta(hours=2))
     observed = cron_schedules.observed_for("0 2 * * *", now=dt.datetime(2026, 10, 25, 3, 0, tzinfo=paris))

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from models import cron as cron_models
 from models import db as models_db
 from models import resources as res_models
-from workers.services import cron_schedules
+from services import cron_schedules
 
 #: Handler that checks its event against ``env.EXPECTED`` (when given) and succeeds.
 OK_HANDLER = """

@@ -366,7 +366,7 @@ def test_a_create_that_is_refused_leaves_no_instance(api, client, db_url):
     import sqlalchemy as sa
 
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     def rows() -> int:
         with models_db.session_scope(db_url) as session:

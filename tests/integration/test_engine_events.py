@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from models.errors import DomainError
+from services import instance_events, instance_history, instance_stop, instances, workflow_observer
 from tests.support import workflows
-from workers.services import instance_events, instance_history, instance_stop, instances, workflow_observer
 
 NAP = """
 class Queue:

@@ -14,11 +14,11 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import instances as inst_models
+from services import instance_history, instances
+from services import leases as lease_service
 from takohost import config
 from tests.support import workflows
 from workers.engine import sandbox, store
-from workers.services import instance_history, instances
-from workers.services import leases as lease_service
 
 SOURCE = """
 class Ends:

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import instances as inst_models
+from services import instance_common, instance_events, instance_history, instances
 from tests.support import workflows
-from workers.services import instance_common, instance_events, instance_history, instances
 
 
 class Run:

@@ -11,10 +11,9 @@ import psycopg
 import pytest
 
 from models.base import utcnow
+from services import dispatch, instance_events, instance_history, instances
 from tests.support import workflows
-from workers import dispatch
 from workers.engine import decide, store
-from workers.services import instance_events, instance_history, instances
 
 SOURCE = """
 class W:

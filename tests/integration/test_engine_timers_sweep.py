@@ -10,12 +10,11 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from models.base import utcnow
+from services import dispatch, instances
 from takohost import config
 from tests.support import workflows
-from workers import dispatch
 from workers.engine import lease as lease_mod
 from workers.engine import sweep, timers
-from workers.services import instances
 
 NAP = """
 class Nap:

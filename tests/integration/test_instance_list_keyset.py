@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from models import db as models_db
+from services import instances
 from tests.support import workflows
-from workers.services import instances
 
 SOURCE = """
 class K:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 import uuid
 
+from services import leases as lease_service
 from takohost import config
 from workers.engine import lease as lease_mod
-from workers.services import leases as lease_service
 
 
 def test_leases_expire_and_live_leases_sees_them():

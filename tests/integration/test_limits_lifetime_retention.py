@@ -16,9 +16,9 @@ from models import db as models_db
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
+from services import instance_history, instance_stop, instances, retention, workflow_observer
 from tests.support import workflows
 from workers.engine import sweep
-from workers.services import instance_history, instance_stop, instances, retention, workflow_observer
 
 YEAR = 31_536_000
 THIRTY_DAYS = 2_592_000

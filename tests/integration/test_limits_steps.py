@@ -4,8 +4,8 @@ BaseException`` rescues the instance (1025 commits; the limit is decided by ``de
 
 from __future__ import annotations
 
+from services import instances
 from tests.support import workflows
-from workers.services import instances
 
 MANY = """
 class Many:

@@ -10,9 +10,9 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import resources as res_models
+from services import instance_events, instance_progress, instance_stop, instances
+from services.telemetry import tracing
 from tests.support import workflows
-from workers.services import instance_events, instance_progress, instance_stop, instances
-from workers.telemetry import tracing
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
@@ -187,7 +187,7 @@ def metrics_dir(tmp_path, monkeypatch):
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from workers.telemetry import metrics
+    from services.telemetry import metrics
 
     directory = tmp_path / "metrics"
     directory.mkdir()

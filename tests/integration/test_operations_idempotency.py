@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("no_dispatch")
 
 
 def test_operation_transitions_are_closed():
-    from workers.services import operations
+    from services import operations
 
     allowed = [("pending", "running"), ("running", "running"), ("running", "succeeded")]
     for current, target in allowed:
@@ -86,7 +86,7 @@ def test_key_reused_for_a_different_request_is_422(client, space_token):
 
 def test_keys_are_per_space(client, space_token, db_url):
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     space, token = space_token
     with models_db.session_scope(db_url) as session:
@@ -197,7 +197,7 @@ def test_reconcile_is_single_runner_and_idempotent(client, space_token, db_url):
 
 
 def test_sweep_redispatches_unfinished_operations_once_per_interval(client, space_token, no_dispatch):
-    from workers.services import operations
+    from services import operations
 
     space, token = space_token
     op = post(client, space, token, "ModuleWorker", {}).get_json()

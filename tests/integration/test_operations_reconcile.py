@@ -20,8 +20,8 @@ def _op(client, space, token, op_id):
 
 
 def test_workflow_delete_stays_running_until_the_purge_is_proven(client, space_token, monkeypatch):
+    from services import instance_stop
     from workers import operations_tasks
-    from workers.services import instance_stop
 
     space, token = space_token
     worker = create_ok(client, space, token, "ModuleWorker", {})

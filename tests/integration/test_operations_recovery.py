@@ -41,10 +41,9 @@ def _wait_state(db_url: str, op_id: str, states: set[str], timeout: float) -> st
 def test_operation_survives_sigkill_of_its_worker(db_url, space_token):
     from models import db as models_db
     from models.base import utcnow
+    from services import celery_app, resources
     from takohost import config
     from tests.support import processes
-    from workers import celery_app
-    from workers.services import resources
 
     space, _ = space_token
     private_ns = f"tkp{uuid.uuid4().hex[:8]}"

@@ -90,7 +90,7 @@ def test_name_conflict_among_live_resources_and_reuse_after_delete_gives_new_uid
 
 def test_names_are_per_space(client, space_token, db_url):
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     space, token = space_token
     with models_db.session_scope(db_url) as session:
@@ -190,7 +190,7 @@ def test_deleted_resources_are_not_listed_nor_fetchable_nor_mutable(client, spac
 
 def test_unknown_operation_and_another_spaces_operation_are_404(client, space_token, db_url):
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     space, token = space_token
     op = post(client, space, token, "ModuleWorker", {}).get_json()

@@ -307,7 +307,7 @@ def test_API_04_cron_trigger_spec_rejections(api, client):
 
 def test_reference_errors(api, client, db_url):
     from models import db as models_db
-    from workers.services import tokens
+    from services import tokens
 
     with models_db.session_scope(db_url) as session:
         other_token = tokens.create_token_txn(session, space=api.space + "-x")

@@ -87,8 +87,8 @@ def settle(op_id: str, *, timeout: float = 30.0) -> dict:
     """Reconcile ``op_id`` in-process until final; returns the Operation view."""
     from models import db as models_db
     from models import resources as res_models
+    from services import operations
     from workers import operations_tasks
-    from workers.services import operations
 
     deadline = time.monotonic() + timeout
     while True:

@@ -17,10 +17,10 @@ import datetime as dt
 
 from models import db as models_db
 from models import resources as res_models
+from services import instance_history, instances
 from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of
 from tests.support import workflows
 from workers import cron_tasks
-from workers.services import instance_history, instances
 
 PROBE = """
 from takohost import errors

@@ -15,11 +15,11 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from models import tenant_logs as log_models
+from services import instance_common, instance_history, instances, retention
+from services import tenant_logs as log_service
 from takohost.domain import tenant_logs as limits
 from tests.support import workflows
 from workers.engine import sandbox
-from workers.services import instance_common, instance_history, instances, retention
-from workers.services import tenant_logs as log_service
 
 
 class Run:
@@ -241,7 +241,7 @@ def test_logs_are_purged_with_the_instance(deploy, driver, db_url):
 
 
 def test_logs_are_purged_with_a_deleted_workflow(deploy, driver, db_url):
-    from workers.services import instance_stop
+    from services import instance_stop
 
     run = deploy(TAGGED, "Tagged")
     run.create("del1")

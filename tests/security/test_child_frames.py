@@ -21,9 +21,9 @@ import time
 
 import pytest
 
+from services import instance_common, instance_history, instances
 from tests.support import workflows
 from workers import sandbox_host
-from workers.services import instance_common, instance_history, instances
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ import pytest
 from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
+from services import instances, tokens
 from tests.support import workflows
-from workers.services import instances, tokens
 
 SOURCE = """
 class Waiter:

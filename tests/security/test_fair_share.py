@@ -32,10 +32,9 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import instances as inst_models
+from services import celery_app, dispatch, tokens
 from takohost import config
 from tests.support import workflows
-from workers import celery_app, dispatch
-from workers.services import tokens
 
 SPINNERS = 2  # ≥ worker slots (two solo workers of concurrency 1)
 FLOOD = 1000

@@ -21,12 +21,11 @@ import uuid
 import pytest
 
 from models import db as models_db
+from services import celery_app, dispatch, tokens
 from takohost import config
 from tests.integration.test_cron_support import create_stack, decide, deliveries_of
 from tests.security.test_fair_share import ONE
 from tests.support import workflows
-from workers import celery_app, dispatch
-from workers.services import tokens
 
 CAP = 1
 

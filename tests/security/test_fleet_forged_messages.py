@@ -27,9 +27,9 @@ from models import cron as cron_models
 from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
+from services import tokens
 from takohost import config
 from tests.support import workflows
-from workers.services import tokens
 
 VICTIM = """
 class Victim:

@@ -1,4 +1,4 @@
-"""``workers.message_guard.message_problem`` on messages built by Celery itself (issue 10 item 7):
+"""``services.message_guard.message_problem`` on messages built by Celery itself (issue 10 item 7):
 everything our producers send passes, the shapes an attacker could add do not. Pure: no broker."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import uuid
 import pytest
 from kombu import Message
 
-from workers import dispatch, message_guard
-from workers.celery_app import app
+from services import dispatch, message_guard
+from services.celery_app import app
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 TASKS = {dispatch.RUN_CONTEXT, dispatch.RECONCILE_OPERATION, dispatch.DELIVER_CRON_MATCH, "celery.chord_unlock"}

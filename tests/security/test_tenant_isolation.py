@@ -33,10 +33,10 @@ import uuid
 import pytest
 
 from models import db as models_db
+from services import tokens
 from tests.security import _attack_support as support
 from tests.security._attack_support import output_of, run_attack
 from tests.support import workflows
-from workers.services import tokens
 
 UID_BASE = 1_700_000_000 + random.randrange(0, 250) * 1_000_000
 HOST_PACKAGES = ["workers", "models", "host_api", "beat", "psycopg", "celery", "redis", "sqlalchemy", "kombu",

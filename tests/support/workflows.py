@@ -5,7 +5,7 @@
   ``observed = {"validated": true, "workflowClasses": [...], "handlers": [...]}``), so engine tests
   do not depend on the Operation reconciler; :func:`deploy_http` does the same through the real
   resources API (used by the end-to-end tests).
-* :class:`Driver` replaces ``workers.dispatch.run_context`` with a queue and runs the dispatched
+* :class:`Driver` replaces ``services.dispatch.run_context`` with a queue and runs the dispatched
   contexts in the test process (same engine code as the Celery task), with a controllable clock,
   so step semantics are tested deterministically; ``fire_timers``/``sweep`` play the beat.
 """
@@ -282,8 +282,8 @@ class Driver:
     """
 
     def __init__(self, monkeypatch, *, zygote, clock: Clock | None = None, settings=None) -> None:
+        from services import dispatch
         from takohost import config
-        from workers import dispatch
 
         self.queue: list[int] = []
         self.outcomes: list[tuple[int, str]] = []
@@ -368,7 +368,7 @@ def isolated_database():
     follows the database: instance pks start at 1 in every copy, so two modules running at once
     in two xdist processes would otherwise share the Redis keys of their leases (one context
     finding the other's instance "busy"), stop hints and Space counters. Celery's queues are named
-    when ``workers.celery_app`` is imported, so in-process dispatches still go to the session's.
+    when ``services.celery_app`` is imported, so in-process dispatches still go to the session's.
     """
     import os
 
@@ -535,8 +535,8 @@ def private_stack(
     """Yield a :class:`Stack`: a fresh database and Redis
     namespace, an API server, ``workers`` workers (``worker_pool``, ``worker_concurrency`` each)
     and a beat, all real processes, started side by side; everything is torn down after."""
+    from services import tokens
     from tests.support import processes
-    from workers.services import tokens
 
     namespace = f"tke{uuid.uuid4().hex[:10]}"
     with isolated_database() as url:

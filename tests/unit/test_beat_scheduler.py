@@ -34,7 +34,7 @@ def _fake_duties() -> types.SimpleNamespace:
 
 @pytest.fixture()
 def scheduler(monkeypatch: pytest.MonkeyPatch) -> host_scheduler.HostScheduler:
-    from workers.celery_app import app
+    from services.celery_app import app
 
     CALLS.clear()
     duties = _fake_duties()
@@ -66,7 +66,7 @@ def test_the_production_duties_are_the_engine_cron_and_operations_functions() ->
         "beat.cron_recorder.record_due",
         "workers.engine.timers.fire_due",
         "workers.engine.sweep.sweep",
-        "workers.services.operations.sweep",
+        "services.operations.sweep",
         "workers.cron_tasks.sweep",
     ]
 

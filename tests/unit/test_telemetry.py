@@ -10,8 +10,8 @@ import re
 
 import pytest
 
+from services.telemetry import logs, metrics, tracing
 from workers.engine import decide, observe
-from workers.telemetry import logs, metrics, tracing
 
 
 def _logger(fmt: str) -> tuple[logging.Logger, io.StringIO]:

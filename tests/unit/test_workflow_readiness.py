@@ -4,7 +4,7 @@ read in one statement (``models.resource_sql.WORKFLOW_READINESS``)."""
 
 from __future__ import annotations
 
-from workers.services.forms import Readiness, WeightedVersion
+from services.forms import Readiness, WeightedVersion
 
 
 def version(uid: str, *, validated: object = True, phase: str = "ready", classes=("Orders",)) -> WeightedVersion:

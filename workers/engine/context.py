@@ -24,10 +24,11 @@ from typing import Any
 
 from models.base import utcnow
 from models.errors import DomainError
+from services import dispatch, instance_stop
 from takohost import config
 from takohost.domain import documents, identifiers, retry
 from takohost.runtime import protocol, tracebacks
-from workers import dispatch, sandbox_host, tenant_logs
+from workers import sandbox_host, tenant_logs
 from workers.engine import (
     children,
     commits,
@@ -40,7 +41,6 @@ from workers.engine import (
     store,
 )
 from workers.engine import lease as lease_mod
-from workers.services import instance_stop
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ The context's main thread then gets ``ChildGone`` from ``recv`` and looks at the
 Keeping Redis and the epoch check off the per-step path is what ANCHORS.md asks for.
 
 A terminate or a DELETE does not wait for the next beat: after fencing it publishes the instance
-pks on ``{namespace}:stop`` (``workers.services.stop_signals``); a listener thread wakes the beat at
+pks on ``{namespace}:stop`` (``services.stop_signals``); a listener thread wakes the beat at
 once when one of them is watched here, so the stop is proven (and the lease dropped) within a
 fraction of a second. The hint is only for speed: without it the next beat does the same.
 
@@ -45,10 +45,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from workers import redis_keys
+from services import redis_keys, stop_signals
 from workers.engine import lease as lease_mod
 from workers.engine import sandbox
-from workers.services import stop_signals
 
 log = logging.getLogger(__name__)
 

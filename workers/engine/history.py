@@ -3,8 +3,8 @@
 Each builder returns one :class:`Event` (``eventType`` + ``attributes``); ``store`` numbers and
 inserts them in the same statement or transaction as the state change they record. Events written
 outside contexts (``InstanceCreated``, ``EventAccepted``, ``InstanceTerminated``) come from
-``workers.services.instances``, ``instance_events`` and ``instance_stop``; the history is served by
-``workers.services.instance_history``. Attributes hold names, numbers and RFC 3339 instants;
+``services.instances``, ``instance_events`` and ``instance_stop``; the history is served by
+``services.instance_history``. Attributes hold names, numbers and RFC 3339 instants;
 documents (results, payloads) stay in the step and inbox rows and are joined in when the history is
 served, so the history is the data replay reads, not a copy.
 """
@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 
 from models import instances as inst_models
-from workers.services import instance_common
+from services import instance_common
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Replay-context leases in Redis (CONTRACT §1, DESIGN "One replay context" step 2).
 
 A lease says which worker process owns an instance right now: key
-``{namespace}:lease:{instance_pk}`` (``workers.redis_keys.lease_key``), value
+``{namespace}:lease:{instance_pk}`` (``services.redis_keys.lease_key``), value
 ``{owner}:{nonce}``, set with ``SET NX PX ttl`` and renewed by the heartbeat with a
 compare-and-set script, so a process only ever extends or deletes its own lease. The lease is
 an efficiency and stop-proof device, not the safety device: commits are fenced by the instance
@@ -21,7 +21,7 @@ expires; a flushed Redis forgets nothing that matters — renewals add the membe
 plain ``SET NX``); over the cap it takes nothing and records the pk in the ZSET
 ``{namespace}:space-waiting:{space}`` instead (the instance stays ``queued``: deferral costs no
 Postgres write). :meth:`LeaseStore.release` of a Space's lease pops the oldest waiting pk in the
-same script and hands it to ``handoff`` (``workers.dispatch.run_context``): the finishing context
+same script and hands it to ``handoff`` (``services.dispatch.run_context``): the finishing context
 starts the next waiting one. A lost hand-off (a worker killed between the pop and the send, a
 lease left to expire) is recovered by the beat sweep, which dispatches at most the free slots of
 each Space (``workers.engine.sweep``). The scripts name lease keys they build from ARGV: one
@@ -32,7 +32,7 @@ tenant's code in a worker slot like a context, and uncounted, one Space's long `
 handlers held every slot of the fleet while another Space's instances stayed ``queued``. Its
 member in the SET (and, deferred, in the ZSET) is ``cron:{match_pk}``, live while its delivery
 lease exists; a release that pops such a member hands the slot on with
-``workers.dispatch.deliver_cron_match``.
+``services.dispatch.deliver_cron_match``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
-from workers import dispatch, redis_client, redis_keys
+from services import dispatch, redis_client, redis_keys
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class LeaseStore:
 
     ``ttl_ms`` is the lease time-to-live in milliseconds (``settings.lease_ttl_ms``, 15000);
     the heartbeat renews every quarter of it. ``handoff(pk)`` is called with the waiting instance
-    a released Space lease frees its slot for (``store_for`` wires ``workers.dispatch.run_context``;
+    a released Space lease frees its slot for (``store_for`` wires ``services.dispatch.run_context``;
     ``None``: nobody is told, the sweep finds it). Redis errors propagate as ``redis.RedisError``.
     """
 
@@ -267,7 +267,7 @@ class LeaseStore:
         Returns the started :class:`DeliveryLease`; :data:`BUSY` when another delivery holds the
         lease; :data:`DEFERRED` when ``space`` runs ``cap`` contexts and deliveries already (the
         member waits in the Space's ZSET, and a release hands it the next free slot through
-        ``workers.dispatch.deliver_cron_match``; the cron sweep sends the match again anyway).
+        ``services.dispatch.deliver_cron_match``; the cron sweep sends the match again anyway).
         ``space`` ``None`` or ``cap`` ≤ 0 → a plain :meth:`DeliveryLease.acquire`. Raises
         ``redis.RedisError``.
         """
@@ -324,7 +324,7 @@ class LeaseStore:
     def release_slot(self, *, key: str, value: str, space: str, member: str) -> bool:
         """Delete lease ``key`` if it still holds ``value``, free ``member``'s slot of ``space``
         and hand the slot to the Space's oldest waiting member: an instance pk through
-        ``handoff``, a ``cron:{match_pk}`` through ``workers.dispatch.deliver_cron_match`` (a
+        ``handoff``, a ``cron:{match_pk}`` through ``services.dispatch.deliver_cron_match`` (a
         failing hand-off is logged, never raised: the sweeps send it later). True when this call
         deleted the lease."""
         answer = self._release_space(
@@ -401,7 +401,7 @@ def _dispatch_next(instance_pk: int) -> None:
 
 def store_for(*, redis_url: str, namespace: str, ttl_ms: int) -> LeaseStore:
     """This process's :class:`LeaseStore` for the given settings (a new client after ``fork``);
-    released Space leases hand their slot on through ``workers.dispatch.run_context``."""
+    released Space leases hand their slot on through ``services.dispatch.run_context``."""
     key = (os.getpid(), redis_url, namespace, ttl_ms)
     store = _stores.get(key)
     if store is None:
@@ -422,7 +422,7 @@ class _Slot:
 
 @dataclasses.dataclass
 class DeliveryLease:
-    """A held cron delivery lease (``workers.redis_keys.delivery_lease_key``), renewed every
+    """A held cron delivery lease (``services.redis_keys.delivery_lease_key``), renewed every
     ``renew_every_s`` seconds by a daemon thread with the same compare-and-set scripts as the
     replay-context leases (seed 003 at-least-once delivery; ``workers.cron_tasks``).
 

@@ -2,11 +2,11 @@
 4–6), kept out of ``context`` so that the context reads as the protocol it is.
 
 A :class:`ContextObserver` belongs to one :class:`~workers.engine.context.ReplayContext`. It binds
-the instance's log fields (``workers.telemetry.logs``) once the instance is read and the ``epoch``
+the instance's log fields (``services.telemetry.logs``) once the instance is read and the ``epoch``
 once the token is taken; opens the context's span in the instance's trace, a span per step
-attempt, per sandbox spawn and per commit (``workers.telemetry.tracing``); and observes the
+attempt, per sandbox spawn and per commit (``services.telemetry.tracing``); and observes the
 context's duration, spawn time, commit latency, timer lateness, fencing rejections, lease losses
-and finished instances (``workers.telemetry.metrics``). With metrics and tracing off every hook is
+and finished instances (``services.telemetry.metrics``). With metrics and tracing off every hook is
 a few attribute reads: ``bench/engine_bench.py`` measures the difference.
 """
 
@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from services.telemetry import logs, metrics, tracing
 from workers.engine import decide
-from workers.telemetry import logs, metrics, tracing
 
 log = logging.getLogger("workers.engine.context")
 

@@ -24,10 +24,9 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import instances as inst_models
+from services import dispatch, instance_stop, leases, retention, workflow_observer
 from takohost import config
-from workers import dispatch
 from workers.engine import lease as lease_mod
-from workers.services import instance_stop, leases, retention, workflow_observer
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The Celery task ``takohost.run_context`` (CONTRACT §1: "A replay context is one Celery task
 execution") and the worker-process hook that starts the sandbox zygote early.
 
-The task is acknowledged late (``workers.celery_app``): a worker killed mid-context leaves the
+The task is acknowledged late (``services.celery_app``): a worker killed mid-context leaves the
 message to be redelivered, and the sweep re-dispatches from Postgres anyway; the lease and the
 epoch make duplicates harmless.
 
@@ -21,9 +21,9 @@ from celery import signals
 from models import db as models_db
 from models import instance_sql
 from models import instances as inst_models
+from services.celery_app import app
+from services.dispatch import RUN_CONTEXT
 from takohost import config
-from workers.celery_app import app
-from workers.dispatch import RUN_CONTEXT
 from workers.engine import children, context, sandbox, store
 
 log = logging.getLogger(__name__)

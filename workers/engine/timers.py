@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from models import instances as inst_models
-from workers import dispatch
+from services import dispatch
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """instances: keyset indexes of the instance list, (workflow_uid, pk) and (workflow_uid, status, pk)
 
-The list (``GET …/instances``, ``workers.services.instances.list_instances``) pages by
+The list (``GET …/instances``, ``services.instances.list_instances``) pages by
 ``WHERE workflow_uid = :w [AND status = :s] AND pk > :after ORDER BY pk LIMIT n``. Without these,
 Postgres walks the primary key and filters out every row of the other workflows (and statuses),
 or sorts all rows of a status: a page cost grew with the table (issue 12 item 4).

@@ -25,9 +25,8 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import resources as res_models
 from models.errors import DomainError
+from services import dispatch, idempotency
 from takohost import config
-from workers import dispatch
-from workers.services import idempotency
 
 log = logging.getLogger(__name__)
 

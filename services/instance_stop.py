@@ -26,8 +26,8 @@ from models import db as models_db
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from workers.services import instance_common, instance_history, leases, stop_signals
-from workers.telemetry import lifecycle
+from services import instance_common, instance_history, leases, stop_signals
+from services.telemetry import lifecycle
 
 log = logging.getLogger(__name__)
 

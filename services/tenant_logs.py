@@ -32,7 +32,7 @@ from models import db as models_db
 from models import log_sql
 from models import resources as res_models
 from models.errors import DomainError
-from workers.services import cron_runs, instance_common, instance_pages
+from services import cron_runs, instance_common, instance_pages
 
 #: Lines per page: default and largest ``limit``.
 DEFAULT_PAGE = 500

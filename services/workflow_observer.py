@@ -23,7 +23,7 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instances as inst_models
 from models import resources as res_models
-from workers.services import forms
+from services import forms
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from sqlalchemy import orm
 
 from models import db as models_db
 from models import instances as inst_models
-from workers.services import instance_common, instance_pages
+from services import instance_common, instance_pages
 
 
 def append_history_txn(

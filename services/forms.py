@@ -30,7 +30,7 @@ from sqlalchemy import orm
 from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
-from workers.services import ids
+from services import ids
 
 FORM_URLS: dict[str, str] = {
     "ModuleWorker": "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/",

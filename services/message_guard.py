@@ -10,7 +10,7 @@ exits, and the message it had not acknowledged goes back to the queue for the ne
 message would stop the whole fleet, for good.
 
 :class:`HostConsumer` (``worker_consumer``) checks each message with :func:`message_problem` and
-rejects (drops, with a warning) anything that is not what ``workers.dispatch`` and the reconcile
+rejects (drops, with a warning) anything that is not what ``services.dispatch`` and the reconcile
 retry send: Celery protocol 2, a ``takohost.*`` task this worker knows, JSON
 ``[args: list, kwargs: dict, embed]`` with no callbacks, errbacks, chain or chord, no time limits,
 and an ETA at most :data:`MAX_ETA_AHEAD` ahead. Whatever still raises while Celery handles an

@@ -11,8 +11,8 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from workers import celery_app
-from workers.celery_app import app
+from services import celery_app
+from services.celery_app import app
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def reconcile_operation(operation_id: str) -> None:
 
 def validate_version(operation_id: str) -> None:
     """Ask a worker's validation process to reconcile WorkerVersion Operation ``operation_id``
-    (its import check runs tenant code: ``workers.celery_app.VALIDATION_TASKS``)."""
+    (its import check runs tenant code: ``services.celery_app.VALIDATION_TASKS``)."""
     _send(VALIDATE_VERSION, operation_id)
 
 

@@ -1,7 +1,7 @@
 """Stop proofs from replay-context leases in Redis (CONTRACT §8, DESIGN "Terminate and delete").
 
 A worker owns an instance while it holds the key ``{namespace}:lease:{pk}``
-(``workers.redis_keys.lease_key``; taken, renewed and dropped by ``workers.engine.lease``, which
+(``services.redis_keys.lease_key``; taken, renewed and dropped by ``workers.engine.lease``, which
 also keeps the per-Space sets). The owner drops it only after its child is
 proven dead, and a child whose pings stop kills itself before the lease could expire, so "no live
 lease" means "no user code of this instance runs": :func:`live_leases` is how terminate, the
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import redis
 
 from models.errors import DomainError
+from services import redis_client, redis_keys
 from takohost import config
-from workers import redis_client, redis_keys
 
 
 def live_leases(instance_pks: Sequence[int], *, settings: config.Settings | None = None) -> set[int]:

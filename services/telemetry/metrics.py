@@ -283,7 +283,7 @@ class HostStateCollector:
         return counts
 
     def _queue_depth(self) -> int:
-        from workers import redis_client
+        from services import redis_client
 
         key = f"{self.settings.namespace}:{self.settings.queue}"
         pipe = redis_client.client(self.settings.broker_url).pipeline(transaction=False)

@@ -27,8 +27,8 @@ from sqlalchemy import orm
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
+from services import forms, instance_common, instance_history, operations
 from takohost.domain import cron
-from workers.services import forms, instance_common, instance_history, operations
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50

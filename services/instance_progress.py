@@ -22,10 +22,9 @@ from models import db as models_db
 from models import instances as inst_models
 from models import resources as res_models
 from models.base import utcnow
+from services import forms, instance_common, redis_client, redis_keys
 from takohost import config
 from takohost.domain import progress as progress_mod
-from workers import redis_client, redis_keys
-from workers.services import forms, instance_common
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Every mutation is accepted in **one** transaction that (1) claims the Idempotency-Key (a
 replay returns the first Operation, whatever happened since), (2) runs every rule of
-``workers.services.forms`` before any write, (3) writes the resource change, its references and
+``services.forms`` before any write, (3) writes the resource change, its references and
 a ``pending`` Operation. The caller commits, then dispatches the reconcile (STYLE §5). Unique
 indexes decide the races: ``uq_resources_live_name`` and ``uq_resources_live_deployment`` →
 ``409 name_conflict``, ``uq_operations_active_resource`` → ``409 resource_busy``.
@@ -26,7 +26,7 @@ from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
-from workers.services import cron_schedules, forms, idempotency, ids, operations
+from services import cron_schedules, forms, idempotency, ids, operations
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {

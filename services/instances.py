@@ -29,11 +29,10 @@ from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
+from services import dispatch, forms, instance_common, instance_pages
+from services.telemetry import lifecycle
 from takohost import config
 from takohost.domain import deepjson
-from workers import dispatch
-from workers.services import forms, instance_common, instance_pages
-from workers.telemetry import lifecycle
 
 #: Seed 000: "instance寿命は作成から31536000秒".
 LIFETIME_SECONDS = 31_536_000

@@ -14,7 +14,7 @@ import datetime as dt
 from typing import Any
 
 from models.errors import DomainError
-from workers.services import instance_common, instance_events, instance_stop, instances
+from services import instance_common, instance_events, instance_stop, instances
 
 #: Per call: (the ``args`` keys it may carry, the keys it must carry).
 _BINDING_ARGS = {

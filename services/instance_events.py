@@ -28,11 +28,10 @@ from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
+from services import dispatch, instance_common
+from services import idempotency as idempotency_service
+from services.telemetry import lifecycle
 from takohost.domain import deepjson, documents
-from workers import dispatch
-from workers.services import idempotency as idempotency_service
-from workers.services import instance_common
-from workers.telemetry import lifecycle
 
 #: Seed 000 sendEvent: at most 1024 unconsumed events and 1048576 canonical bytes of {type,payload?}.
 MAX_QUEUED_EVENTS = 1024

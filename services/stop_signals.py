@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import redis
 
+from services import redis_client
 from takohost import config
-from workers import redis_client
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from celery import Celery
 
+from services import broker, message_guard
 from takohost import config
-from workers import broker, message_guard
 
 #: Modules that define tasks; imported by worker processes only.
 TASK_MODULES = ["workers.tasks"]
@@ -86,7 +86,7 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
-        # One publishing Redis client per channel instead of one per message (workers/broker.py).
+        # One publishing Redis client per channel instead of one per message (services/broker.py).
         broker_transport=broker.transport_for(settings.broker_url),
         broker_transport_options={
             "global_keyprefix": f"{settings.namespace}:",
