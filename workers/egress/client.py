@@ -1,0 +1,311 @@
+"""The worker's side of the egress proxy (:mod:`workers.egress.proxy`): start it, hand it each
+context's listeners, collect its records.
+
+Like the zygote (``workers.engine.sandbox.Zygote``), one proxy process per starting process,
+reached through a Unix socket in a private directory; a process forked after the start (Celery's
+prefork pool) opens its own connection on first use. :class:`EgressProxy` is thread-safe: each
+context registers its descriptors with :meth:`EgressProxy.open` and gets a :class:`Session`,
+whose :meth:`Session.records` returns what the proxy reported for it so far, and whose
+:meth:`Session.close` closes its listeners (waiting for the last records only when the context
+made a connection).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import logging
+import os
+import queue
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from typing import Any
+
+from takohost.runtime import protocol
+
+__all__ = ["EgressProxy", "EgressUnavailable", "Session", "get_egress_proxy"]
+
+log = logging.getLogger(__name__)
+
+#: How long :meth:`Session.close` waits for a context's last records (seconds).
+CLOSE_WAIT_SECONDS = 1.0
+_keys = itertools.count(1)
+
+
+class EgressUnavailable(RuntimeError):
+    """The proxy process is not running or refused to start (its reason in the message)."""
+
+
+class Session:
+    """One context's registration: ``key`` (unique in the worker process), its records queue."""
+
+    def __init__(self, proxy: EgressProxy, key: str) -> None:
+        self.proxy = proxy
+        self.key = key
+        self.queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.connections = 0  # records of connections received
+        self.closed = threading.Event()
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record received since the last call (``connection`` and ``lookup``)."""
+        found = []
+        while True:
+            try:
+                found.append(self.queue.get_nowait())
+            except queue.Empty:
+                return found
+
+    def close(self, *, wait: bool) -> list[dict[str, Any]]:
+        """Close the context's listeners and relays in the proxy; with ``wait``, wait up to
+        :data:`CLOSE_WAIT_SECONDS` for its last records. Returns the records not yet taken."""
+        self.proxy._send({"op": "close", "context": self.key})
+        if wait:
+            self.closed.wait(CLOSE_WAIT_SECONDS)
+        self.proxy._forget(self.key)
+        return self.records()
+
+
+class EgressProxy:
+    """Client (and, in the starting process, owner) of one egress proxy process."""
+
+    def __init__(self, *, python: str | None = None, environ: dict[str, str] | None = None) -> None:
+        self._python = python or sys.executable
+        self._environ = dict(os.environ if environ is None else environ)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner_pid: int | None = None
+        self._dir: str | None = None
+        self._control_w: int | None = None
+        self.socket_path: str | None = None
+        self._reset_client()
+        _INSTANCES.add(self)
+
+    def _reset_client(self) -> None:
+        self._sock: socket.socket | None = None
+        self._sock_pid: int | None = None
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+
+    @property
+    def running(self) -> bool:
+        """True if started and, in the owning process, the proxy has not exited."""
+        if self._proc is None:
+            return False
+        if os.getpid() != self._owner_pid:
+            return True
+        return self._proc.poll() is None
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the proxy and wait until it listens. Raises :class:`EgressUnavailable` (with
+        the configuration error, e.g. a bad ``TAKOHOST_EGRESS_RULES_FILE``)."""
+        self._dir = tempfile.mkdtemp(prefix="takohost-egress-")
+        self.socket_path = os.path.join(self._dir, "egress.sock")
+        control_r, control_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        command = [
+            self._python,
+            "-I",
+            "-B",
+            "-m",
+            "workers.egress.proxy",
+            "--socket",
+            self.socket_path,
+            "--control-fd",
+            str(control_r),
+            "--ready-fd",
+            str(ready_w),
+        ]
+        try:
+            self._proc = subprocess.Popen(
+                command,
+                env=self._environ,
+                close_fds=True,
+                pass_fds=(control_r, ready_w),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                cwd="/",
+                start_new_session=True,
+            )
+        finally:
+            os.close(control_r)
+            os.close(ready_w)
+        self._owner_pid = os.getpid()
+        self._control_w = control_w
+        try:
+            poller = select.poll()
+            poller.register(ready_r, select.POLLIN)
+            answer = os.read(ready_r, 4096) if poller.poll(timeout * 1000) else b""
+        finally:
+            os.close(ready_r)
+        if not answer.startswith(b"ready"):
+            self.stop()
+            if answer.startswith(b"error "):
+                raise EgressUnavailable(answer[6:].decode(errors="replace").strip())
+            raise EgressUnavailable("the egress proxy did not start (see its stderr)")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the proxy (owner process only; elsewhere just drop this process's connection)."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+        if os.getpid() != self._owner_pid or self._proc is None:
+            return
+        if self._control_w is not None:
+            os.close(self._control_w)
+            self._control_w = None
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def open(self, *, space: str, fds: list[int]) -> Session:
+        """Hand the proxy one context's listeners (``fds``, from the child's ``hello``; the caller
+        closes its copies afterwards) for code of ``space``. Raises :class:`EgressUnavailable`."""
+        key = f"{os.getpid()}-{next(_keys)}"
+        session = Session(self, key)
+        with self._lock:
+            sock = self._connection()
+            self._sessions[key] = session
+            try:
+                socket.send_fds(
+                    sock,
+                    [protocol.encode_frame({"op": "open", "context": key, "space": space, "descriptors": len(fds)})],
+                    fds,
+                )
+            except OSError as exc:
+                self._sessions.pop(key, None)
+                self._drop_connection()
+                raise EgressUnavailable(f"cannot reach the egress proxy: {exc}") from None
+        return session
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            if self._sock is None or self._sock_pid != os.getpid():
+                return
+            try:
+                self._sock.sendall(protocol.encode_frame(message))
+            except OSError:
+                self._drop_connection()
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._sessions.pop(key, None)
+
+    def _connection(self) -> socket.socket:
+        if self._sock is None or self._sock_pid != os.getpid():
+            if self.socket_path is None:
+                raise EgressUnavailable("the egress proxy was not started")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.socket_path)
+            except OSError as exc:
+                sock.close()
+                raise EgressUnavailable(f"cannot reach the egress proxy: {exc}") from None
+            self._sock, self._sock_pid = sock, os.getpid()
+            reader = threading.Thread(target=self._read, args=(sock,), name="egress-records", daemon=True)
+            reader.start()
+        return self._sock
+
+    def _drop_connection(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+        self._sock = None
+
+    def _read(self, sock: socket.socket) -> None:
+        """The records reader: routes each record to its context's session."""
+        buffer = protocol.FrameBuffer()
+        while True:
+            try:
+                data = sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            try:
+                messages = buffer.feed(data)
+            except protocol.ProtocolError:
+                break
+            for message in messages:
+                with self._lock:
+                    session = self._sessions.get(str(message.get("context")))
+                if session is None:
+                    continue
+                if message.get("op") == "closed":
+                    session.closed.set()
+                    continue
+                if message.get("op") == "connection":
+                    session.connections += 1
+                session.queue.put(message)
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.closed.set()
+
+
+_INSTANCES: weakref.WeakSet[EgressProxy] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for proxy in list(_INSTANCES):
+        proxy._reset_client()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+_default: EgressProxy | None = None
+_default_lock = threading.Lock()
+
+
+def get_egress_proxy() -> EgressProxy:
+    """The process-wide egress proxy, started on first use (and restarted if it died)."""
+    global _default
+    with _default_lock:
+        if _default is None or not _default.running:
+            if _default is not None:
+                _default.stop()
+            _default = EgressProxy()
+            _default.start()
+            atexit.register(_default.stop)
+        return _default
+
+
+def describe(record: dict[str, Any]) -> str:
+    """The ``host`` log line of one record, e.g. ``egress api.example.com 93.184.216.34:443:
+    sent 517 B, received 4.1 KiB, 0.21 s`` or ``egress 10.0.0.5:5432 refused: private address``."""
+    if record.get("op") == "lookup":
+        return f"egress name {record.get('name')} {record.get('outcome')}: {record.get('reason')}"
+    address = str(record.get("address"))
+    where = f"[{address}]:{record.get('port')}" if ":" in address else f"{address}:{record.get('port')}"
+    name = record.get("name")
+    head = f"egress {name} {where}" if name else f"egress {where}"
+    outcome = record.get("outcome")
+    if outcome == "refused":
+        return f"{head} refused: {record.get('reason')}"
+    if outcome == "failed":
+        return f"{head} failed: {record.get('reason')} ({float(record.get('seconds') or 0):.2f} s)"
+    return (
+        f"{head}: sent {_size(record.get('sent'))}, received {_size(record.get('received'))}, "
+        f"{float(record.get('seconds') or 0):.2f} s"
+    )
+
+
+def _size(value: object) -> str:
+    size = value if type(value) is int else 0
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"
+
+
