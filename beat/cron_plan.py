@@ -17,7 +17,7 @@ import datetime as dt
 import itertools
 from collections.abc import Iterator, Sequence
 
-from takohost.domain import cron
+from core import cron
 
 #: CONTRACT §7: a match is recorded only while now − scheduledTime < 60 s.
 RECORD_GRACE = dt.timedelta(seconds=60)

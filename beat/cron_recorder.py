@@ -24,14 +24,13 @@ from sqlalchemy import orm
 from sqlalchemy.dialects import postgresql
 
 from beat import cron_plan
+from core import config, cron
 from models import cron as cron_models
 from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
 from services import dispatch
 from services.telemetry import metrics
-from takohost import config
-from takohost.domain import cron
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from celery import beat as celery_beat
 
 from beat import cron_recorder
+from core import config
 from models import db as models_db
 from models.base import utcnow
 from services import operations
-from takohost import config
 from workers import cron_tasks
 from workers.engine import sweep, timers
 

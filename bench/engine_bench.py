@@ -151,8 +151,8 @@ class Scratch:
         import redis
         import sqlalchemy as sa
 
+        from core import config
         from models import db as models_db
-        from takohost import config
 
         for proc in [*self.workers, self.api]:
             os.killpg(proc.pid, signal.SIGTERM)

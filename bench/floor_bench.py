@@ -12,10 +12,10 @@ the same modules, warm-up and ``gc.freeze``), and repeats one iteration:
 - ``fork``: ``os.fork()``, the child ``os._exit(0)``, the parent waits for it;
 - ``pid_namespace``: the same, the child PID 1 of a new PID namespace (``unshare(CLONE_NEWPID)``
   before the fork, the parent's namespace for its next child restored after it, as
-  ``isolation.Forker.fork`` does);
+  ``isolation.forking.Forker.fork`` does);
 - ``namespaces``: the same, and the child takes the other namespaces a context takes (mount,
-  network, IPC, UTS, cgroup; ``isolation.Forker.enter``) before it exits;
-- ``enter``: a real ``isolation.Forker`` of the default policy (the one ``takohost worker``
+  network, IPC, UTS, cgroup; ``isolation.forking.Forker.enter``) before it exits;
+- ``enter``: a real ``isolation.forking.Forker`` of the default policy (the one ``takohost worker``
   runs) forks the child and the child runs ``Forker.enter`` (its memory cgroup, a private copy
   of the template root, the namespaces, ``/proc`` and ``/tmp``, limits, its own uid, no
   capabilities, the system-call filter) before it exits; the parent removes its cgroup after;
@@ -66,17 +66,17 @@ def _iteration(variant: str, pidns_fd: int, pages: bytearray, forker: object | N
             forker.memory.release(pid)
         return
     if variant in ("pid_namespace", "namespaces"):
-        isolation.unshare(isolation.CLONE_NEWPID)
+        isolation.syscalls.unshare(isolation.syscalls.CLONE_NEWPID)
     pid = os.fork()
     if pid == 0:
         try:
             if variant == "namespaces":
-                isolation.unshare(
-                    isolation.CLONE_NEWNS
-                    | isolation.CLONE_NEWNET
-                    | isolation.CLONE_NEWIPC
-                    | isolation.CLONE_NEWUTS
-                    | isolation.CLONE_NEWCGROUP
+                isolation.syscalls.unshare(
+                    isolation.syscalls.CLONE_NEWNS
+                    | isolation.syscalls.CLONE_NEWNET
+                    | isolation.syscalls.CLONE_NEWIPC
+                    | isolation.syscalls.CLONE_NEWUTS
+                    | isolation.syscalls.CLONE_NEWCGROUP
                 )
             elif variant == "cow_1000":
                 for offset in range(0, len(pages), _PAGE):
@@ -84,7 +84,7 @@ def _iteration(variant: str, pidns_fd: int, pages: bytearray, forker: object | N
         finally:
             os._exit(0)
     if variant in ("pid_namespace", "namespaces"):
-        isolation.setns(pidns_fd, isolation.CLONE_NEWPID)
+        isolation.syscalls.setns(pidns_fd, isolation.syscalls.CLONE_NEWPID)
     os.waitpid(pid, 0)
 
 
@@ -95,14 +95,14 @@ def inner(interpreter: str, variant: str, iterations: int) -> dict:
 
     forker, children_dir = None, None
     if variant == "enter":  # as the zygote does: the Forker first, then the preload
-        policy = isolation.Policy.from_environ()
-        layout = isolation.Layout.compute(policy)
+        policy = isolation.policy.Policy.from_environ()
+        layout = isolation.mounts.Layout.compute(policy)
         children_dir = zygote._make_children_dir()
-        forker = isolation.Forker(layout, root=children_dir)
+        forker = isolation.forking.Forker(layout, root=children_dir)
     if interpreter == "zygote":
         zygote._preload()
-    if not isolation.host_is_root() and variant in ("pid_namespace", "namespaces"):
-        isolation.unshare(isolation.CLONE_NEWUSER)
+    if not isolation.identity.host_is_root() and variant in ("pid_namespace", "namespaces"):
+        isolation.syscalls.unshare(isolation.syscalls.CLONE_NEWUSER)
     pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     pages = bytearray(b"\0" * (_PAGE * 1000))
     try:

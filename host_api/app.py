@@ -5,11 +5,11 @@ from __future__ import annotations
 import flask
 import flask.json.provider
 
+from core import config
 from host_api import admission, auth, errors, telemetry
 from host_api.routes import instances, meta, resources, runs
 from host_api.ui import views as ui_views
 from services import ids
-from takohost import config
 from takohost.domain import deepjson
 
 #: The API's blueprints, registered in this order.

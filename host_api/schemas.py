@@ -17,9 +17,10 @@ import dataclasses
 import marshmallow as ma
 from marshmallow import fields, validate
 
+from core import cron, progress
 from models.errors import DomainError
 from services import forms, ids
-from takohost.domain import cron, documents, identifiers, progress
+from takohost.domain import documents, identifiers
 
 MAX_MODULES = 64
 MAX_MODULE_BYTES = 1024 * 1024
@@ -525,7 +526,7 @@ class ProgressContext(ma.Schema):
 
 class InstanceProgress(ma.Schema):
     """``GET …/instances/{id}/progress``: what a non-terminal instance does or waits for
-    (``takohost.domain.progress``); a view beside ``status()``, whose shape it leaves alone."""
+    (``core.progress``); a view beside ``status()``, whose shape it leaves alone."""
 
     status = fields.String(required=True)
     activity = fields.String(required=True, validate=validate.OneOf(list(progress.ACTIVITIES)))

@@ -300,7 +300,7 @@ def _serve_metrics(root: pathlib.Path, env: dict[str, str], port: int) -> tuple[
     from takohost.runtime import isolation
 
     try:
-        isolation.Policy.from_environ({**env, "TAKOHOST_METRICS_PORT": str(port)})
+        isolation.policy.Policy.from_environ({**env, "TAKOHOST_METRICS_PORT": str(port)})
     except ValueError as exc:
         raise DevError(str(exc)) from None
     os.environ["TAKOHOST_METRICS_DIR"] = str(root / "metrics")

@@ -72,7 +72,7 @@ def _host_process() -> None:
     ``/proc`` or ptrace. Inherited by the processes it forks (gunicorn, Celery pool)."""
     from takohost.runtime import isolation
 
-    isolation.set_dumpable(False)
+    isolation.identity.set_dumpable(False)
 
 
 def _check_sandbox(metrics_port: int | None = None) -> None:
@@ -87,7 +87,7 @@ def _check_sandbox(metrics_port: int | None = None) -> None:
     if metrics_port is not None:
         environ["TAKOHOST_METRICS_PORT"] = str(metrics_port)
     try:
-        policy = isolation.Policy.from_environ(environ)
+        policy = isolation.policy.Policy.from_environ(environ)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if policy.mode == "none":
@@ -96,8 +96,8 @@ def _check_sandbox(metrics_port: int | None = None) -> None:
         return
     root = tempfile.mkdtemp(prefix="takohost-probe-")
     try:
-        isolation.probe(isolation.Layout.compute(policy), root=root)
-    except isolation.IsolationUnavailable as exc:
+        isolation.forking.probe(isolation.mounts.Layout.compute(policy), root=root)
+    except isolation.syscalls.IsolationUnavailable as exc:
         raise click.ClickException(
             f"the sandbox cannot isolate tenant code on this machine ({exc}): it needs user, PID, mount "
             "and network namespaces. Set TAKOHOST_SANDBOX_ISOLATION=none to run without isolation "
@@ -134,8 +134,8 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Apply the Alembic migrations to TAKOHOST_DATABASE_URL."""
+    from core import config
     from models import migrate
-    from takohost import config
 
     migrate.upgrade(config.load_settings().database_url)
     click.echo("database is at the latest revision")

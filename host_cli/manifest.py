@@ -38,7 +38,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from takohost.domain import cron, documents, identifiers
+from core import cron
+from takohost.domain import documents, identifiers
 
 __all__ = [
     "MANIFEST_FILE",

@@ -62,7 +62,7 @@ def get_engine(url: str) -> sa.Engine:
 
 def database_url() -> str:
     """The configured database URL (``TAKOHOST_DATABASE_URL``)."""
-    from takohost import config
+    from core import config
 
     return config.load_settings().database_url
 

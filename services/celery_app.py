@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from celery import Celery
 
+from core import config
 from services import broker, message_guard
-from takohost import config
 
 #: Modules that define tasks; imported by worker processes only.
 TASK_MODULES = ["workers.tasks"]

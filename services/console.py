@@ -24,11 +24,11 @@ from typing import Any, TypedDict
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from core import cron
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
 from services import forms, instance_common, instance_history, operations
-from takohost.domain import cron
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50

@@ -18,10 +18,10 @@ import json
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from core import cron
 from models import cron as cron_models
 from models import resources as res_models
 from models.errors import DomainError
-from takohost.domain import cron
 
 #: Runs per page of ``GET …/runs``.
 PAGE_SIZE = 50

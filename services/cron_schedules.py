@@ -13,9 +13,9 @@ import logging
 
 from sqlalchemy import orm
 
+from core import cron
 from models import cron as cron_models
 from models import resources as res_models
-from takohost.domain import cron
 
 log = logging.getLogger(__name__)
 

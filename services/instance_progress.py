@@ -1,5 +1,5 @@
 """Where is it? ``GET …/instances/{id}/progress`` (issue 13 item 3): the store's facts about one
-instance handed to the pure ``takohost.domain.progress.progress``.
+instance handed to the pure ``core.progress.progress``.
 
 Reads, in one read-only transaction: the instance row, its pending step (at most one at a time),
 its latest ``ContextStarted`` event, the step attempt a context runs now (one Redis ``GET`` of
@@ -18,19 +18,19 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from core import config
+from core import progress as progress_mod
 from models import db as models_db
 from models import instances as inst_models
 from models import resources as res_models
 from models.base import utcnow
 from services import forms, instance_common, redis_client, redis_keys
-from takohost import config
-from takohost.domain import progress as progress_mod
 
 log = logging.getLogger(__name__)
 
 
 def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetime | None = None) -> dict:
-    """The ``progress`` body of instance ``instance_id`` (``takohost.domain.progress.Progress``).
+    """The ``progress`` body of instance ``instance_id`` (``core.progress.Progress``).
 
     Raises DomainError: ``invalid_request`` (bad id), ``not_found`` (no such DurableWorkflow in
     ``space``), ``unknown_instance``.

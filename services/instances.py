@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from core import config
 from models import db as models_db
 from models import instance_sql
 from models import instances as inst_models
@@ -31,7 +32,6 @@ from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, forms, instance_common, instance_pages
 from services.telemetry import lifecycle
-from takohost import config
 from takohost.domain import deepjson
 
 #: Seed 000: "instance寿命は作成から31536000秒".

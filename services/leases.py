@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import redis
 
+from core import config
 from models.errors import DomainError
 from services import redis_client, redis_keys
-from takohost import config
 
 
 def live_leases(instance_pks: Sequence[int], *, settings: config.Settings | None = None) -> set[int]:

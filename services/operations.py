@@ -22,11 +22,11 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from core import config
 from models import db as models_db
 from models import resources as res_models
 from models.errors import DomainError
 from services import dispatch, idempotency
-from takohost import config
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import logging
 
 import sqlalchemy as sa
 
+from core import config
 from models import db as models_db
 from models import instances as inst_models
-from takohost import config
 
 log = logging.getLogger(__name__)
 

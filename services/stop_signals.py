@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import redis
 
+from core import config
 from services import redis_client
-from takohost import config
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ import socket
 import threading
 import time
 
+from core import config
 from models import db as models_db
 from models.base import utcnow
 from services import cron_runs, dispatch, redis_client, redis_keys
 from services.celery_app import app
 from services.telemetry import metrics
-from takohost import config
 from takohost.runtime import protocol, tracebacks
 from workers import sandbox_host, tenant_logs
 from workers.engine import heartbeat, sandbox, store

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from core import config
 from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
@@ -45,7 +46,6 @@ from services import cron_schedules, dispatch, forms, instance_stop, operations,
 from services import resources as resource_service
 from services.celery_app import app
 from services.telemetry import lifecycle
-from takohost import config
 from workers import cron_tasks, sandbox_host
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from core import config
 from models.errors import DomainError
 from services import instance_bindings
-from takohost import config, errors
+from takohost import errors
 from takohost.runtime import bindings as runtime_bindings
 from takohost.runtime import protocol
 from workers.engine import heartbeat, sandbox

@@ -240,7 +240,7 @@ class HostStateCollector:
     the broker). A read that fails leaves its gauge out of that scrape."""
 
     def __init__(self, settings: Any) -> None:
-        from takohost import config
+        from core import config
 
         self.settings = settings or config.load_settings()
 

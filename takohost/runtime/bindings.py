@@ -26,7 +26,7 @@ TYPE_ERROR_NAME = "invalid_request"
 
 
 class Requester(Protocol):
-    """The child's channel as bindings use it: one request, one answer (``child.Channel``)."""
+    """The child's channel as bindings use it: one request, one answer (``child.channel.Channel``)."""
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message`` and return the parent's next answer."""

@@ -20,7 +20,7 @@ milliseconds (when the line reached the sink: within ``FLUSH_SECONDS`` of its ``
 nothing is lost at a final message. A log line is JSON text inside a frame of the runtime's own
 making: nothing written to descriptors 1/2 can ever be read by the host as a frame.
 
-The sink is muted until :meth:`Sink.arm` (``child.run_job``, as a workflow or scheduled job
+The sink is muted until :meth:`Sink.arm` (``child.jobs.run_job``, as a workflow or scheduled job
 arrives: the budget starts then, after the host's own); a job that does not capture (validation)
 calls :meth:`Sink.discard` instead, which points descriptors 1/2 and the streams at
 ``/dev/null``.
@@ -113,7 +113,7 @@ class _Splitter:
 class Sink:
     """The child's log buffer: lines in, ``log`` frames out through ``send`` (thread-safe).
 
-    ``send`` writes one frame without running ``before_send`` again (``child.Channel._write``);
+    ``send`` writes one frame without running ``before_send`` again (``child.channel.Channel._write``);
     ``None``: muted (lines are dropped uncounted, the drain thread waits) until :meth:`arm`.
     ``clock`` is monotonic seconds (the budget), ``wall`` epoch seconds (the lines' time).
     """

@@ -50,7 +50,7 @@ _STEP_ERRORS = frozenset({"step_failed", "wait_timeout"})
 
 
 class Channel(Protocol):
-    """What the step needs from the child's channel (implemented by ``child.Channel``)."""
+    """What the step needs from the child's channel (implemented by ``child.channel.Channel``)."""
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message``; return the parent's next answer (pings are filtered out)."""

@@ -1,7 +1,7 @@
 """The tenant's own frames of an exception's traceback (issue 13 item 2), child and host side.
 
 In the sandbox child, :func:`tenant_frames` turns an exception into the frames of the Version's
-own modules (their ``__file__`` is ``/takohost/version/<path>``, ``child.VIRTUAL_ROOT``): host,
+own modules (their ``__file__`` is ``/takohost/version/<path>``, ``child.importer.VIRTUAL_ROOT``): host,
 SDK and standard-library frames are trimmed. Each frame is ``{"module", "file", "line",
 "function", "source"}`` (``file`` relative to the Version, e.g. ``"pkg/util.py"``; ``source`` the
 stripped source line, ``""`` when unknown), innermost last, at most :data:`MAX_FRAMES` (the

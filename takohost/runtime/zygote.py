@@ -2,7 +2,7 @@
 
 Started by ``workers.engine.sandbox.Zygote.start()`` as ``python -I -B -m takohost.runtime.zygote
 --control-fd N --ready-fd N`` with a scrubbed environment and only those two pipe descriptors; its
-settings (the socket's path, the ``isolation.Policy``) arrive as JSON on its standard input
+settings (the socket's path, the ``isolation.policy.Policy``) arrive as JSON on its standard input
 (``read_settings``), so that no child finds them in its command line. It imports the standard
 library and the SDK only, pre-imports what children commonly need, freezes the GC generations,
 and then forks in about 0.4 ms instead of the 1.7–5 ms a fork of a Celery worker costs
@@ -15,7 +15,7 @@ that descriptor to a child forked ahead of demand (``child.run_forked``) and ans
 or ``{"op": "error", "message"}``.
 
 Isolation (``isolation``; ``TAKOHOST_SANDBOX_ISOLATION``, default ``namespaces``): each child
-is forked by ``isolation.Forker`` as PID 1 of a PID namespace of its own and enters a minimal
+is forked by ``isolation.forking.Forker`` as PID 1 of a PID namespace of its own and enters a minimal
 read-only root (a private copy of a template mount namespace the zygote builds once) with its
 own network, IPC and UTS namespaces and identity. The child's pidfd becoming readable proves the
 whole namespace is empty: the kernel kills every process of a PID namespace when its init dies
@@ -123,7 +123,7 @@ class ZygoteServer:
         socket_path: str,
         control_fd: int,
         keep_child_stderr: bool,
-        forker: isolation.Forker,
+        forker: isolation.forking.Forker,
         children_dir: str,
         pool_size: int = 2,
     ) -> None:
@@ -425,9 +425,9 @@ def _preload() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
-    child.prepare()
+    child.hygiene.prepare()
     try:
-        child.warm_up()
+        child.jobs.warm_up()
     except Exception:  # noqa: BLE001 - only slower children without it; never a reason not to serve
         logger.exception("the runtime warm-up failed; children start cold")
     # The import finders cache listings of the host's directories on sys.path (site-packages,
@@ -440,12 +440,12 @@ def _preload() -> None:
 
 
 def _set_subreaper() -> None:
-    child.prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    child.hygiene.prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def read_settings(fd: int = 0) -> dict[str, Any]:
     """The zygote's settings, one JSON object read from ``fd`` (its standard input) to EOF:
-    ``socket`` (the path to listen on, required), ``policy`` (``isolation.Policy.to_json()``
+    ``socket`` (the path to listen on, required), ``policy`` (``isolation.policy.Policy.to_json()``
     text; absent: the defaults), ``keepChildStderr`` (bool) and ``poolSize`` (int, default 2).
     They come on a pipe, not the command line, because every child inherits the zygote's memory:
     its command line would show tenant code the socket's path (``/proc/self/cmdline``,
@@ -470,24 +470,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, required=True)
     args = parser.parse_args(argv)
     settings = read_settings()
-    if dict(os.environ) != isolation.CONTEXT_ENV:  # what every child inherits
+    if dict(os.environ) != isolation.policy.CONTEXT_ENV:  # what every child inherits
         os.environ.clear()
-        os.environ.update(isolation.CONTEXT_ENV)
+        os.environ.update(isolation.policy.CONTEXT_ENV)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    isolation.set_dumpable(False)  # nothing may read the zygote's memory through /proc or ptrace
+    isolation.identity.set_dumpable(False)  # nothing may read the zygote's memory through /proc or ptrace
     _set_subreaper()
-    policy = isolation.Policy.from_json(settings["policy"]) if settings.get("policy") else isolation.Policy()
-    layout = isolation.Layout.compute(policy)
+    policy = isolation.policy.Policy.from_json(settings["policy"]) if settings.get("policy") else isolation.policy.Policy()
+    layout = isolation.mounts.Layout.compute(policy)
     children_dir = _make_children_dir()
     try:
-        isolation.probe(layout, root=children_dir)
-        forker = isolation.Forker(layout, root=children_dir)
-    except isolation.IsolationUnavailable as exc:
+        isolation.forking.probe(layout, root=children_dir)
+        forker = isolation.forking.Forker(layout, root=children_dir)
+    except isolation.syscalls.IsolationUnavailable as exc:
         shutil.rmtree(children_dir, ignore_errors=True)
         message = (
             f"the sandbox cannot isolate tenant code on this machine ({exc}); it needs user, PID, "

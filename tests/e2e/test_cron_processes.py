@@ -28,11 +28,11 @@ import pytest
 import sqlalchemy as sa
 
 from beat import cron_recorder
+from core import config
 from models import cron as cron_models
 from models import db as models_db
 from models import migrate
 from services import cron_runs, tokens
-from takohost import config
 from tests import conftest
 from tests.integration.test_cron_support import RAISING_HANDLER, create_stack
 from tests.support import processes

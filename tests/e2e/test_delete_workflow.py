@@ -19,9 +19,9 @@ import uuid
 import requests
 import sqlalchemy as sa
 
+from core import config
 from models import db as models_db
 from models import instances as inst_models
-from takohost import config
 from tests.support import workflows
 from workers.engine import lease as lease_mod
 

@@ -18,9 +18,9 @@ import time
 import pytest
 import redis
 
+from core import config
 from models.errors import DomainError
 from services import instance_stop, redis_keys
-from takohost import config
 from tests.support import workflows
 
 LOOP_SYNC = """

@@ -158,7 +158,7 @@ def test_solo_pool_kill_one_process_restart_finish_then_sigterm_leaves_nothing(t
         workflows.wait_until(marker.exists, timeout=60, message="effect b running")
         import redis
 
-        from takohost import config
+        from core import config
 
         client = redis.Redis.from_url(config.load_settings().redis_url)
         [key] = [k for k in stack.redis_keys() if b":lease:" in k]

@@ -9,8 +9,8 @@ import uuid
 import redis
 from kombu.transport import redis as kombu_redis
 
+from core import config
 from services import broker, celery_app
-from takohost import config
 
 
 def test_publishes_reuse_one_client_and_arrive(monkeypatch):

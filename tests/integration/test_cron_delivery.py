@@ -9,10 +9,10 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
+from core import config
 from models import cron as cron_models
 from models import db as models_db
 from services import redis_client, redis_keys
-from takohost import config
 from tests.integration.test_cron_support import (
     RAISING_HANDLER,
     at,

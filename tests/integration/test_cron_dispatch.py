@@ -21,8 +21,8 @@ from celery import Celery
 from redis import connection as redis_connection
 
 from beat import cron_recorder
+from core import config
 from services import celery_app, dispatch
-from takohost import config
 from tests.integration.test_cron_support import create_stack, matches_of
 
 

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
+from core import config
 from models import db as models_db
 from models import resources as res_models
 from services import redis_client, redis_keys
-from takohost import config
 from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of, matches_of
 from workers import cron_tasks, sandbox_host
 

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from beat import cron_recorder
+from core import cron
 from models import cron as cron_models
 from models import db as models_db
-from takohost.domain import cron
 from tests.integration.test_cron_support import at, create_stack, decide, matches_of, skips_of
 
 

@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 
+from core import cron
 from models import cron as cron_models
 from models import db as models_db
-from takohost.domain import cron
 from tests.integration.test_cron_support import (
     at,
     create_stack,

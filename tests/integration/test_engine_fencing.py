@@ -9,12 +9,12 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from core import config
 from models import db as models_db
 from models import instances as inst_models
 from models.base import utcnow
 from services import instance_history, instance_stop, instances
 from services import leases as lease_service
-from takohost import config
 from tests.support import workflows
 from workers.engine import context, decide, heartbeat, store
 from workers.engine import lease as lease_mod

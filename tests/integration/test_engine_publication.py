@@ -12,11 +12,11 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from core import config
 from models import db as models_db
 from models import instances as inst_models
 from services import instance_history, instances
 from services import leases as lease_service
-from takohost import config
 from tests.support import workflows
 from workers.engine import sandbox, store
 

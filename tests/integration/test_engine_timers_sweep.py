@@ -7,11 +7,11 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
+from core import config
 from models import db as models_db
 from models import instances as inst_models
 from models.base import utcnow
 from services import dispatch, instances
-from takohost import config
 from tests.support import workflows
 from workers.engine import lease as lease_mod
 from workers.engine import sweep, timers

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import redis
 
-from takohost import config
+from core import config
 from tests.support import workflows
 from workers.engine import lease as lease_mod
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 import uuid
 
+from core import config
 from services import leases as lease_service
-from takohost import config
 from workers.engine import lease as lease_mod
 
 

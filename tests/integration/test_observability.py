@@ -209,8 +209,8 @@ def metrics_dir(tmp_path, monkeypatch):
 def test_a_fenced_context_is_counted(db_url, space_token, zygote, monkeypatch, tmp_path, metrics_dir):
     import threading
 
+    from core import config
     from models import instances as inst_models
-    from takohost import config
     from workers.engine import context, heartbeat, store
     from workers.engine import lease as lease_mod
 

@@ -39,10 +39,10 @@ def _wait_state(db_url: str, op_id: str, states: set[str], timeout: float) -> st
 
 
 def test_operation_survives_sigkill_of_its_worker(db_url, space_token):
+    from core import config
     from models import db as models_db
     from models.base import utcnow
     from services import celery_app, resources
-    from takohost import config
     from tests.support import processes
 
     space, _ = space_token

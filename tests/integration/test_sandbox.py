@@ -173,6 +173,33 @@ def test_child_holds_only_its_channel_and_stdio(zygote, tmp_path: Path):
         server.close()
 
 
+HOST_ONLY = """
+import importlib, os, sys, takohost
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        found = {}
+        for name in ("core", "core.config", "takohost.config", "takohost.domain.cron", "takohost.domain.progress"):
+            try:
+                importlib.import_module(name)
+                found[name] = "IMPORTED"
+            except ImportError as exc:
+                found[name] = type(exc).__name__
+        sdk = os.path.dirname(takohost.__file__)
+        return {"imports": found, "sdk": sorted(os.listdir(sdk)), "domain": sorted(os.listdir(sdk + "/domain"))}
+"""
+
+
+def test_host_only_modules_are_not_in_the_sandbox(zygote):
+    """The ``takohost`` directory is mounted into every sandbox: the host's configuration and its
+    cron and progress rules live in ``core/``, outside it (issue 25 item 4)."""
+    with zygote.spawn(workflow_job(HOST_ONLY)) as handle:
+        result = handle.recv(timeout=5)["output"]
+    assert set(result["imports"].values()) == {"ModuleNotFoundError"}, result["imports"]
+    assert "config.py" not in result["sdk"]
+    assert not {"cron.py", "progress.py"} & set(result["domain"]), result["domain"]
+
+
 # -- stopping: kills are proven and no finally runs ----------------------------------------------
 
 SUSPEND = """
@@ -644,7 +671,7 @@ def test_default_child_is_pid_1_of_its_namespace_with_its_own_uid(zygote):
 def test_opt_out_mode_none_runs_in_the_host_namespaces():
     from takohost.runtime import isolation
 
-    z = sandbox.Zygote(policy=isolation.Policy(mode="none"))
+    z = sandbox.Zygote(policy=isolation.policy.Policy(mode="none"))
     z.start()
     try:
         with z.spawn(workflow_job(WHO)) as handle:
@@ -835,7 +862,7 @@ class W:
 def _compiled(source: str, path: str) -> str:
     from takohost.runtime import child
 
-    return child.code_blob(compile(textwrap.dedent(source), f"/takohost/version/{path}", "exec", dont_inherit=True))
+    return child.importer.code_blob(compile(textwrap.dedent(source), f"/takohost/version/{path}", "exec", dont_inherit=True))
 
 
 def _run_one_step(handle) -> dict:
@@ -856,7 +883,7 @@ def test_a_child_asked_for_its_code_sends_what_it_compiled(zygote):
         code = _frames(handle)  # before its first step
         assert code["op"] == "code" and set(code["modules"]) == {"main.py", "helper.py"}
         for path, blob in code["modules"].items():
-            assert child.code_of(blob).co_filename == f"/takohost/version/{path}"
+            assert child.importer.code_of(blob).co_filename == f"/takohost/version/{path}"
         assert _run_one_step(handle) == {"op": "run_returned", "output": {"from": "source", "n": {"n": 1}}}
         assert handle.kill_and_wait()
 
@@ -881,7 +908,7 @@ def test_a_child_given_code_runs_it_or_falls_back_to_the_source(zygote, blob, ex
         "other-file": _compiled('FROM = "blob"\n', "elsewhere.py"),
         "old-magic": base64.b64encode(b"\x00\x00\r\n" + base64.b64decode(_compiled('FROM = "blob"\n', "helper.py"))[4:]).decode(),
     }
-    assert child.code_of(blobs["garbage"]) is None and child.code_of(blobs["old-magic"]) is None
+    assert child.importer.code_of(blobs["garbage"]) is None and child.importer.code_of(blobs["old-magic"]) is None
     job = workflow_job(CODE_MAIN, code={"helper.py": blobs[blob]})
     job["modules"]["helper.py"] = 'FROM = "source"\n'
     with zygote.spawn(job) as handle:

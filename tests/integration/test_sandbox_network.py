@@ -92,7 +92,7 @@ def server():
     s.close()
 
 
-def _run(policy: isolation.Policy, server: _Server) -> dict:
+def _run(policy: isolation.policy.Policy, server: _Server) -> dict:
     z = sandbox.Zygote(policy=policy)
     z.start()
     try:
@@ -114,13 +114,13 @@ def _run(policy: isolation.Policy, server: _Server) -> dict:
 
 
 def test_by_default_a_context_reaches_nothing(server):
-    out = _run(isolation.Policy(), server)
+    out = _run(isolation.policy.Policy(), server)
     assert out["internet"] == out["postgres"] == out["redis"] == "ENETUNREACH"
     assert out["abstract"] == "ECONNREFUSED"  # its own network namespace: the name does not exist
 
 
 def test_outbound_reaches_the_allowed_ports_only(server):
-    policy = isolation.Policy(network="outbound", outbound_ports=(server.port,))
+    policy = isolation.policy.Policy(network="outbound", outbound_ports=(server.port,))
     out = _run(policy, server)
     assert out["internet"] == "connected:hi"
     assert out["postgres"] in ("EACCES", "EPERM")
@@ -144,19 +144,19 @@ def test_outbound_reaches_the_allowed_ports_only(server):
 def test_outbound_refuses_the_ports_of_the_hosts_services(variable, value, port):
     env = {"TAKOHOST_SANDBOX_NETWORK": "outbound", variable: value}
     with pytest.raises(ValueError, match=f"includes {port}, the port of {variable}"):
-        isolation.Policy.from_environ(env)
+        isolation.policy.Policy.from_environ(env)
     env["TAKOHOST_SANDBOX_OUTBOUND_PORTS"] = "8443"
-    assert isolation.Policy.from_environ(env).outbound_ports == (8443,)
+    assert isolation.policy.Policy.from_environ(env).outbound_ports == (8443,)
 
 
 def test_outbound_defaults_and_bad_values():
-    policy = isolation.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "outbound"})
+    policy = isolation.policy.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "outbound"})
     assert (policy.network, policy.outbound_ports) == ("outbound", (80, 443))
-    assert isolation.Policy.from_json(policy.to_json()) == policy
+    assert isolation.policy.Policy.from_json(policy.to_json()) == policy
     with pytest.raises(ValueError, match="TAKOHOST_SANDBOX_NETWORK must be one of none, outbound"):
-        isolation.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "host"})
+        isolation.policy.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "host"})
     with pytest.raises(ValueError, match="TCP ports separated by commas"):
-        isolation.Policy.from_environ({"TAKOHOST_SANDBOX_OUTBOUND_PORTS": "80,https"})
+        isolation.policy.Policy.from_environ({"TAKOHOST_SANDBOX_OUTBOUND_PORTS": "80,https"})
 
 
 def test_a_worker_whose_metrics_port_is_an_outbound_port_refuses_to_start(tmp_path):

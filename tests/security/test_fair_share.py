@@ -30,10 +30,10 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from core import config
 from models import db as models_db
 from models import instances as inst_models
 from services import celery_app, dispatch, tokens
-from takohost import config
 from tests.support import workflows
 
 SPINNERS = 2  # ≥ worker slots (two solo workers of concurrency 1)

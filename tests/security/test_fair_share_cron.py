@@ -20,9 +20,9 @@ import uuid
 
 import pytest
 
+from core import config
 from models import db as models_db
 from services import celery_app, dispatch, tokens
-from takohost import config
 from tests.integration.test_cron_support import create_stack, decide, deliveries_of
 from tests.security.test_fair_share import ONE
 from tests.support import workflows

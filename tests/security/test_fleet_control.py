@@ -15,7 +15,7 @@ import pytest
 import redis
 from celery import Celery
 
-from takohost import config
+from core import config
 from tests.support import workflows
 
 WORK = """

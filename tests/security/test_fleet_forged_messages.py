@@ -22,13 +22,13 @@ import sqlalchemy as sa
 from celery import Celery
 from kombu import Exchange, Queue
 
+from core import config
 from models import base as models_base
 from models import cron as cron_models
 from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
 from services import tokens
-from takohost import config
 from tests.support import workflows
 
 VICTIM = """

@@ -323,7 +323,7 @@ def test_host_code_venv_tmp_and_usr_cannot_be_written(http):
     before = {d: _tree_digest(d) for d in (sdk, str(support.REPO))}
     init_stat = os.stat(os.path.join(sdk, "__init__.py"))
     params = {
-        "append": [os.path.join(sdk, "__init__.py"), os.path.join(sdk, "runtime", "isolation.py"),
+        "append": [os.path.join(sdk, "__init__.py"), os.path.join(sdk, "runtime", "isolation", "forking.py"),
                    str(support.REPO / "workers" / "__init__.py"), os.path.join(venv_site, "redis", "__init__.py"),
                    sys.executable, "/etc/hosts", "/usr/lib/os-release", "/etc/passwd"],
         "create": [os.path.join(sdk, f"{marker}.py"), str(support.REPO / f"{marker}.py"),

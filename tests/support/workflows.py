@@ -282,8 +282,8 @@ class Driver:
     """
 
     def __init__(self, monkeypatch, *, zygote, clock: Clock | None = None, settings=None) -> None:
+        from core import config
         from services import dispatch
-        from takohost import config
 
         self.queue: list[int] = []
         self.outcomes: list[tuple[int, str]] = []
@@ -374,7 +374,7 @@ def isolated_database():
 
     import redis
 
-    from takohost import config
+    from core import config
     from tests.support import servers
 
     name = f"takohost_eng_{uuid.uuid4().hex[:10]}"
@@ -503,7 +503,7 @@ class Stack:
         """Every Redis key of this stack's namespace."""
         import redis
 
-        from takohost import config
+        from core import config
 
         client = redis.Redis.from_url(config.load_settings().redis_url)
         return list(client.scan_iter(match=f"{self.namespace}:*", count=1000))
@@ -512,7 +512,7 @@ class Stack:
         """Delete every key of this stack's namespace (leases, broker queue, unacked messages)."""
         import redis
 
-        from takohost import config
+        from core import config
 
         client = redis.Redis.from_url(config.load_settings().redis_url)
         keys = self.redis_keys()

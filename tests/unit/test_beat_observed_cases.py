@@ -14,8 +14,8 @@ import pathlib
 import pytest
 
 from beat import cron_plan
+from core import cron
 from services import cron_schedules
-from takohost.domain import cron
 
 CASES_PATH = pathlib.Path(__file__).resolve().parents[1] / "data" / "cases.json"
 CASES = [

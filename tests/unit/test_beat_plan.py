@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from beat import cron_plan
 from beat.cron_plan import Segment
-from takohost.domain import cron
+from core import cron
 
 U = dt.UTC
 

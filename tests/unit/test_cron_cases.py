@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from takohost.domain import cron
+from core import cron
 
 
 def _instant(text: str) -> datetime:

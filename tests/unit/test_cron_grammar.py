@@ -1,4 +1,4 @@
-"""Grammar table for takohost.domain.cron.parse (seed 003 "cron文法と実行", CONTRACT §8)."""
+"""Grammar table for core.cron.parse (seed 003 "cron文法と実行", CONTRACT §8)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from takohost.domain import cron
+from core import cron
 
 MINUTES = frozenset(range(60))
 HOURS = frozenset(range(24))

@@ -1,4 +1,4 @@
-"""Property tests: takohost.domain.cron against an independent brute-force reference.
+"""Property tests: core.cron against an independent brute-force reference.
 
 The reference below reads each field naively (walk low..high by step) and decides a minute by
 checking every field, scanning minute by minute (it skips whole days whose date cannot match, so
@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from takohost.domain import cron
+from core import cron
 
 BOUNDS = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)]
 ONE_MINUTE = timedelta(minutes=1)

@@ -1,10 +1,10 @@
-"""``takohost.domain.progress``: where an instance is, decided from the store's facts (issue 13 item 3)."""
+"""``core.progress``: where an instance is, decided from the store's facts (issue 13 item 3)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from takohost.domain import progress as p
+from core import progress as p
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(minutes=5)

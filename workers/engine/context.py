@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from core import config
 from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, instance_stop
-from takohost import config
 from takohost.domain import documents, identifiers, retry
 from takohost.runtime import protocol, tracebacks
 from workers import sandbox_host, tenant_logs

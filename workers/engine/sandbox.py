@@ -225,11 +225,11 @@ class Zygote:
         *,
         python: str | None = None,
         child_stderr: bool = False,
-        policy: isolation.Policy | None = None,
+        policy: isolation.policy.Policy | None = None,
     ) -> None:
         self._python = python or sys.executable
         self._child_stderr = child_stderr
-        self.policy = policy or isolation.Policy.from_environ()
+        self.policy = policy or isolation.policy.Policy.from_environ()
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner_pid: int | None = None
         self._dir: str | None = None
@@ -283,7 +283,7 @@ class Zygote:
         try:
             self._proc = subprocess.Popen(
                 command,
-                env=dict(isolation.CONTEXT_ENV),  # -I -B: no PYTHON* variable is read anyway
+                env=dict(isolation.policy.CONTEXT_ENV),  # -I -B: no PYTHON* variable is read anyway
                 close_fds=True,
                 pass_fds=(control_r, ready_w),
                 stdin=subprocess.PIPE,

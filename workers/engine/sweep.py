@@ -22,10 +22,10 @@ import logging
 
 import sqlalchemy as sa
 
+from core import config
 from models import db as models_db
 from models import instances as inst_models
 from services import dispatch, instance_stop, leases, retention, workflow_observer
-from takohost import config
 from workers.engine import lease as lease_mod
 
 log = logging.getLogger(__name__)

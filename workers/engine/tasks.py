@@ -18,12 +18,12 @@ import psycopg
 import sqlalchemy as sa
 from celery import signals
 
+from core import config
 from models import db as models_db
 from models import instance_sql
 from models import instances as inst_models
 from services.celery_app import app
 from services.dispatch import RUN_CONTEXT
-from takohost import config
 from workers.engine import children, context, sandbox, store
 
 log = logging.getLogger(__name__)

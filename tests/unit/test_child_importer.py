@@ -1,5 +1,5 @@
 """The child's import of a Version's main module without the import system
-(``takohost.runtime.child.SourceModules.load``): the same module as ``importlib.import_module``
+(``takohost.runtime.child.importer.SourceModules.load``): the same module as ``importlib.import_module``
 makes, and the same clean-up."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from takohost.runtime import child
+from takohost.runtime.child import importer
 
 MODULES = {
     "mainmod.py": "import sys\nVALUE = 1\nME = sys.modules[__name__]\n",
@@ -22,7 +22,7 @@ MODULES = {
 
 @pytest.fixture
 def finder():
-    made = child.SourceModules(MODULES)
+    made = importer.SourceModules(MODULES)
     made.install()
     yield made
     sys.meta_path.remove(made)
@@ -42,7 +42,7 @@ def test_load_makes_the_module_importlib_makes(finder, name):
     imported = importlib.import_module(name)
     assert loaded is not imported
     assert _attributes(loaded) == _attributes(imported)
-    assert loaded.__spec__.origin == imported.__spec__.origin == f"{child.VIRTUAL_ROOT}/{name}" + (
+    assert loaded.__spec__.origin == imported.__spec__.origin == f"{importer.VIRTUAL_ROOT}/{name}" + (
         "/__init__.py" if name == "pkgmain" else ".py"
     )
 
@@ -75,7 +75,7 @@ def test_install_forgets_modules_of_the_versions_names_and_only_those():
     sys.modules["pkgmain"] = types.ModuleType("pkgmain")
     sys.modules["pkgmain.old"] = types.ModuleType("pkgmain.old")
     sys.modules["pkgmainx"] = types.ModuleType("pkgmainx")  # a longer name, not a submodule
-    made = child.SourceModules(MODULES)
+    made = importer.SourceModules(MODULES)
     try:
         made.install()
         assert "pkgmain" not in sys.modules and "pkgmain.old" not in sys.modules
@@ -87,9 +87,36 @@ def test_install_forgets_modules_of_the_versions_names_and_only_those():
 
 
 def test_import_version_loads_a_top_level_main_module_and_imports_a_dotted_one(finder):
-    module, _ = child.import_version({"modules": MODULES, "mainModule": "mainmod.py"})
+    module, _ = importer.import_version({"modules": MODULES, "mainModule": "mainmod.py"})
     assert module.VALUE == 1 and sys.modules["mainmod"] is module
-    sub, _ = child.import_version({"modules": MODULES, "mainModule": "pkgmain/sub.py"})
+    sub, _ = importer.import_version({"modules": MODULES, "mainModule": "pkgmain/sub.py"})
     assert sub.SUB == 2 and sys.modules["pkgmain.sub"] is sub
-    for extra in [m for m in sys.meta_path if isinstance(m, child.SourceModules) and m is not finder]:
+    for extra in [m for m in sys.meta_path if isinstance(m, importer.SourceModules) and m is not finder]:
         sys.meta_path.remove(extra)
+
+
+def test_module_paths_that_are_not_modules_or_take_a_reserved_name_are_refused():
+    for bad in ({"../x.py": ""}, {"main.txt": ""}, {"__init__.py": ""}, {"takohost/x.py": ""}, {"sys.py": ""}):
+        with pytest.raises(ImportError):
+            importer.SourceModules(bad)
+
+
+def test_a_code_blob_round_trips_and_anything_else_is_none():
+    code = compile("X = 1", f"{importer.VIRTUAL_ROOT}/main.py", "exec")
+    assert importer.code_of(importer.code_blob(code)).co_filename == code.co_filename
+    for junk in (None, 1, "not base64!", "AAAA", importer.code_blob(code)[8:]):
+        assert importer.code_of(junk) is None
+
+
+def test_a_valid_blob_of_the_module_is_used_and_one_naming_another_file_is_not():
+    source = {"main.py": "VALUE = 'source'\n"}
+    own = compile("VALUE = 'blob'", f"{importer.VIRTUAL_ROOT}/main.py", "exec")
+    other = compile("VALUE = 'elsewhere'", "/elsewhere/main.py", "exec")
+    for blob, expected in ((own, "blob"), (other, "source")):
+        finder = importer.SourceModules(source, {"main.py": importer.code_blob(blob)})
+        finder.install()
+        try:
+            assert finder.load("main").VALUE == expected
+        finally:
+            sys.meta_path.remove(finder)
+            sys.modules.pop("main", None)

@@ -1,0 +1,171 @@
+"""The zygote's side of isolation: :class:`Forker` forks each child as PID 1 of a PID namespace
+of its own and lets it enter its sandbox; :func:`probe` checks in a throw-away process that this
+machine can do so.
+
+Standard library only: this runs in the zygote and its children.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+from takohost.runtime.isolation import cgroups, identity, landlock, mounts, seccomp, syscalls
+from takohost.runtime.isolation.syscalls import MS_NODEV, MS_NOEXEC, MS_NOSUID
+
+__all__ = ["Forker", "probe"]
+
+_STANDARD_FINDERS = frozenset(
+    {
+        "_frozen_importlib",
+        "_frozen_importlib_external",
+        "importlib._bootstrap",
+        "importlib._bootstrap_external",
+    }
+)
+
+
+class Forker:
+    """The zygote's side of isolation: forks children that are PID 1 of a new PID namespace, and
+    lets each enter its sandbox (:meth:`enter`). Built once per zygote; single-threaded use.
+
+    Construction (namespaces mode) enters a user namespace first when the zygote is not root
+    (then every namespace it makes is owned by it), keeps a descriptor of its own PID namespace
+    and builds the template mount namespace (:func:`mounts.build_template`). Raises
+    ``IsolationUnavailable`` with the kernel's reason when any of that is refused. With
+    ``mode == "none"`` it only forks.
+    """
+
+    def __init__(self, layout: mounts.Layout, *, root: str) -> None:
+        self.layout = layout
+        self.isolated = layout.policy.mode == "namespaces"
+        self.template_fd = -1
+        self.pidns_fd = -1
+        self.memory: cgroups.MemoryCgroup | None = None
+        if not self.isolated:
+            return
+        if not identity.host_is_root():
+            syscalls.unshare(syscalls.CLONE_NEWUSER)
+        # Kept above the descriptors a child sets up (0-3), so that they survive its clean-up.
+        self.pidns_fd = _high(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
+        self.template_fd = _high(mounts.build_template(layout, root))
+        self.memory = cgroups.MemoryCgroup.find(layout.policy)
+
+    def fork(self) -> int:
+        """``os.fork()``; with namespaces the child is PID 1 of a PID namespace of its own (the
+        zygote's own namespace is unchanged: only the one for its next child is switched)."""
+        if not self.isolated:
+            return os.fork()
+        syscalls.unshare(syscalls.CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except BaseException:
+            syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
+            raise
+        if pid != 0:
+            syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
+        return pid
+
+    def enter(self) -> int:
+        """In a child from :meth:`fork` (namespaces mode), before it runs anything of a tenant:
+        join a private copy of the template root, take new mount/network/IPC/UTS namespaces,
+        mount its own ``/proc`` and scratch ``/tmp`` (its working directory), set the limits,
+        drop to its own identity (root hosts: ``uid_base`` + its pid on the host) and every
+        capability, set ``no_new_privs``, install the system-call filter and narrow
+        ``sys.path``. Returns the uid it runs as. Raises ``IsolationUnavailable``."""
+        layout, policy = self.layout, self.layout.policy
+        as_root = identity.host_is_root()
+        if self.pidns_fd >= 0:
+            os.close(self.pidns_fd)
+        host_pid = int(os.readlink("/proc/self"))  # the host's proc: the host's pid
+        if self.memory is not None:
+            self.memory.join(host_pid)
+            self.memory = None  # its directory names the zygote's host pid
+        syscalls.setns(self.template_fd, syscalls.CLONE_NEWNS)
+        os.close(self.template_fd)
+        outbound = policy.network == "outbound"
+        # A cgroup namespace rooted at the context's own cgroup: /proc/self/cgroup shows "/", not
+        # the host's cgroup paths (the container's id, the zygote's and the context's host pids).
+        syscalls.unshare(
+            syscalls.CLONE_NEWNS
+            | syscalls.CLONE_NEWIPC
+            | syscalls.CLONE_NEWUTS
+            | syscalls.CLONE_NEWCGROUP
+            | (0 if outbound else syscalls.CLONE_NEWNET)
+        )
+        uid = policy.uid_base + host_pid if as_root else os.getuid()
+        syscalls.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        owner = f",uid={uid},gid={uid}" if as_root else ""
+        syscalls.mount(
+            "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={policy.scratch_mb}m,mode=0700{owner}"
+        )
+        for _, place, target in mounts.placements(layout):
+            if place != target:  # under /tmp: bound again over this context's scratch tmpfs
+                os.makedirs(target, exist_ok=True)
+                syscalls.mount(place, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+        if policy.test_shared_dir:
+            target = policy.test_shared_dir
+            if target.startswith("/tmp/"):  # else the template has the mount point
+                os.makedirs(target, exist_ok=True)
+            syscalls.mount(mounts.SHARED_STAGE, target, None, syscalls.MS_BIND)
+            # Every context has its own uid: what one creates there, the next may append to.
+            os.umask(0)
+        os.chdir("/tmp")
+        identity.set_limits(policy)
+        identity.drop_identity(uid if as_root else None, last_cap=layout.last_cap)
+        if outbound:
+            landlock.restrict_network(policy.outbound_ports)
+        seccomp.install(list(layout.seccomp))
+        sys.path[:] = layout.sys_path
+        # A fresh importer cache: finders list directories as the host sees them. The zygote
+        # emptied its own before it forked (``zygote._preload``), so this frees next to nothing.
+        sys.path_importer_cache.clear()
+        sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__module__", "") in _STANDARD_FINDERS]
+        return uid
+
+
+def _high(fd: int, minimum: int = 16) -> int:
+    """Move ``fd`` to a close-on-exec descriptor number of at least ``minimum``."""
+    import fcntl
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, minimum)
+    os.close(fd)
+    return moved
+
+
+def probe(layout: mounts.Layout, *, root: str) -> None:
+    """Check, in a throw-away process, that this machine can isolate contexts with ``layout``
+    (``root``: the empty mount point directory the template uses): the same :class:`Forker`
+    the zygote uses builds its template, forks a child and lets it enter its sandbox. Raises
+    ``IsolationUnavailable`` with the kernel's reason otherwise. ``mode == "none"`` passes."""
+    if layout.policy.mode == "none":
+        return
+    reader, writer = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        reader.close()
+        code = 1
+        try:
+            forker = Forker(layout, root=root)
+            child = forker.fork()
+            if child == 0:
+                try:
+                    forker.enter()
+                    os._exit(0)
+                except BaseException as exc:  # noqa: BLE001 - reported to the probing parent
+                    writer.sendall(str(exc).encode()[:1000])
+                    os._exit(1)
+            _, status = os.waitpid(child, 0)
+            code = os.waitstatus_to_exitcode(status)
+            if forker.memory is not None:
+                forker.memory.close()
+        except BaseException as exc:  # noqa: BLE001
+            writer.sendall(str(exc).encode()[:1000])
+        os._exit(code)
+    writer.close()
+    _, status = os.waitpid(pid, 0)
+    reason = reader.recv(1000).decode(errors="replace")
+    reader.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise syscalls.IsolationUnavailable(reason or f"the probe exited with status {status}")
