@@ -294,8 +294,9 @@ def _environment(stack: _Stack) -> dict[str, str]:
 def _serve_metrics(root: pathlib.Path, env: dict[str, str], port: int) -> tuple[dict[str, str], str]:
     """Serve the stack's metrics from this process (see the module doc); returns the children's
     environment (recording into this process's directory, with no port of their own) and the
-    endpoint's URL. Raises :class:`DevError` when the sandbox's outbound policy would let tenant
-    code reach that port, or when it cannot be bound."""
+    endpoint's URL. Raises :class:`DevError` when the sandbox's settings are wrong or the port
+    cannot be bound (tenant code never reaches it: the egress proxy refuses the host's own
+    addresses and its metrics port)."""
     from services.telemetry import metrics
     from takohost.runtime import isolation
 

@@ -77,7 +77,7 @@ def _host_process() -> None:
 
 def _check_sandbox(metrics_port: int | None = None) -> None:
     """Refuse to start a worker that could not isolate tenant code (README "Security model"), or
-    whose outbound policy would let tenant code reach a host service (``metrics_port`` too)."""
+    whose sandbox or egress settings are wrong (a usage error naming the setting)."""
     import os
     import tempfile
 
@@ -86,8 +86,11 @@ def _check_sandbox(metrics_port: int | None = None) -> None:
     environ = dict(os.environ)
     if metrics_port is not None:
         environ["TAKOHOST_METRICS_PORT"] = str(metrics_port)
+    from workers.egress import config as egress_config
+
     try:
         policy = isolation.policy.Policy.from_environ(environ)
+        egress_config.load(environ)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if policy.mode == "none":

@@ -288,7 +288,7 @@ def run_scheduled(
         connection=lambda: store.connection_for(settings.database_url), delivery_pk=job.delivery_pk
     )
     with metrics.timed("takohost_sandbox_spawn_seconds", kind="scheduled"):
-        child = zygote.spawn(message)
+        child = zygote.spawn(message, space=job.space)
     pinger = feed(lease, child)
     run: Run | None = None
     try:
@@ -296,6 +296,7 @@ def run_scheduled(
     finally:
         pinger.stop()
         proven = child.kill_and_wait()
+        logs.egress(child.finish_egress(), space=job.space)
         child.close()
         if run is not None and run.outcome != "ok" and run.error:
             text = f"run failed: {run.error}"
@@ -338,9 +339,11 @@ def _serve(
             if _stopping(job.trigger_uid, settings=settings):
                 return Run("failed", cron_runs.STOPPED_BY_DELETE)
             next_fence = time.monotonic() + FENCE_POLL_S
+        if child.egress is not None:
+            logs.egress(child.egress.records(), space=job.space)
         try:
             reply = protocol.check_child_message(
-                child.recv(timeout=logs.wait_timeout(max(0.0, min(deadline, next_fence) - now)))
+                child.recv(timeout=logs.wait_timeout(max(0.0, min(deadline, next_fence, now + 1.0) - now)))
             )
         except TimeoutError:
             logs.flush_due()

@@ -132,11 +132,11 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
             return FORWARD
         operations.set_state(op, operations.RUNNING, now=now)
         op.next_attempt_at = now + operations.redispatch_after()
-        form, kind, spec, uid = resource.form, op.kind, resource.spec, resource.uid
+        form, kind, spec, uid, space = resource.form, op.kind, resource.spec, resource.uid, resource.space
     log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
     if kind == "delete":
         return _apply_delete(operation_id, form=form, uid=uid)
-    validation = sandbox_host.validate_spec(spec) if form == "WorkerVersion" else None
+    validation = sandbox_host.validate_spec(spec, space=space) if form == "WorkerVersion" else None
     with models_db.session_scope() as session:
         loaded = _running_txn(session, operation_id)
         if loaded is None:

@@ -282,7 +282,7 @@ class Validation:
     error: str | None
 
 
-def validate_spec(spec: dict, *, settings: config.Settings | None = None) -> Validation:
+def validate_spec(spec: dict, *, space: str | None = None, settings: config.Settings | None = None) -> Validation:
     """Import ``spec["mainModule"]`` (with ``spec["modules"]`` beside it) in a sandbox child.
 
     Success → ``observed = {"validated": true, "workflowClasses": [...], "handlers": [...]}``
@@ -304,6 +304,7 @@ def validate_spec(spec: dict, *, settings: config.Settings | None = None) -> Val
         main_module=spec["mainModule"],
         modules=spec["modules"],
         time_limit_seconds=settings.validation_timeout_s,
+        space=space,
     )
     if outcome.ok:
         return Validation(

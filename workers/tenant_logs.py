@@ -25,8 +25,10 @@ import psycopg
 
 from models import log_sql
 from models.base import utcnow
+from services.telemetry import metrics
 from takohost.domain import tenant_logs
 from takohost.runtime import protocol
+from workers.egress import client as egress_client
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,9 @@ MAX_HOST_LINE_CHARS = 16_384
 #: Lines a context may send beyond the host's budget before it counts as a flood (a violation:
 #: an honest child stays within its own, identical, later-started budget).
 FLOOD_LINES = tenant_logs.BURST_LINES
+#: Egress records (connections, refused look-ups) one context keeps as lines of their own; the
+#: rest are counted in one summary line (every one is still counted in the metrics).
+MAX_EGRESS_LINES = 200
 
 
 class LogFlood(Exception):
@@ -67,7 +72,12 @@ class LogCollector:
         self.delivery_pk = delivery_pk
         self.epoch: int | None = None
         self.step: str | None = None
-        self.attempt: int | None = None
+        self._attempt: int | None = None
+        #: (clock, step, attempt) each time the running attempt changed: what an egress record
+        #: (stamped with the system-wide monotonic clock of its connection's start) is tagged with.
+        self._tags: list[tuple[float, str | None, int | None]] = []
+        self._egress_lines = 0
+        self._egress_unlisted: dict[str, int] = {}
         self._connection = connection
         self._clock = clock
         self._wall = wall
@@ -81,6 +91,51 @@ class LogCollector:
         self.written = 0
 
     # -- lines in ----------------------------------------------------------------------------
+    @property
+    def attempt(self) -> int | None:
+        """The attempt the host runs now (set after :attr:`step`; ``None`` outside effects)."""
+        return self._attempt
+
+    @attempt.setter
+    def attempt(self, value: int | None) -> None:
+        self._attempt = value
+        self._tags.append((self._clock(), self.step, value))
+
+    def egress(self, records: list[dict[str, Any]], *, space: str | None) -> None:
+        """Keep the egress proxy's ``records`` (``workers.egress.client``) as ``host`` lines tagged
+        with the step and attempt that ran when each connection started, and count them per
+        ``space`` in the metrics. Past :data:`MAX_EGRESS_LINES` they are only counted and summed
+        up in one line (:meth:`flush`)."""
+        now_clock, now_wall = self._clock(), self._wall()
+        for record in records:
+            outcome = str(record.get("outcome"))
+            if record.get("op") == "lookup":
+                outcome = "lookup_refused" if outcome == "refused" else "lookup_failed"
+            if space is not None:
+                metrics.inc("takohost_egress_connections_total", space=space, outcome=outcome)
+                for direction in ("sent", "received"):
+                    amount = record.get(direction)
+                    if type(amount) is int and amount > 0:
+                        metrics.inc("takohost_egress_bytes_total", amount, space=space, direction=direction)
+            if self._egress_lines >= MAX_EGRESS_LINES:
+                self._egress_unlisted[outcome] = self._egress_unlisted.get(outcome, 0) + 1
+                continue
+            self._egress_lines += 1
+            opened = record.get("opened")
+            at = float(opened) if type(opened) in (int, float) else now_clock
+            step, attempt = self._tag_at(at)
+            wall = now_wall - dt.timedelta(seconds=max(0.0, now_clock - at))
+            text = protocol.safe_text(egress_client.describe(record), limit=MAX_HOST_LINE_CHARS)
+            self._add(max(wall, self._started), tenant_logs.HOST_STREAM, text, step=step, attempt=attempt)
+
+    def _tag_at(self, at: float) -> tuple[str | None, int | None]:
+        found: tuple[str | None, int | None] = (None, None)
+        for when, step, attempt in self._tags:
+            if when > at:
+                break
+            found = (step, attempt)
+        return found
+
     def accept(self, message: dict[str, Any]) -> None:
         """Take one ``log`` frame already checked by ``protocol.check_child_message``.
 
@@ -151,6 +206,10 @@ class LogCollector:
         if self._host_dropped:
             count, self._host_dropped = self._host_dropped, 0
             self.host_line(tenant_logs.dropped_text(count, by="host"))
+        if self._egress_unlisted:
+            counts, self._egress_unlisted = self._egress_unlisted, {}
+            detail = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+            self.host_line(f"egress: {sum(counts.values())} more records not listed ({detail})", step=None, attempt=None)
         if not self._lines:
             return
         lines, self._lines = self._lines, []

@@ -60,6 +60,12 @@ DEFINITIONS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...] | None
         "counter", "Commits refused because the context's fencing token (epoch) was stale.", (), None),
     "takohost_lease_losses_total": (
         "counter", "Contexts and cron deliveries that lost their Redis lease while running.", ("kind",), None),
+    "takohost_egress_connections_total": (
+        "counter", "Outbound connections of tenant code through the egress proxy, and refused name "
+        "look-ups, by Space and outcome (ok, failed, refused, lookup_refused).", ("space", "outcome"), None),
+    "takohost_egress_bytes_total": (
+        "counter", "Bytes relayed for tenant code by the egress proxy, by Space and direction (sent, "
+        "received).", ("space", "direction"), None),
     "takohost_operation_duration_seconds": (
         "histogram", "From the acceptance of an Operation to its finish, by kind, Form and final state.",
         ("kind", "form", "state"), SLOW_BUCKETS),

@@ -10,8 +10,9 @@ refused name ``socket.gaierror`` with the rule), before a packet is sent. Tenant
 the wrappers gains nothing but the plain reset. The wrappers know only what the Space may know:
 its rules, never the host's own addresses or services.
 
-Connections to loopback addresses on ports the proxy does not listen on stay inside the context's
-own network namespace (a server the tenant started itself): they are not checked.
+A connection to a loopback address on a port the proxy does not listen on stays inside the
+context's own network namespace (a server the tenant started itself may be there): it is tried,
+and only when nothing answers does the error say that egress to it is refused.
 """
 
 from __future__ import annotations
@@ -38,29 +39,36 @@ def install(*, rules: egress.SpaceRules, listen_ports: tuple[int, ...], test_pub
     plain_connect_ex = base.connect_ex
     plain_getaddrinfo = socket.getaddrinfo
 
-    def refusal(sock: Any, address: Any) -> egress.Verdict | None:
+    def refusal(sock: Any, address: Any) -> tuple[egress.Verdict | None, bool]:
+        """(the refusal or ``None``, whether the connection stays in the context: try it first)."""
         if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type & 0xF != socket.SOCK_STREAM:
-            return None
+            return None, False
         try:
             host, port = address[0], int(address[1])
             ip = egress.unwrap(ipaddress.ip_address(str(host).split("%")[0]))
         except (TypeError, ValueError, IndexError):
-            return None  # a name (resolved by the kernel's caller) or a bad address: the call says
-        if ip.is_loopback and port not in ports:
-            return None
+            return None, False  # a name (resolved by the kernel's caller) or a bad address: the call says
         verdict = egress.decide(policy, address=ip, port=port)
-        return None if verdict.allowed else verdict
+        if verdict.allowed:
+            return None, False
+        return verdict, ip.is_loopback and port not in ports
 
     def connect(self: socket.socket, address: Any) -> None:
-        verdict = refusal(self, address)
-        if verdict is not None:
-            raise ConnectionRefusedError(errno.ECONNREFUSED, verdict.message(_ip(address[0]), int(address[1])))
-        return plain_connect(self, address)
+        verdict, local = refusal(self, address)
+        if verdict is None:
+            return plain_connect(self, address)
+        if local:
+            try:
+                return plain_connect(self, address)
+            except ConnectionRefusedError:
+                pass  # nothing of the context's own listens there
+        raise ConnectionRefusedError(errno.ECONNREFUSED, verdict.message(_ip(address[0]), int(address[1])))
 
     def connect_ex(self: socket.socket, address: Any) -> int:
-        if refusal(self, address) is not None:
-            return errno.ECONNREFUSED
-        return plain_connect_ex(self, address)
+        verdict, local = refusal(self, address)
+        if verdict is None or local:
+            return plain_connect_ex(self, address)
+        return errno.ECONNREFUSED
 
     def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(host, (str, bytes)):

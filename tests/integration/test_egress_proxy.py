@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from takohost.runtime import netns
+from takohost.runtime.isolation import network as netns
 from tests.support import egress as net
 from workers.egress import client
 

@@ -54,15 +54,15 @@ def test_bad_values_name_the_variable(name, value, expected):
     assert name in str(info.value)
 
 
-def test_an_outbound_policy_refuses_the_ports_of_the_hosts_own_services():
-    env = {"TAKOHOST_SANDBOX_NETWORK": "outbound", "TAKOHOST_DATABASE_URL": "postgresql+psycopg://db:6543/x",
-           "TAKOHOST_SANDBOX_OUTBOUND_PORTS": "443,6543"}
-    with pytest.raises(ValueError, match="6543, the port of TAKOHOST_DATABASE_URL"):
-        policy_module.Policy.from_environ(env)
+def test_the_network_is_public_by_default_none_on_request_and_outbound_is_gone():
+    assert policy_module.Policy.from_environ({}).network == "public"
+    assert policy_module.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "none"}).network == "none"
+    with pytest.raises(ValueError, match="outbound was replaced by public"):
+        policy_module.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "outbound"})
+    with pytest.raises(ValueError, match="one of public, none"):
+        policy_module.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "internet"})
 
 
-def test_the_host_service_ports_include_defaults_and_the_metrics_port():
-    found = dict(policy_module.host_service_ports({"TAKOHOST_METRICS_PORT": "9100"}))
-    assert found["TAKOHOST_DATABASE_URL"] == 5432
-    assert found["TAKOHOST_REDIS_URL"] == found["TAKOHOST_BROKER_URL"] == 6379
-    assert 9100 in found.values()
+def test_the_egress_ports_travel_to_the_zygote():
+    policy = policy_module.Policy(egress_ports=(80, 443, 3000))
+    assert policy_module.Policy.from_json(policy.to_json()).egress_ports == (80, 443, 3000)

@@ -29,6 +29,7 @@ import weakref
 from typing import Any
 
 from takohost.runtime import protocol
+from workers.egress import config as egress_config
 
 __all__ = ["EgressProxy", "EgressUnavailable", "Session", "get_egress_proxy"]
 
@@ -51,6 +52,7 @@ class Session:
         self.key = key
         self.queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.connections = 0  # records of connections received
+        self.open_connections = 0  # relays the proxy started and has not reported yet
         self.closed = threading.Event()
 
     def records(self) -> list[dict[str, Any]]:
@@ -241,11 +243,17 @@ class EgressProxy:
                     session = self._sessions.get(str(message.get("context")))
                 if session is None:
                     continue
-                if message.get("op") == "closed":
+                op = message.get("op")
+                if op == "closed":
                     session.closed.set()
                     continue
-                if message.get("op") == "connection":
+                if op == "opened":
+                    session.open_connections += 1
+                    continue
+                if op == "connection":
                     session.connections += 1
+                    if message.get("outcome") != "refused":
+                        session.open_connections = max(0, session.open_connections - 1)
                 session.queue.put(message)
         with self._lock:
             sessions = list(self._sessions.values())
@@ -280,6 +288,18 @@ def get_egress_proxy() -> EgressProxy:
         return _default
 
 
+def job_part(space: str) -> dict[str, Any]:
+    """The ``egress`` part of a job for code of ``space``: the Space's rules, the ports the
+    namespace listens on and the test-only public CIDRs — what the runtime needs for clear
+    refusals (``takohost.runtime.egress_hook``); never the host's own addresses or services."""
+    config = egress_config.current()
+    return {
+        "rules": config.space_rules(space).to_json(),
+        "listenPorts": list(config.listen_ports),
+        "testPublic": [str(net) for net in config.test_public],
+    }
+
+
 def describe(record: dict[str, Any]) -> str:
     """The ``host`` log line of one record, e.g. ``egress api.example.com 93.184.216.34:443:
     sent 517 B, received 4.1 KiB, 0.21 s`` or ``egress 10.0.0.5:5432 refused: private address``."""
@@ -309,3 +329,14 @@ def _size(value: object) -> str:
     return f"{size} B"
 
 
+
+
+def reset() -> None:
+    """Stop this process's default proxy and forget the configuration (tests that change the
+    environment of their own process)."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.stop()
+        _default = None
+    egress_config.reset()

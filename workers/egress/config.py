@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from takohost.domain import egress
 
-__all__ = ["EgressConfig", "host_services", "load", "own_addresses"]
+__all__ = ["EgressConfig", "current", "host_services", "load", "own_addresses"]
 
 #: Most ports the sandbox listens on for the proxy (one listener each, in every context).
 MAX_PORTS = 32
@@ -261,3 +261,21 @@ def own_addresses() -> frozenset[egress.Address]:
                 except ValueError:
                     continue
     return frozenset(found)
+
+
+_current: EgressConfig | None = None
+
+
+def current() -> EgressConfig:
+    """This process's configuration, read from the environment once (settings do not change
+    while a process runs). Raises ``ValueError`` like :func:`load`."""
+    global _current
+    if _current is None:
+        _current = load()
+    return _current
+
+
+def reset() -> None:
+    """Forget :func:`current` (tests that change the environment of their own process)."""
+    global _current
+    _current = None

@@ -2,7 +2,7 @@
 "Egress"). One process per worker process, started by :mod:`workers.egress.client`.
 
 A context with public egress lives in a network namespace of its own in which every address is
-local (``takohost.runtime.netns``): its child hands the host one TCP listener per egress port and
+local (``takohost.runtime.isolation.network``): its child hands the host one TCP listener per egress port and
 one UDP socket on port 53, all created inside that namespace, and the worker passes them here
 with the context's Space (``open``). This process then
 
@@ -255,6 +255,7 @@ class Server:
             _reset(writer)
             context.client.send({**record, "outcome": "refused", "reason": verdict.reason, "seconds": 0.0})
             return
+        context.client.send({"op": "opened", "context": context.key})
         try:
             out_reader, out_writer = await asyncio.wait_for(
                 asyncio.open_connection(str(address), port), CONNECT_TIMEOUT_SECONDS

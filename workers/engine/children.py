@@ -28,8 +28,10 @@ _warm: dict[tuple[int, int], concurrent.futures.Future] = {}
 _warm_lock = threading.Lock()
 
 
-def take_child(zygote: sandbox.Zygote, job: dict) -> sandbox.ChildHandle:
-    """A child running ``job``: the warm one if it is (or is about to be) alive, else a new one."""
+def take_child(zygote: sandbox.Zygote, job: dict, *, space: str | None = None) -> sandbox.ChildHandle:
+    """A child running ``job`` for code of ``space`` (its egress rules,
+    ``sandbox.ChildHandle.send_job``): the warm one if it is (or is about to be) alive, else a
+    new one."""
     with _warm_lock:
         pending = _warm.pop((os.getpid(), id(zygote)), None)
     handle = None
@@ -43,13 +45,13 @@ def take_child(zygote: sandbox.Zygote, job: dict) -> sandbox.ChildHandle:
     if handle is not None:
         if fresh and not handle.exited:
             try:
-                handle.send({**job, "op": "job"})
+                handle.send_job(job, space=space)
                 return handle
             except sandbox.ChildGone:
                 pass
         handle.kill_and_wait()
         handle.close()
-    return zygote.spawn(job)
+    return zygote.spawn(job, space=space)
 
 
 def prespawn(zygote: sandbox.Zygote) -> None:

@@ -155,6 +155,7 @@ class ReplayContext:
             self.watched.child = None
         if self.child is not None:
             proven = self.child.kill_and_wait()
+            self._take_egress(self.child.finish_egress())
             self.child.close()
             self.child = None
             if not proven:  # keep the lease: its expiry (with the child's watchdog) proves the stop
@@ -205,7 +206,7 @@ class ReplayContext:
                 connection=lambda: store.connection_for(self.settings.database_url), instance_pk=self.pk
             )
             with self.observer.spawn():
-                self.child = children.take_child(self.zygote, self._job(snapshot, version))
+                self.child = children.take_child(self.zygote, self._job(snapshot, version), space=snapshot.space)
             self.job_sent = time.monotonic()
         # The lifetime ends the instance even when no Version can run it (no code runs for that).
         if not self.store.start(version_uid=None if version is None else version.uid, now=self.clock()):
@@ -270,11 +271,14 @@ class ReplayContext:
         assert self.child is not None
         while True:
             try:
-                timeout = None if self.logs is None else self.logs.wait_timeout()
+                self._take_egress()
+                # With egress its records are taken at least every flush interval, too.
+                limit = None if self.child.egress is None else tenant_logs.FLUSH_SECONDS
+                timeout = limit if self.logs is None else self.logs.wait_timeout(limit)
                 message = protocol.check_child_message(self.child.recv(timeout))
             except TimeoutError:
-                assert self.logs is not None
-                self.logs.flush_due()
+                if self.logs is not None:
+                    self.logs.flush_due()
                 continue
             except protocol.ProtocolError as exc:
                 raise _Violation(str(exc)) from None
@@ -300,6 +304,16 @@ class ReplayContext:
     def _flush_logs(self) -> None:
         if self.logs is not None:
             self.logs.flush()
+
+    def _take_egress(self, records: list[dict] | None = None) -> None:
+        """Keep the egress proxy's records of this context with its logs (``records``: the last
+        ones, from ``finish_egress``; ``None``: whatever arrived so far)."""
+        if records is None:
+            if self.child is None or self.child.egress is None:
+                return
+            records = self.child.egress.records()
+        if records and self.logs is not None:
+            self.logs.egress(records, space=self.space if self.snapshot is None else self.snapshot.space)
 
     def _host_log(self, text: str, **tags: object) -> None:
         if self.logs is not None:
@@ -709,6 +723,7 @@ class ReplayContext:
             if self.watched is not None:
                 self.watched.child = None
             proven = child.kill_and_wait()
+            self._take_egress(child.finish_egress())
             child.close()
             if not proven:
                 self.lease = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -36,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from takohost.runtime import isolation, protocol
+from workers.egress import client as egress_client
+from workers.egress import config as egress_config
 
 __all__ = [
     "ChildGone",
@@ -50,6 +53,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _RECV_BYTES = 1 << 16  # below malloc's mmap threshold
+#: Most descriptors a hello may carry (one listener per egress port and the DNS socket).
+_MAX_EGRESS_FDS = 40
 
 
 class ChildGone(Exception):
@@ -88,6 +93,12 @@ class ChildHandle:
         self._poller = select.poll()
         self._poller.register(sock.fileno(), select.POLLIN)
         self._poller.register(pidfd, select.POLLIN)
+        #: The listeners of the child's network namespace, received with its ``hello`` (public
+        #: egress; ``isolation.network``) until :meth:`send_job` hands them to the egress proxy.
+        self.egress_fds: list[int] = []
+        #: The context's registration with the egress proxy, from :meth:`send_job` on.
+        self.egress: egress_client.Session | None = None
+        self._want_fds = True
 
     def __enter__(self) -> ChildHandle:
         return self
@@ -139,7 +150,14 @@ class ChildHandle:
 
     def _read_available(self, *, blocking: bool) -> None:
         try:
-            data = self._sock.recv(_RECV_BYTES, 0 if blocking else socket.MSG_DONTWAIT)
+            if self._want_fds:  # the hello: the runtime's listeners ride with it, before any tenant code
+                data, fds, _, _ = socket.recv_fds(
+                    self._sock, _RECV_BYTES, _MAX_EGRESS_FDS, 0 if blocking else socket.MSG_DONTWAIT
+                )
+                self._want_fds = False
+                self.egress_fds.extend(fds)
+            else:
+                data = self._sock.recv(_RECV_BYTES, 0 if blocking else socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         except OSError:
@@ -148,6 +166,32 @@ class ChildHandle:
             self._eof = True
             return
         self._ready.extend(self._buffer.feed(data))
+
+    def send_job(self, job: dict[str, Any], *, space: str | None) -> None:
+        """Send the child its ``job``; with public egress first hand its listeners to the egress
+        proxy for code of ``space`` and add the Space's rules to the job (``egress``: the runtime
+        raises clear errors with them, ``takohost.runtime.egress_hook``). ``space`` ``None``
+        (a child with no Space: benches, tests) gets no way out. Raises ``ChildGone``, and
+        ``EgressUnavailable`` when the proxy cannot be reached."""
+        fds, self.egress_fds = self.egress_fds, []
+        try:
+            if fds and space is not None:
+                proxy = egress_client.get_egress_proxy()
+                self.egress = proxy.open(space=space, fds=fds)
+                job = {**job, "egress": egress_client.job_part(space)}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.send({**job, "op": "job"})
+
+    def finish_egress(self) -> list[dict[str, Any]]:
+        """After :meth:`kill_and_wait`: close the context's listeners and relays in the proxy and
+        return the records not yet taken (``egress_client.Session.records``), waiting for the last
+        ones only when a connection was still open."""
+        session, self.egress = self.egress, None
+        if session is None:
+            return []
+        return session.close(wait=session.open_connections > 0)
 
     # -- lifetime ----------------------------------------------------------------------------
     def start_heartbeat(self, interval_seconds: float) -> None:
@@ -210,6 +254,12 @@ class ChildHandle:
                 self._poller.unregister(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
+        for fd in self.egress_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.egress_fds = []
+        if self.egress is not None:
+            self.finish_egress()
         self._sock.close()
 
 
@@ -229,7 +279,11 @@ class Zygote:
     ) -> None:
         self._python = python or sys.executable
         self._child_stderr = child_stderr
-        self.policy = policy or isolation.policy.Policy.from_environ()
+        if policy is None:
+            policy = isolation.policy.Policy.from_environ()
+            if policy.network == "public":  # listen on every port some Space may reach
+                policy = dataclasses.replace(policy, egress_ports=egress_config.current().listen_ports)
+        self.policy = policy
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner_pid: int | None = None
         self._dir: str | None = None
@@ -351,10 +405,13 @@ class Zygote:
             self._client, self._client_pid = sock, os.getpid()
         return self._client
 
-    def spawn(self, job: dict[str, Any] | None, *, hello_timeout: float = 5.0) -> ChildHandle:
+    def spawn(
+        self, job: dict[str, Any] | None, *, space: str | None = None, hello_timeout: float = 5.0
+    ) -> ChildHandle:
         """Fork a child, wait for its ``hello`` and send it ``job`` (a PROTOCOL.md job, ``op``
-        optional; ``None`` sends nothing). Raises ``ZygoteUnavailable`` when the zygote does not
-        answer, ``ChildGone``/``TimeoutError`` when the child does not say hello (it is killed)."""
+        optional; ``None`` sends nothing) for code of ``space`` (:meth:`ChildHandle.send_job`).
+        Raises ``ZygoteUnavailable`` when the zygote does not answer, ``ChildGone``/``TimeoutError``
+        when the child does not say hello (it is killed)."""
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         started = time.perf_counter()
         try:
@@ -371,7 +428,7 @@ class Zygote:
                 raise ChildGone(f"child {pid} did not say hello: {hello.get('op')!r}")
             handle.spawn_seconds = time.perf_counter() - started
             if job is not None:
-                handle.send({**job, "op": "job"})
+                handle.send_job(job, space=space)
         except BaseException:
             handle.kill_and_wait()
             handle.close()
@@ -448,7 +505,12 @@ class ValidationOutcome:
 
 
 def validate_version(
-    *, zygote: Zygote, main_module: str, modules: dict[str, str], time_limit_seconds: float = 10.0
+    *,
+    zygote: Zygote,
+    main_module: str,
+    modules: dict[str, str],
+    time_limit_seconds: float = 10.0,
+    space: str | None = None,
 ) -> ValidationOutcome:
     """Import ``main_module`` in a fresh child with a time limit and report what it exports.
 
@@ -458,7 +520,7 @@ def validate_version(
     """
     job = {"kind": "validate", "mainModule": main_module, "modules": modules, "vars": {}, "bindings": []}
     try:
-        handle = zygote.spawn(job)
+        handle = zygote.spawn(job, space=space)
     except (ChildGone, TimeoutError) as exc:
         return ValidationOutcome(ok=False, message=f"the validation process failed to start: {exc}")
     with handle:

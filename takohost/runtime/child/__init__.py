@@ -72,7 +72,8 @@ def run_forked(
         # the job itself.
         sink = capture.install()
         link = channel.Channel(None, buffer=protocol.FrameBuffer(), watchdog_seconds=None)
-        link.start(expect_job=True, connect=channel.connect)
+        egress = forker.egress
+        link.start(expect_job=True, connect=lambda: channel.connect(egress))
         jobs.run_job(link.job(), link, sink=sink)
     except BaseException:  # noqa: BLE001 - nothing may escape into the zygote's stack
         if keep_stderr:

@@ -26,11 +26,20 @@ JOB_TIMEOUT_SECONDS = 60.0
 _RECV_BYTES = 1 << 16  # below malloc's mmap threshold: no mmap/munmap per read
 
 
-def connect() -> socket.socket:
+def connect(egress: list[socket.socket] | None = None) -> socket.socket:
     """The channel from the zygote link (:func:`_receive_channel`), after saying ``hello`` on it
-    (the reader thread's ``connect`` of a pre-spawned child)."""
+    (the reader thread's ``connect`` of a pre-spawned child). ``egress``: the listeners of the
+    context's network namespace (``isolation.network.listeners``), handed to the parent with the
+    ``hello`` (for the host's egress proxy) and closed here before any tenant code runs."""
     sock = _receive_channel()
-    protocol.write_frame(sock, {"op": "hello", "pid": os.getpid(), "protocol": protocol.PROTOCOL_VERSION})
+    hello = protocol.encode_frame({"op": "hello", "pid": os.getpid(), "protocol": protocol.PROTOCOL_VERSION})
+    if egress:
+        socket.send_fds(sock, [hello], [listener.fileno() for listener in egress])
+        for listener in egress:
+            listener.close()
+        egress.clear()
+    else:
+        sock.sendall(hello)
     return sock
 
 

@@ -13,8 +13,8 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from takohost.domain import documents
-from takohost.runtime import bindings, capture, protocol, step, tracebacks
+from takohost.domain import documents, egress
+from takohost.runtime import bindings, capture, egress_hook, protocol, step, tracebacks
 from takohost.runtime.child import channel as channel_module
 from takohost.runtime.child import hygiene, importer
 
@@ -116,6 +116,7 @@ def run_job(job: dict[str, Any], channel: channel_module.Channel, *, sink: captu
         channel.capture = sink
     elif sink is not None:
         sink.discard()
+    _egress(job.get("egress"))
     if kind == "validate":
         _run_validate(job, channel)
     elif kind == "workflow":
@@ -123,6 +124,22 @@ def run_job(job: dict[str, Any], channel: channel_module.Channel, *, sink: captu
     elif kind == "scheduled":
         _run_scheduled(job, channel)
     hygiene.die()
+
+
+def _egress(part: object) -> None:
+    """With public egress, wrap ``socket`` so that a refused connection fails at once with the
+    reason (``egress_hook``; the host's proxy enforces the same rules whatever the code does). A
+    malformed part (the host's own job: never) is ignored: only the messages would be worse."""
+    if type(part) is not dict:
+        return
+    try:
+        egress_hook.install(
+            rules=egress.SpaceRules.from_json(part["rules"]),
+            listen_ports=tuple(int(p) for p in part["listenPorts"]),
+            test_public=tuple(str(c) for c in part.get("testPublic", ())),
+        )
+    except (KeyError, TypeError, ValueError):
+        pass
 
 
 def _run_validate(job: dict[str, Any], channel: channel_module.Channel) -> NoReturn:

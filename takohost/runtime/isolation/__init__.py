@@ -14,8 +14,9 @@ holding read-only bind mounts of what an interpreter needs: ``/usr``, the interp
 with its ``site-packages`` hidden, the ``takohost`` SDK package alone, a few ``/etc`` files,
 ``/dev`` nodes), takes new mount, network, IPC and UTS namespaces, mounts its own ``/proc`` and
 a size-limited scratch ``/tmp``; the host's checkout, virtualenv, data directory and ``/tmp`` are
-not in it. The network namespace has no interface up: nothing, the host's Postgres, Redis and
-API included, is reachable.
+not in it. The network namespace has no way out but the host's egress proxy (``network``; or,
+with ``TAKOHOST_SANDBOX_NETWORK=none``, no interface up): the host's Postgres, Redis and API
+are not reachable from it.
 
 Identity (``identity``): when the host runs as root each context gets a uid/gid of its own
 (``uid_base + its pid on the host``: unique among the live contexts of the machine, shared with
@@ -26,7 +27,8 @@ separate.
 
 One concern a module: ``policy`` (what the host decides, ``TAKOHOST_SANDBOX_*``), ``syscalls``
 (the C library's calls and constants), ``mounts`` (the layout and the template root),
-``seccomp`` (the filter and its assembler), ``landlock`` (the ``outbound`` network rules),
+``seccomp`` (the filter and its assembler), ``network`` (the namespace's one way out, the host's
+egress proxy),
 ``cgroups`` (per-context memory), ``identity`` (uid, capabilities, limits, dumpable) and
 ``forking`` (the forker and the probe). Callers import this package and name the module:
 ``isolation.policy.Policy``, ``isolation.forking.Forker``.
@@ -40,11 +42,11 @@ from takohost.runtime.isolation import (
     cgroups,
     forking,
     identity,
-    landlock,
     mounts,
+    network,
     policy,
     seccomp,
     syscalls,
 )
 
-__all__ = ["cgroups", "forking", "identity", "landlock", "mounts", "policy", "seccomp", "syscalls"]
+__all__ = ["cgroups", "forking", "identity", "mounts", "network", "policy", "seccomp", "syscalls"]

@@ -11,7 +11,7 @@ import os
 import socket
 import sys
 
-from takohost.runtime.isolation import cgroups, identity, landlock, mounts, seccomp, syscalls
+from takohost.runtime.isolation import cgroups, identity, mounts, network, seccomp, syscalls
 from takohost.runtime.isolation.syscalls import MS_NODEV, MS_NOEXEC, MS_NOSUID
 
 __all__ = ["Forker", "probe"]
@@ -43,6 +43,9 @@ class Forker:
         self.template_fd = -1
         self.pidns_fd = -1
         self.memory: cgroups.MemoryCgroup | None = None
+        #: In a child with public egress, after :meth:`enter`: the listeners of its namespace
+        #: (``network.listeners``), to hand to the host with its ``hello`` and close.
+        self.egress: list[socket.socket] = []
         if not self.isolated:
             return
         if not identity.host_is_root():
@@ -69,8 +72,10 @@ class Forker:
 
     def enter(self) -> int:
         """In a child from :meth:`fork` (namespaces mode), before it runs anything of a tenant:
-        join a private copy of the template root, take new mount/network/IPC/UTS namespaces,
-        mount its own ``/proc`` and scratch ``/tmp`` (its working directory), set the limits,
+        join a private copy of the template root, take new mount/network/IPC/UTS namespaces (with
+        public egress: route every address to the namespace's loopback and open the listeners the
+        host's proxy serves, :attr:`egress`), mount its own ``/proc`` and scratch ``/tmp`` (its
+        working directory), set the limits,
         drop to its own identity (root hosts: ``uid_base`` + its pid on the host) and every
         capability, set ``no_new_privs``, install the system-call filter and narrow
         ``sys.path``. Returns the uid it runs as. Raises ``IsolationUnavailable``."""
@@ -84,7 +89,6 @@ class Forker:
             self.memory = None  # its directory names the zygote's host pid
         syscalls.setns(self.template_fd, syscalls.CLONE_NEWNS)
         os.close(self.template_fd)
-        outbound = policy.network == "outbound"
         # A cgroup namespace rooted at the context's own cgroup: /proc/self/cgroup shows "/", not
         # the host's cgroup paths (the container's id, the zygote's and the context's host pids).
         syscalls.unshare(
@@ -92,8 +96,20 @@ class Forker:
             | syscalls.CLONE_NEWIPC
             | syscalls.CLONE_NEWUTS
             | syscalls.CLONE_NEWCGROUP
-            | (0 if outbound else syscalls.CLONE_NEWNET)
+            | syscalls.CLONE_NEWNET
         )
+        if policy.network == "public":
+            # While the child may still configure its namespace: its only way out, the proxy.
+            try:
+                ipv6 = network.configure()
+                # Above the descriptors the child sets up next (its log capture), which so keep
+                # the numbers a context always had; they are closed before tenant code runs.
+                self.egress = [
+                    socket.socket(fileno=_high(sock.detach(), 64))
+                    for sock in network.listeners(policy.egress_ports, ipv6=ipv6)
+                ]
+            except OSError as exc:
+                raise syscalls.IsolationUnavailable(f"setting up the context's network: {exc}") from None
         uid = policy.uid_base + host_pid if as_root else os.getuid()
         syscalls.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         owner = f",uid={uid},gid={uid}" if as_root else ""
@@ -114,8 +130,6 @@ class Forker:
         os.chdir("/tmp")
         identity.set_limits(policy)
         identity.drop_identity(uid if as_root else None, last_cap=layout.last_cap)
-        if outbound:
-            landlock.restrict_network(policy.outbound_ports)
         seccomp.install(list(layout.seccomp))
         sys.path[:] = layout.sys_path
         # A fresh importer cache: finders list directories as the host sees them. The zygote
