@@ -39,7 +39,7 @@ def dns_server() -> Iterator[net.DnsServer]:
             "public.test": ["127.0.0.5"],
             "loopback.test": ["127.0.0.1"],
             "private.test": ["10.0.0.5", "127.0.0.5"],
-            "rebind.test": lambda: [next(flip)],
+            "rebind.test": lambda kind: [next(flip)] if kind == "A" else [],
             "metadata.test": ["169.254.169.254"],
         }
     )

@@ -23,10 +23,10 @@ PUBLIC_CIDR = PUBLIC_ADDRESS + "/32"
 
 class DnsServer:
     """A UDP DNS server on 127.0.0.1: ``answers`` maps a name (no final dot) to a list of
-    addresses, or to a callable returning one (called per query: a name that changes its answer).
-    Every query is recorded in ``queries``."""
+    addresses, or to a callable of the query type (``"A"``, ``"AAAA"``) returning one (called per
+    query: a name that changes its answer). Every query is recorded in ``queries``."""
 
-    def __init__(self, answers: dict[str, list[str] | Callable[[], list[str]]]) -> None:
+    def __init__(self, answers: dict[str, list[str] | Callable[[str], list[str]]]) -> None:
         self.answers = answers
         self.queries: list[tuple[str, str]] = []
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -58,7 +58,7 @@ class DnsServer:
             if found is None:
                 response.set_rcode(3)  # NXDOMAIN
             else:
-                addresses = found() if callable(found) else found
+                addresses = found(kind) if callable(found) else found
                 family = 6 if kind == "AAAA" else 4
                 rdata = [a for a in addresses if (":" in a) == (family == 6)]
                 if rdata and kind in ("A", "AAAA"):
