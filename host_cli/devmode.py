@@ -208,7 +208,14 @@ class _Stack:
         self.postgres.stop()
 
 
-def run(*, port: int, data_dir: str, concurrency: int = 2, metrics_port: int | None = None) -> int:
+def run(
+    *,
+    port: int,
+    data_dir: str,
+    concurrency: int = 2,
+    metrics_port: int | None = None,
+    egress_allow: tuple[str, ...] = (),
+) -> int:
     """Run the servers, API, worker and beat in the foreground until Ctrl-C or SIGTERM; with
     ``metrics_port``, also ``GET /metrics`` of all of them on that port (see the module doc).
 
@@ -228,6 +235,8 @@ def run(*, port: int, data_dir: str, concurrency: int = 2, metrics_port: int | N
             if metrics_port == port:
                 raise DevError(f"the metrics port {metrics_port} is the API's port: give each its own")
             check_port_free(metrics_port)
+        egress = _egress_settings(egress_allow, port=port)
+        os.environ.update(egress)  # the banner says what they allow; the children get them too
     except DevError as exc:
         sys.stderr.write(f"takohost dev: {exc}\n")
         return exc.code
@@ -245,7 +254,7 @@ def run(*, port: int, data_dir: str, concurrency: int = 2, metrics_port: int | N
         started = time.monotonic()
         admin_url = stack.postgres.start()
         stack.redis.start()
-        env = _environment(stack)
+        env = {**_environment(stack), **egress}
         metrics_url = None
         if metrics_port is not None:
             env, metrics_url = _serve_metrics(root, env, metrics_port)
@@ -278,6 +287,22 @@ def run(*, port: int, data_dir: str, concurrency: int = 2, metrics_port: int | N
         lock.close()
         sys.stdout.write("takohost dev stopped; state kept in the data dir\n")
         sys.stdout.flush()
+
+
+def _egress_settings(allow: tuple[str, ...], *, port: int) -> dict[str, str]:
+    """The stack's egress settings: ``--egress-allow`` endpoints added to ``TAKOHOST_EGRESS_ALLOW``
+    and the API's own URL as a host service. Raises :class:`DevError` naming a bad endpoint."""
+    from workers.egress import config as egress_config
+
+    current = [p for p in (os.environ.get("TAKOHOST_EGRESS_ALLOW") or "").split(",") if p.strip()]
+    settings = {"TAKOHOST_API_URL": f"http://127.0.0.1:{port}"}
+    if allow:
+        settings["TAKOHOST_EGRESS_ALLOW"] = ",".join([*current, *allow])
+    try:
+        egress_config.load({**os.environ, **settings})
+    except ValueError as exc:
+        raise DevError(f"--egress-allow: {exc}" if allow else str(exc), code=2) from None
+    return settings
 
 
 def _environment(stack: _Stack) -> dict[str, str]:
@@ -319,6 +344,7 @@ def _print_banner(
     *, root: pathlib.Path, url: str, token: str, seconds: float, metrics_url: str | None = None
 ) -> None:
     metrics_line = f"  Metrics: {metrics_url}   (unauthenticated)\n" if metrics_url else ""
+    egress_line = f"  Egress: {_egress_summary()}\n"
     sys.stdout.write(
         f"takohost dev is running (embedded PostgreSQL and Redis in the data dir; one machine, "
         f"not for production; started in {seconds:.1f} s)\n"
@@ -328,10 +354,24 @@ def _print_banner(
         f"  Token:  {token}\n"
         f"  Data:   {root}   (logs in {root / 'logs'})\n"
         f"{metrics_line}"
+        f"{egress_line}"
         f"  export TAKOHOST_URL={url} TAKOHOST_TOKEN={token}\n"
         "Press Ctrl-C to stop; starting again keeps all state.\n"
     )
     sys.stdout.flush()
+
+
+def _egress_summary() -> str:
+    """What tenant code may reach, in one line of the banner."""
+    from takohost.runtime import isolation
+    from workers.egress import config as egress_config
+
+    if isolation.policy.Policy.from_environ().network == "none":
+        return "none (TAKOHOST_SANDBOX_NETWORK=none)"
+    config = egress_config.load()
+    ports = ", ".join(str(p) for p in sorted(config.default.ports))
+    extra = [str(r.endpoint) for r in config.default.rules if r.action == "allow" and r.endpoint is not None]
+    return f"public addresses on ports {ports}" + (f"; also {', '.join(extra)}" if extra else "")
 
 
 def _supervise(stack: _Stack, env: dict[str, str], stopping) -> None:

@@ -121,12 +121,20 @@ def main() -> None:
 @click.option("--metrics-port", type=click.IntRange(min=1, max=65535), default=None,
               help="Serve Prometheus metrics of the whole stack on this port (TAKOHOST_METRICS_ADDR, "
                    "default 127.0.0.1; unauthenticated; env TAKOHOST_METRICS_PORT).")
-def dev(port: int, data_dir: str, metrics_port: int | None) -> None:
+@click.option("--egress-allow", "egress_allow", multiple=True, metavar="ADDRESS:PORT",
+              help="Let tenant code reach this one address and port, which egress refuses otherwise "
+                   "(a local mock API: --egress-allow 127.0.0.1:3000); repeatable; never the host's "
+                   "own services. Adds to TAKOHOST_EGRESS_ALLOW.")
+def dev(port: int, data_dir: str, metrics_port: int | None, egress_allow: tuple[str, ...]) -> None:
     """Run API, worker and beat on an embedded PostgreSQL and Redis in the data dir."""
     from host_cli import devmode
 
     _host_process()
-    raise SystemExit(devmode.run(port=port, data_dir=data_dir, metrics_port=_metrics_port(metrics_port)))
+    raise SystemExit(
+        devmode.run(
+            port=port, data_dir=data_dir, metrics_port=_metrics_port(metrics_port), egress_allow=egress_allow
+        )
+    )
 
 
 @main.group()

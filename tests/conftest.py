@@ -34,6 +34,9 @@ os.environ["TAKOHOST_NAMESPACE"] = f"tkt{_RUN}"
 os.environ["TAKOHOST_REDIS_URL"] = os.environ[servers.REDIS_VAR]
 os.environ.pop("TAKOHOST_BROKER_URL", None)
 os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
+# The test-only "internet" (README "Test-only settings"): tests serve it on loopback addresses of
+# this range (tests/support/egress.py); 127.0.0.1 and the host's services stay refused.
+os.environ.setdefault("TAKOHOST_TEST_EGRESS_PUBLIC_CIDRS", "127.0.0.0/24")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

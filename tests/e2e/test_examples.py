@@ -130,6 +130,33 @@ def test_approvals_reminds_then_applies_after_the_hold(cli: Cli, tmp_path: pathl
     assert "apply change" in " ".join(step_names(history))
 
 
+def test_approvals_notifications_reach_a_public_webhook(cli: Cli, tmp_path: pathlib.Path) -> None:
+    """Public egress (README "Egress"): the example's ``NOTIFY_WEBHOOK_URL`` is reached from a
+    step, through the host's egress proxy (a server on an address the test setting makes public)."""
+    from tests.support import egress as net
+
+    address = net.public_address()
+    with net.http_server(address) as seen:
+        project = copy_example(
+            "approvals", tmp_path, {'NOTIFY_WEBHOOK_URL = ""': f'NOTIFY_WEBHOOK_URL = "http://{address}/hook"'}
+        )
+        cli.ok("deploy", str(project))
+        params = {"requestId": "CR-8", "title": "Rotate the keys", "requester": "ada", "approvers": ["grace"]}
+        cli.ok("instances", "create", "approval-request", "--id", "CR-8", "--params", json.dumps(params))
+        deadline = time.monotonic() + 60
+        while not seen:
+            assert time.monotonic() < deadline, "the webhook was never called"
+            time.sleep(0.5)
+    assert seen[0].startswith(f"POST {address}/hook ") and "Rotate the keys" in seen[0], seen
+    history = cli.json("instances", "history", "approval-request", "CR-8")["events"]
+    results = [e["attributes"] for e in history if e["eventType"] == "StepCompleted"]
+    assert any((r.get("result") or {}).get("delivered") is True for r in results), results
+    logs = cli.json("instances", "logs", "approval-request", "CR-8")
+    lines = logs["logs"] if isinstance(logs, dict) else logs
+    assert any(line["stream"] == "host" and line["message"].startswith(f"egress {address}:80: sent ")
+               for line in lines), lines
+
+
 def test_approvals_rejection(cli: Cli) -> None:
     cli.ok("deploy", str(EXAMPLES / "approvals"))
     cli.ok(

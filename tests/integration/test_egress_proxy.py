@@ -23,6 +23,8 @@ from tests.support import egress as net
 from workers.egress import client
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+#: This file's "internet" server address (files run side by side in several processes).
+PUBLIC = net.public_address()
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -33,12 +35,12 @@ def free_port(address: str = "127.0.0.1") -> int:
 
 @pytest.fixture
 def dns_server() -> Iterator[net.DnsServer]:
-    flip = iter(["127.0.0.5", "127.0.0.1"] * 10)
+    flip = iter([PUBLIC, "127.0.0.1"] * 10)
     server = net.DnsServer(
         {
-            "public.test": ["127.0.0.5"],
+            "public.test": [PUBLIC],
             "loopback.test": ["127.0.0.1"],
-            "private.test": ["10.0.0.5", "127.0.0.5"],
+            "private.test": ["10.0.0.5", PUBLIC],
             "rebind.test": lambda kind: [next(flip)] if kind == "A" else [],
             "metadata.test": ["169.254.169.254"],
         }
@@ -125,7 +127,7 @@ def attempt(fn: Callable[[], object]) -> str:
 def test_public_http_goes_through_and_is_recorded(proxy: client.EgressProxy) -> None:
     import urllib.request
 
-    with net.http_server() as seen:
+    with net.http_server(PUBLIC) as seen:
         result, records = in_namespace(
             proxy,
             (80, 443),
@@ -135,9 +137,9 @@ def test_public_http_goes_through_and_is_recorded(proxy: client.EgressProxy) -> 
     assert seen == ["public.test/hello"]
     [record] = [r for r in records if r["op"] == "connection"]
     assert record["outcome"] == "ok" and record["name"] == "public.test"
-    assert record["address"] == "127.0.0.5" and record["port"] == 80
+    assert record["address"] == PUBLIC and record["port"] == 80
     assert record["sent"] > 30 and record["received"] > 30
-    assert client.describe(record).startswith("egress public.test 127.0.0.5:80: sent ")
+    assert client.describe(record).startswith(f"egress public.test {PUBLIC}:80: sent ")
 
 
 def test_https_with_a_real_tls_handshake(proxy: client.EgressProxy, tmp_path) -> None:
@@ -154,7 +156,7 @@ def test_https_with_a_real_tls_handshake(proxy: client.EgressProxy, tmp_path) ->
                 version = tls.version()
         return {"body": body.decode(), "version": version}
 
-    with net.http_server(port=443, tls=(cert, key)) as seen:
+    with net.http_server(PUBLIC, port=443, tls=(cert, key)) as seen:
         result, records = in_namespace(proxy, (80, 443), fetch)
     assert result["body"] == "hello from the internet /secure"
     assert result["version"].startswith("TLS")
@@ -205,7 +207,7 @@ def test_a_redirect_to_a_private_address_gets_nothing(proxy: client.EgressProxy,
     import urllib.request
 
     routes = {"/go": (302, {"Location": f"http://127.0.0.1:{host_port}/secret"}, b"")}
-    with net.http_server(routes=routes) as public, net.http_server("127.0.0.1", host_port) as private:
+    with net.http_server(PUBLIC, routes=routes) as public, net.http_server("127.0.0.1", host_port) as private:
         result, records = in_namespace(
             proxy, (80, 443, host_port), lambda: {"fetch": attempt(lambda: urllib.request.urlopen("http://public.test/go", timeout=5).read())}
         )
@@ -228,10 +230,10 @@ def test_dns_answers_only_what_the_space_may_reach(proxy: client.EgressProxy, dn
             for name in ["public.test", "loopback.test", "private.test", "metadata.test", "rebind.test", "rebind.test", "nothing.test", "localhost"]
         } | {"rebind-connect": [attempt(lambda: socket.create_connection(("rebind.test", 80), timeout=5).close())]}
 
-    with net.http_server():
+    with net.http_server(PUBLIC):
         result, records = in_namespace(proxy, (80, 443), work)
-    assert result["public.test"] == ["127.0.0.5"]
-    assert result["private.test"] == ["127.0.0.5"]  # 10.0.0.5 is left out
+    assert result["public.test"] == [PUBLIC]
+    assert result["private.test"] == [PUBLIC]  # 10.0.0.5 is left out
     for name in ("loopback.test", "metadata.test", "nothing.test"):
         assert result[name][0].startswith("gaierror"), (name, result[name])
     assert result["localhost"] == ["127.0.0.1"]  # the context's own /etc/hosts: its own loopback
@@ -245,7 +247,7 @@ def test_dns_answers_only_what_the_space_may_reach(proxy: client.EgressProxy, dn
 def test_nothing_but_the_proxy_leaves_the_namespace(proxy: client.EgressProxy, host_port: int) -> None:
     """UDP, TCP Fast Open, a listener without bind() and abstract Unix names stay inside."""
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind((net.PUBLIC_ADDRESS, 0))
+    udp.bind((PUBLIC, 0))
     udp.settimeout(0.5)
     udp_port = udp.getsockname()[1]
     name = f"\0takohost-test-{os.getpid()}-{time.monotonic_ns()}"
@@ -253,7 +255,7 @@ def test_nothing_but_the_proxy_leaves_the_namespace(proxy: client.EgressProxy, h
     def work() -> dict:
         out = {}
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.sendto(b"leak", (net.PUBLIC_ADDRESS, udp_port))
+            u.sendto(b"leak", (PUBLIC, udp_port))
             u.sendto(b"leak", ("127.0.0.1", udp_port))
         with socket.socket() as s:
             out["fastopen"] = attempt(
@@ -303,7 +305,7 @@ def test_a_space_rule_allows_one_exact_private_endpoint(dns_server: net.DnsServe
                 "public": attempt(lambda: urllib.request.urlopen("http://public.test/p", timeout=5).read()),
             }
 
-        with net.http_server("127.0.0.1", port) as mock, net.http_server() as public:
+        with net.http_server("127.0.0.1", port) as mock, net.http_server(PUBLIC) as public:
             acme, _ = in_namespace(proxy, (80, 443, port), fetch, space="acme")
             other, records = in_namespace(proxy, (80, 443, port), fetch, space="other")
         assert acme["mock"].startswith("ok") and acme["public"].startswith("ok")

@@ -16,6 +16,9 @@ from tests.support import egress as net
 from workers.egress import client as egress_client
 from workers.engine import sandbox
 
+#: This file's "internet" server address (files run side by side in several processes).
+PUBLIC = net.public_address()
+
 PROBE = """
 import errno, socket, urllib.request
 class W:
@@ -37,15 +40,15 @@ class W:
                 s.sendall(b"GET /probe HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n")
                 return s.recv(12).decode()
         attempt("by_name", lambda: urllib.request.urlopen("http://public.test/hello", timeout=5).read().decode())
-        attempt("by_address", lambda: tcp(("127.0.0.5", 80)))
+        attempt("by_address", lambda: tcp((p["public"], 80)))
         attempt("postgres", lambda: tcp(("127.0.0.1", p["postgres"])))
         attempt("loopback_80", lambda: tcp(("127.0.0.1", 80)))
         attempt("private", lambda: tcp(("10.0.0.5", 443)))
         attempt("mapped", lambda: tcp(("::ffff:127.0.0.1", 80), family=socket.AF_INET6))
         attempt("name_of_loopback", lambda: socket.getaddrinfo("loopback.test", 80))
-        attempt("port_22", lambda: tcp(("127.0.0.5", 22)))
+        attempt("port_22", lambda: tcp((p["public"], 22)))
         attempt("raw", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP))
-        attempt("mptcp", lambda: tcp(("127.0.0.5", 80), 262))
+        attempt("mptcp", lambda: tcp((p["public"], 80), 262))
         attempt("sctp", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132))
         attempt("packet", lambda: socket.socket(17, socket.SOCK_RAW, 0))
         return out
@@ -54,12 +57,12 @@ class W:
 
 @pytest.fixture
 def public_net(monkeypatch):
-    dns = net.DnsServer({"public.test": ["127.0.0.5"], "loopback.test": ["127.0.0.1"]})
+    dns = net.DnsServer({"public.test": [PUBLIC], "loopback.test": ["127.0.0.1"]})
     monkeypatch.setenv("TAKOHOST_EGRESS_RESOLVER", dns.address)
     monkeypatch.setenv("TAKOHOST_TEST_EGRESS_PUBLIC_CIDRS", net.PUBLIC_CIDR)
     egress_client.reset()
     try:
-        with net.http_server() as seen:
+        with net.http_server(PUBLIC) as seen:
             yield seen
     finally:
         egress_client.reset()
@@ -75,7 +78,7 @@ def _run(policy: isolation.policy.Policy, *, space: str | None = "acme") -> dict
             "mainModule": "main.py",
             "modules": {"main.py": textwrap.dedent(PROBE)},
             "className": "W",
-            "event": {"instanceId": "i", "params": {"postgres": 5432}},
+            "event": {"instanceId": "i", "params": {"postgres": 5432, "public": PUBLIC}},
             "vars": {},
             "bindings": [],
         }
@@ -103,7 +106,7 @@ def test_public_egress_reaches_public_addresses_through_the_proxy(public_net):
     assert out["by_address"] == "ok:HTTP/1.0 200"
     assert public_net == ["public.test/hello", "x/probe"]
     ok = [r for r in out["records"] if r["op"] == "connection" and r["outcome"] == "ok"]
-    assert {(r["address"], r["port"]) for r in ok} == {("127.0.0.5", 80)}
+    assert {(r["address"], r["port"]) for r in ok} == {(PUBLIC, 80)}
 
 
 def test_refusals_are_fast_and_say_why(public_net):
@@ -112,7 +115,7 @@ def test_refusals_are_fast_and_say_why(public_net):
     assert out["loopback_80"] == "ECONNREFUSED:egress to 127.0.0.1:80 refused: loopback address"
     assert out["private"] == "ECONNREFUSED:egress to 10.0.0.5:443 refused: private address"
     assert out["mapped"] == "ECONNREFUSED:egress to 127.0.0.1:80 refused: loopback address"
-    assert out["port_22"] == "ECONNREFUSED:egress to 127.0.0.5:22 refused: port 22 is not allowed"
+    assert out["port_22"] == f"ECONNREFUSED:egress to {PUBLIC}:22 refused: port 22 is not allowed"
     assert "No address associated with hostname" in out["name_of_loopback"]  # the why is in the logs
     lookups = [r for r in out["records"] if r["op"] == "lookup"]
     assert [r["reason"] for r in lookups] == ["resolves to 127.0.0.1 (loopback address)"]

@@ -3,7 +3,7 @@ findings: TCP Fast Open past the port rules, ``listen()`` autobinding on the hos
 in the host's namespace, open UDP, the metadata address on port 80).
 
 One private stack of real processes (API, a worker of two prefork slots, beat) serves the module.
-Its workers see "the internet" as the test-only public CIDR ``127.0.0.5/32``, where the test
+Its workers see "the internet" as the test-only public CIDR ``127.0.0.0/24`` (not 127.0.0.1), where the test
 serves HTTP and HTTPS, and resolve names through a DNS server of the test's own. The host's
 "services" are servers the test runs on 127.0.0.1 and on a link-local address of its own (added
 to ``lo`` for the module and removed after; never the machine's metadata address), plus the
@@ -34,6 +34,8 @@ from tests.support import workflows
 
 SOURCE = (__import__("pathlib").Path(__file__).parent / "egress_attacks.py").read_text()
 UID_BASE = 1_700_000_000 + random.randrange(250, 500) * 1_000_000
+#: This file's "internet" server address (files run side by side in several processes).
+PUBLIC = net.public_address()
 
 
 def _free_port(address: str = "127.0.0.1") -> int:
@@ -71,10 +73,10 @@ class Recorder:
 def world(tmp_path_factory) -> Iterator[dict]:
     """The test's internet and host services: ``{"dns", "service_port", "services", "udp",
     "linklocal", "ca", "cert", "key", "https_seen", "http_seen"}``."""
-    flip = iter(["127.0.0.5", "127.0.0.1"] * 50)
+    flip = iter([PUBLIC, "127.0.0.1"] * 50)
     dns = net.DnsServer(
         {
-            "public.test": ["127.0.0.5"],
+            "public.test": [PUBLIC],
             "internal.test": ["127.0.0.1"],
             "metadata.test": ["169.254.77.7"],
             "rebind.test": lambda kind: [next(flip)] if kind == "A" else [],
@@ -87,8 +89,8 @@ def world(tmp_path_factory) -> Iterator[dict]:
         linklocal = stack.enter_context(net.link_local_address("169.254.77.7"))
         services = [Recorder("127.0.0.1", service_port), Recorder(linklocal, 80), Recorder("127.0.0.1", 80)]
         routes = {"/redirect": (302, {"Location": f"http://127.0.0.1:{service_port}/secret"}, b"")}
-        http_seen = stack.enter_context(net.http_server(routes=routes))
-        https_seen = stack.enter_context(net.http_server(port=443, tls=(cert, key)))
+        http_seen = stack.enter_context(net.http_server(PUBLIC, routes=routes))
+        https_seen = stack.enter_context(net.http_server(PUBLIC, port=443, tls=(cert, key)))
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         udp.bind(("0.0.0.0", 0))
         udp.setblocking(False)
@@ -163,7 +165,7 @@ def test_no_route_reaches_the_host_s_services(stack, tenants, world):
         ("100.64.0.1", 80),
     ]
     udp_port = world["udp"].getsockname()[1]
-    udp = [("127.0.0.1", udp_port), ("127.0.0.5", udp_port), (world["linklocal"], udp_port)]
+    udp = [("127.0.0.1", udp_port), (PUBLIC, udp_port), (world["linklocal"], udp_port)]
     found = _found(run_attack(tenants["a"], "connect", {"targets": targets, "udp": udp}))
     time.sleep(0.5)
     _services_untouched(world)
@@ -190,7 +192,7 @@ def test_public_http_https_and_names_work_and_refusals_follow_redirects(stack, t
     params = {
         "urls": {
             "by_name": "http://public.test/hello",
-            "by_address": "http://127.0.0.5/plain",
+            "by_address": f"http://{PUBLIC}/plain",
             "redirect": "http://public.test/redirect",
             "internal": "http://internal.test/",
             "metadata": "http://metadata.test/latest/meta-data/",
@@ -210,7 +212,7 @@ def test_public_http_https_and_names_work_and_refusals_follow_redirects(stack, t
     assert not found["rebind_2"].startswith("OK"), found["rebind_2"]  # the name now says 127.0.0.1
     for label in ("redirect", "internal", "metadata"):
         assert not found[label].startswith("OK"), (label, found[label])
-    assert found["resolve public.test"] == "OK:['127.0.0.5']"
+    assert found["resolve public.test"] == f"OK:['{PUBLIC}']"
     assert not found["resolve internal.test"].startswith("OK")
     assert not found["resolve metadata.test"].startswith("OK")
     assert "public.test/redirect" in world["http_seen"] and "public.test/secure" in world["https_seen"]
@@ -221,8 +223,8 @@ def test_public_http_https_and_names_work_and_refusals_follow_redirects(stack, t
     assert code == 200, body
     egress_lines = [line for line in body["logs"] if line["stream"] == "host" and line["message"].startswith("egress ")]
     texts = [line["message"] for line in egress_lines]
-    assert any(t.startswith("egress public.test 127.0.0.5:80: sent ") for t in texts), texts
-    assert any(t.startswith("egress public.test 127.0.0.5:443: sent ") for t in texts), texts
+    assert any(t.startswith(f"egress public.test {PUBLIC}:80: sent ") for t in texts), texts
+    assert any(t.startswith(f"egress public.test {PUBLIC}:443: sent ") for t in texts), texts
     assert any(t == "egress name internal.test refused: resolves to 127.0.0.1 (loopback address)" for t in texts)
     assert any(t == "egress name metadata.test refused: resolves to 169.254.77.7 (link-local address)" for t in texts)
     assert all(line["step"] == "attack" and line["attempt"] == 1 for line in egress_lines), egress_lines

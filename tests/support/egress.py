@@ -16,9 +16,30 @@ import dns.message
 import dns.rdatatype
 import dns.rrset
 
-#: The loopback alias tests serve "the internet" on (127.0.0.0/8 is local on Linux: no set-up).
+#: Loopback addresses tests serve "the internet" on (127.0.0.0/8 is local on Linux: no set-up);
+#: the suite sets ``TAKOHOST_TEST_EGRESS_PUBLIC_CIDRS`` to this (``tests/conftest.py``). 127.0.0.1
+#: stays refused whatever the setting says.
+PUBLIC_CIDR = "127.0.0.0/24"
+#: The default address of a test's "internet" server; test files that run at the same time as
+#: others take one of their own with :func:`public_address`.
 PUBLIC_ADDRESS = "127.0.0.5"
-PUBLIC_CIDR = PUBLIC_ADDRESS + "/32"
+
+
+def public_address(ports: tuple[int, ...] = (80, 443)) -> str:
+    """A loopback address in :data:`PUBLIC_CIDR` whose ``ports`` are free right now (test files
+    run in several processes at once: each serves on an address of its own)."""
+    import random
+
+    for _ in range(200):
+        address = f"127.0.0.{random.randrange(16, 250)}"
+        try:
+            for port in ports:
+                with socket.socket() as probe:
+                    probe.bind((address, port))
+        except OSError:
+            continue
+        return address
+    raise RuntimeError("no free public test address")
 
 
 class DnsServer:
@@ -82,6 +103,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.seen.append(f"POST {self.headers.get('Host')}{self.path} {body.decode(errors='replace')}")
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
 
     def log_message(self, *args: object) -> None:
         pass

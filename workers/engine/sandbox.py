@@ -526,6 +526,9 @@ def validate_version(
     with handle:
         try:
             message = protocol.check_child_message(handle.recv(timeout=time_limit_seconds))
+            handle.kill_and_wait()
+            for record in handle.finish_egress():  # a validation has no logs: the worker's log has them
+                logger.info("validation %s", egress_client.describe(record), extra={"space": space})
         except TimeoutError:
             return ValidationOutcome(
                 ok=False, message=f"importing {main_module} did not finish within {time_limit_seconds:g} s"

@@ -128,9 +128,9 @@ _AF_NETLINK, _NETLINK_ROUTE = 16, 0
 #: is SCTP where the kernel has it, whatever the protocol check below says.
 INET_SOCKET_TYPES = (1, 2)
 _SOCK_TYPE_MASK = 0xF
-#: ``socket()`` protocols a context may ask for: the default, TCP and UDP. Landlock's port rules
-#: (``TAKOHOST_SANDBOX_NETWORK=outbound``) hold for TCP only: an MPTCP socket (262) would connect
-#: to and listen on any port, SCTP (132) would listen where other contexts reach it.
+#: ``socket()`` protocols a context may ask for: the default, TCP and UDP. The egress proxy relays
+#: TCP only, and a context needs nothing else: MPTCP (262), SCTP (132) and the rest are attack
+#: surface of the kernel it has no use for.
 SOCKET_PROTOCOLS = (0, 6, 17)
 CLONE3 = 435
 SECCOMP_RET_ALLOW = 0x7FFF0000
