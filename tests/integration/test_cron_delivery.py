@@ -194,3 +194,37 @@ def test_sweep_leaves_running_deliveries_alone_and_resends_lost_messages_later(
         assert [d.outcome for d in deliveries_of(db_url, running)] == [None]
     finally:
         client.delete(key)
+
+
+def test_a_scheduled_handler_reaches_public_addresses_and_its_connections_are_logged(
+    db_url: str, space_token: tuple[str, str]
+) -> None:
+    """Public egress from a ``scheduled`` handler, through the same sandbox and egress proxy as a
+    workflow's steps (README "Egress"); the run's logs keep the connection and the refusal."""
+    import psycopg
+
+    from tests.support import egress as net
+
+    address = net.public_address()
+    space, _ = space_token
+    handler = (
+        "import urllib.request\n"
+        "def scheduled(event, env, ctx):\n"
+        f"    urllib.request.urlopen('http://{address}/cron', timeout=10).read()\n"
+        "    try:\n"
+        "        urllib.request.urlopen('http://10.0.0.5/', timeout=10)\n"
+        "    except OSError as exc:\n"
+        "        print('refused:', exc)\n"
+    )
+    with net.http_server(address) as seen:
+        _, match_pk = _record(db_url, space, source=handler)
+        assert cron_tasks.deliver(match_pk) == "ok"
+    assert seen == [f"{address}/cron"]
+    [delivery] = deliveries_of(db_url, match_pk)
+    with psycopg.connect(db_url.replace("+psycopg", "")) as conn:
+        rows = conn.execute(
+            "SELECT stream, message FROM tenant_logs WHERE delivery_pk = %s ORDER BY seq", (delivery.pk,)
+        ).fetchall()
+    assert any(s == "host" and m.startswith(f"egress {address}:80: sent ") for s, m in rows), rows
+    assert ("host", "egress 10.0.0.5:80 refused: private address") not in rows  # the runtime refused it first
+    assert any(s == "stdout" and "egress to 10.0.0.5:80 refused: private address" in m for s, m in rows), rows

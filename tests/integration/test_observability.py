@@ -275,3 +275,36 @@ def test_cron_delivery_start_lateness_and_handler_spawn_are_observed(db_url, spa
     samples = metrics_dir()
     assert samples[("takohost_cron_delivery_start_lateness_seconds_count", ())] == 1
     assert samples[("takohost_sandbox_spawn_seconds_count", (("kind", "scheduled"),))] == 1
+
+
+def test_egress_connections_and_bytes_are_counted_per_space(db_url, space_token, metrics_dir):
+    """``takohost_egress_connections_total`` / ``takohost_egress_bytes_total`` (README "Metrics"):
+    a real cron delivery's public connection and refused look-up, counted for its Space."""
+    from tests.integration.test_cron_support import at, create_stack, decide
+    from tests.support import egress as net
+    from workers import cron_tasks
+
+    address = net.public_address()
+    space = space_token[0]
+    minute = "2030-03-04T10:05:00Z"
+    handler = (
+        "import urllib.request\n"
+        "def scheduled(event, env, ctx):\n"
+        f"    urllib.request.urlopen('http://{address}/count', timeout=10).read()\n"
+        "    import socket\n"
+        "    s = socket.socket(); s.settimeout(5)\n"
+        "    try:\n"
+        "        socket.socket.__mro__[1].connect(s, ('10.0.0.5', 443))  # past the runtime: the proxy refuses\n"
+        "        s.recv(1)\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    stack = create_stack(db_url, space=space, cron="*/5 * * * *", source=handler, now=at(minute) - dt.timedelta(seconds=30))
+    recorded = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    with net.http_server(address):
+        assert cron_tasks.deliver(recorded[0][0]) == "ok"
+    samples = metrics_dir()
+    assert samples[("takohost_egress_connections_total", (("outcome", "ok"), ("space", space)))] == 1
+    assert samples[("takohost_egress_connections_total", (("outcome", "refused"), ("space", space)))] == 1
+    assert samples[("takohost_egress_bytes_total", (("direction", "sent"), ("space", space)))] > 30
+    assert samples[("takohost_egress_bytes_total", (("direction", "received"), ("space", space)))] > 30

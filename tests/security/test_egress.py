@@ -267,7 +267,8 @@ def test_a_listener_is_reachable_from_nowhere_else(stack, tenants, world, tmp_pa
 
 
 def test_import_time_code_gets_no_further_during_validation(stack, world):
-    """The Version's import runs at validation, in the same sandbox: the same refusals."""
+    """The Version's import runs at validation, in the same sandbox: public egress, and the same
+    refusals."""
     targets = [
         ("127.0.0.1", world["service_port"]),
         (world["linklocal"], 80),
@@ -292,6 +293,8 @@ def test_import_time_code_gets_no_further_during_validation(stack, world):
                     found[f"{{route}} {{host}}:{{port}}"] = type(exc).__name__
                 finally:
                     s.close()
+        import urllib.request
+        found["public"] = urllib.request.urlopen("http://{PUBLIC}/import-time", timeout=5).read().decode()
         raise ImportError("FOUND " + json.dumps(found))
         """
     )
@@ -318,6 +321,7 @@ def test_import_time_code_gets_no_further_during_validation(stack, world):
     message = operation["error"]["message"]
     assert "FOUND " in message, message
     found = json.loads(message.split("FOUND ", 1)[1].rsplit(" (main.py", 1)[0])
+    assert found.pop("public") == "hello from the internet /import-time"  # public egress works at import
     assert len(found) == 6 and found[f"connect 127.0.0.1:{world['service_port']}"] == "ConnectionResetError", found
     assert all(not value.startswith("OK") or "HOST-SECRET" not in value for value in found.values()), found
     time.sleep(0.3)
