@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -98,9 +99,24 @@ def test_dev_mode_tenant_cannot_read_the_data_dir_reach_its_services_or_see_its_
     sockets = [os.path.join(data, "redis", "redis.sock")]
     assert all(os.path.exists(path) for path in sockets), sockets
     pg_port = int(open(os.path.join(data, "postgres", "data", "postmaster.pid")).read().splitlines()[3])
-    connect = output_of(run_attack(http, "connect", {"tcp": [("127.0.0.1", dev["port"]), ("127.0.0.1", pg_port)],
-                                                     "unix": sockets}))
-    reached = {k: v for k, v in connect.items() if v in ("CONNECTED", "SENT", "OPENED", "UP")}
+    # a UDP listener of the host: no datagram of the tenant may arrive at it
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.setblocking(False)
+    udp_port = listener.getsockname()[1]
+    try:
+        connect = output_of(run_attack(http, "connect", {
+            "tcp": [("127.0.0.1", dev["port"]), ("127.0.0.1", pg_port), ("127.0.0.1", udp_port)],
+            "unix": sockets}))
+        time.sleep(0.2)
+        with pytest.raises(BlockingIOError):
+            print("received from the sandbox:", listener.recvfrom(100))
+    finally:
+        listener.close()
+    # A datagram is "sent" into the context's own network namespace, where every address is
+    # local (README "Egress"): it reaches nothing, as the listener above shows.
+    reached = {k: v for k, v in connect.items() if v in ("CONNECTED", "SENT", "OPENED", "UP")
+               and not k.startswith("udp ")}
     assert reached == {}, reached
 
     host_pids = [pid for pid in support.descendants(dev["proc"].pid)

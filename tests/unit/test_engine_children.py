@@ -16,6 +16,10 @@ class FakeChild:
             raise sandbox.ChildGone("gone")
         self.jobs.append(message)
 
+    def send_job(self, job, *, space=None):
+        self.send({**job, "op": "job"})
+        self.space = space
+
     def kill_and_wait(self):
         self.killed = True
         return True
@@ -28,8 +32,9 @@ class FakeZygote:
     def __init__(self):
         self.spawned = []
 
-    def spawn(self, job):
+    def spawn(self, job, *, space=None):
         child = FakeChild(len(self.spawned))
+        child.space = space
         if job is not None:
             child.jobs.append({**job, "op": "job"})
         self.spawned.append(child)
