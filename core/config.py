@@ -31,6 +31,11 @@ class Settings:
         scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
             ``wait_until`` work) may take before it is killed and recorded as a failed run
             (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
+        step_timeout_s: seconds one attempt of ``step.do`` may run, and code outside steps between
+            two step calls (``TAKOHOST_STEP_TIMEOUT_SECONDS``, ``600``; CONTRACT §8 "Attempt time
+            limit"): past it the context's child is killed and proven dead; an attempt is then a
+            failed attempt (``StepTimeout``, retried per its policy), code outside steps ends the
+            instance ``errored``/``run_threw`` (it is deterministic: a retry would run as long).
         space_max_contexts: how many replay contexts one Space may run at once across the whole
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
@@ -45,6 +50,7 @@ class Settings:
     sweep_interval_s: float
     validation_timeout_s: float
     scheduled_timeout_s: float = 900.0
+    step_timeout_s: float = 600.0
     space_max_contexts: int = 8
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
@@ -85,6 +91,7 @@ def load_settings() -> Settings:
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
         space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
+        step_timeout_s=_float("TAKOHOST_STEP_TIMEOUT_SECONDS", 600.0),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
         test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),
         test_retention_seconds=_optional_float("TAKOHOST_TEST_RETENTION_SECONDS"),
