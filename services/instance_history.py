@@ -21,6 +21,7 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instances as inst_models
 from services import instance_common, instance_pages
+from takohost.domain import history as domain_history
 
 
 def append_history_txn(
@@ -70,19 +71,16 @@ def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int)
                 )
             ).all()
         )
-    events = []
-    for row in rows[:size]:
-        attributes = dict(row.attributes)
-        if row.event_type == "StepCompleted" and results.get(attributes.get("name")) is not None:
-            attributes["result"] = results[attributes["name"]]
-        events.append(
-            {
-                "eventId": row.event_id,
-                "eventTimestamp": instance_common.rfc3339(row.event_timestamp),
-                "eventType": row.event_type,
-                "attributes": attributes,
-            }
+    events = [
+        domain_history.served(
+            event_id=row.event_id,
+            event_type=row.event_type,
+            attributes=row.attributes,
+            timestamp=row.event_timestamp,
+            results=results,
         )
+        for row in rows[:size]
+    ]
     return events, len(rows) > size
 
 

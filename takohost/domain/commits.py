@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from workers.engine import decide, history
+from takohost.domain import decide, history
 
 
 @dataclasses.dataclass(frozen=True)
