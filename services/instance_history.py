@@ -53,7 +53,8 @@ def append_history_txn(
 def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int) -> tuple[list[dict], bool]:
     """Up to ``size`` history events of instance ``instance_pk`` with ``eventId > after``, oldest
     first, as the API serves them (``StepCompleted`` of a ``do``/``wait`` step carries the recorded
-    ``result`` from the step row), and whether more follow. Runs in the caller's transaction."""
+    ``result`` from the step row, ``InstanceCreated`` the instance's ``params``), and whether more
+    follow. Runs in the caller's transaction."""
     event = inst_models.HistoryEvent
     rows = session.execute(  # plain rows, not ORM objects: a page may hold a thousand events
         sa.select(event.event_id, event.event_type, event.attributes, event.event_timestamp)
@@ -71,6 +72,9 @@ def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int)
                 )
             ).all()
         )
+    params = None
+    if any(row.event_type == "InstanceCreated" for row in rows[:size]):
+        params = session.scalar(sa.select(inst_models.Instance.params).where(inst_models.Instance.pk == instance_pk))
     events = [
         domain_history.served(
             event_id=row.event_id,
@@ -78,6 +82,7 @@ def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int)
             attributes=row.attributes,
             timestamp=row.event_timestamp,
             results=results,
+            params=params,
         )
         for row in rows[:size]
     ]

@@ -44,14 +44,26 @@ def rfc3339(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def served(*, event_id: int, event_type: str, attributes: dict, timestamp: dt.datetime, results: dict) -> dict:
+def served(
+    *,
+    event_id: int,
+    event_type: str,
+    attributes: dict,
+    timestamp: dt.datetime,
+    results: dict,
+    params: dict | None = None,
+) -> dict:
     """One history event as the API serves it (CONTRACT §6): ``{"eventId", "eventTimestamp",
-    "eventType", "attributes"}``; a ``StepCompleted`` of a step whose recorded result (``results``:
-    step name → result document) is not ``None`` carries it as ``attributes["result"]`` (documents
-    stay in the step rows: the history is the data replay reads, not a copy)."""
+    "eventType", "attributes"}``. Documents stay in their rows and are joined in here: a
+    ``StepCompleted`` of a step whose recorded result (``results``: step name → result document) is
+    not ``None`` carries it as ``attributes["result"]``, and ``InstanceCreated`` the instance's
+    ``params`` (when it has any). So the history is the data replay reads, not a copy
+    (``takohost.testing.replay`` replays an exported one)."""
     attributes = dict(attributes)
     if event_type == "StepCompleted" and results.get(attributes.get("name")) is not None:
         attributes["result"] = results[attributes["name"]]
+    if event_type == "InstanceCreated" and params is not None:
+        attributes["params"] = params
     return {
         "eventId": event_id,
         "eventTimestamp": rfc3339(timestamp),
@@ -108,9 +120,13 @@ def event_accepted(sequence: int, event_type: str) -> Event:
     return Event("EventAccepted", {"sequence": sequence, "type": event_type})
 
 
-def attempt_started(name: str, attempt: int, *, at: dt.datetime) -> Event:
-    """Attempt ``attempt`` (1-based) of ``step.do(name)`` started at ``at`` (written with its outcome)."""
-    return Event("StepAttemptStarted", {"name": name, "attempt": attempt}, timestamp=at)
+def attempt_started(name: str, attempt: int, *, at: dt.datetime, policy: dict | None = None) -> Event:
+    """Attempt ``attempt`` (1-based) of ``step.do(name)`` started at ``at`` (written with its outcome)
+    under the step's stored retry ``policy`` (``retry.RetryPolicy.to_json``; what replay checks)."""
+    attributes: dict = {"name": name, "attempt": attempt}
+    if policy is not None:
+        attributes["policy"] = policy
+    return Event("StepAttemptStarted", attributes, timestamp=at)
 
 
 def attempt_failed(name: str, attempt: int, error: dict, *, retry_at: dt.datetime | None = None) -> Event:
@@ -139,9 +155,12 @@ def step_failed(name: str, attempts: int, message: str) -> Event:
     return Event("StepFailed", {"name": name, "attempts": attempts, "message": message})
 
 
-def sleep_scheduled(name: str, wake_at: dt.datetime) -> Event:
-    """``step.sleep(name)``'s deadline, fixed at its first encounter."""
-    return Event("SleepScheduled", {"name": name, "wakeAt": _at(wake_at)})
+def sleep_scheduled(name: str, wake_at: dt.datetime, *, seconds: int | None = None) -> Event:
+    """``step.sleep(name, seconds)``'s deadline, fixed at its first encounter."""
+    attributes: dict = {"name": name, "wakeAt": _at(wake_at)}
+    if seconds is not None:
+        attributes["seconds"] = seconds
+    return Event("SleepScheduled", attributes)
 
 
 def sleep_completed(name: str) -> Event:
@@ -149,9 +168,15 @@ def sleep_completed(name: str) -> Event:
     return Event("SleepCompleted", {"name": name})
 
 
-def wait_started(name: str, event_type: str, timeout_at: dt.datetime) -> Event:
-    """``step.wait_for_event(name)`` started waiting for ``event_type`` until ``timeout_at``."""
-    return Event("WaitStarted", {"name": name, "type": event_type, "timeoutAt": _at(timeout_at)})
+def wait_started(
+    name: str, event_type: str, timeout_at: dt.datetime, *, timeout_seconds: int | None = None
+) -> Event:
+    """``step.wait_for_event(name)`` started waiting for ``event_type`` (``timeout_seconds``) until
+    ``timeout_at``."""
+    attributes: dict = {"name": name, "type": event_type, "timeoutAt": _at(timeout_at)}
+    if timeout_seconds is not None:
+        attributes["timeoutSeconds"] = timeout_seconds
+    return Event("WaitStarted", attributes)
 
 
 def event_consumed(name: str, sequence: int, event_type: str) -> Event:
