@@ -17,7 +17,6 @@ Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Hel
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,7 +25,7 @@ from sqlalchemy import orm
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
-from takohost.domain import documents, identifiers
+from takohost.domain import documents, history, identifiers
 
 
 class _Absent:
@@ -40,9 +39,7 @@ class _Absent:
 ABSENT: Any = _Absent()
 
 
-def rfc3339(value: dt.datetime) -> str:
-    """``value`` as RFC 3339 UTC with milliseconds: ``2026-11-30T09:46:00.202Z``."""
-    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+rfc3339 = history.rfc3339
 
 
 def id_or_error(value: object, *, what: str) -> str:

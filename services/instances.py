@@ -32,7 +32,7 @@ from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, forms, instance_common, instance_pages
 from services.telemetry import lifecycle
-from takohost.domain import deepjson
+from takohost.domain import deepjson, history
 
 #: Seed 000: "instance寿命は作成から31536000秒".
 LIFETIME_SECONDS = 31_536_000
@@ -77,7 +77,7 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
                 "params": None if values["params"] is None else deepjson.dumps_stored(values["params"]),
                 "now": values["now"],
                 "lifetime": values["lifetime"],
-                "attributes": json.dumps({"instanceId": values["instance_id"]}),
+                "attributes": json.dumps(history.instance_created(values["instance_id"]).attributes),
             },
         )
     live = live_rows.fetchone()
