@@ -29,6 +29,7 @@ import requests
 import tenacity
 
 from takohost.domain import deepjson
+from takohost.domain.forms import FORM_URLS
 
 __all__ = [
     "FORM_URLS",
@@ -40,13 +41,6 @@ __all__ = [
     "encode_segment",
 ]
 
-FORM_URLS: dict[str, str] = {
-    "ModuleWorker": "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/",
-    "WorkerVersion": "https://edge.forms.takoform.com/forms/WorkerVersion/0.5.0/",
-    "WorkerDeployment": "https://edge.forms.takoform.com/forms/WorkerDeployment/0.4.0/",
-    "DurableWorkflow": "https://edge.forms.takoform.com/forms/DurableWorkflow/0.3.0/",
-    "WorkerCronTrigger": "https://edge.forms.takoform.com/forms/WorkerCronTrigger/0.3.0/",
-}
 TERMINAL_STATUSES = frozenset({"complete", "errored", "terminated"})
 TERMINAL_OPERATION_STATES = frozenset({"succeeded", "failed"})
 

@@ -31,14 +31,8 @@ from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import ids
+from takohost.domain.forms import FORM_URLS
 
-FORM_URLS: dict[str, str] = {
-    "ModuleWorker": "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/",
-    "WorkerVersion": "https://edge.forms.takoform.com/forms/WorkerVersion/0.5.0/",
-    "WorkerDeployment": "https://edge.forms.takoform.com/forms/WorkerDeployment/0.4.0/",
-    "DurableWorkflow": "https://edge.forms.takoform.com/forms/DurableWorkflow/0.3.0/",
-    "WorkerCronTrigger": "https://edge.forms.takoform.com/forms/WorkerCronTrigger/0.3.0/",
-}
 #: Exact Form URL → short Form name (what ``resources.form`` stores). Anything else is unsupported.
 FORM_BY_URL: dict[str, str] = {url: form for form, url in FORM_URLS.items()}
 
