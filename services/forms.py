@@ -287,6 +287,11 @@ def _check_workflow_class_txn(session: orm.Session, *, worker_uid: str, class_na
                 f"Deployment does not export a workflow class {class_name!r}",
                 {"pointer": "/spec/className", "resourceUid": version.uid},
             )
+    _refuse_unverified(unverified)
+
+
+def _refuse_unverified(unverified: list[res_models.Resource]) -> None:
+    """Raise ``resource_busy`` naming the first weighted Version still being validated, if any."""
     if unverified:
         raise DomainError(
             "resource_busy",
@@ -317,12 +322,7 @@ def _check_scheduled_handler_txn(session: orm.Session, *, worker_uid: str) -> No
                 f"weighted {label(version)} has no `scheduled` handler",
                 {"pointer": "/spec/worker/resourceUid", "resourceUid": version.uid},
             )
-    if unverified:
-        raise DomainError(
-            "resource_busy",
-            f"weighted {label(unverified[0])} is still being validated; retry shortly",
-            {"resourceUids": [v.uid for v in unverified]},
-        )
+    _refuse_unverified(unverified)
 
 
 # --- delete ---------------------------------------------------------------------------------------
