@@ -395,10 +395,12 @@ class ErrorBody(ma.Schema):
 
 
 class OperationError(ma.Schema):
-    """Why an Operation failed: ``{"code", "message"}``."""
+    """Why an Operation failed: ``{"code", "message", "details"?}`` (``details.package``: the
+    package a WorkerVersion's requirements could not install, docs/packages.md)."""
 
     code = fields.String(required=True)
     message = fields.String(required=True)
+    details = fields.Dict()
 
 
 class OperationView(ma.Schema):
