@@ -33,7 +33,9 @@ def build_wheel(
     metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
     entries = dict(files)
     entries[f"{info}/METADATA"] = metadata
-    entries[f"{info}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: takohost-tests\nRoot-Is-Purelib: true\nTag: {tag}\n"
+    entries[f"{info}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: takohost-tests\nRoot-Is-Purelib: true\nTag: {tag}\n"
+    )
     record = [f"{path},{_record_hash(text.encode())},{len(text.encode())}" for path, text in entries.items()]
     record.append(f"{info}/RECORD,,")
     entries[f"{info}/RECORD"] = "\n".join(record) + "\n"

@@ -265,6 +265,16 @@ class ChildHandle:
         self._sock.close()
 
 
+def _packages_dir() -> str | None:
+    """The layers directory to mount (created if needed), or ``None`` when it cannot be made:
+    then only Versions without requirements run (a Version with them fails to import, saying so)."""
+    try:
+        return package_layers.prepare(package_config.current().package_dir)
+    except (OSError, ValueError):
+        logger.warning("the package layers directory cannot be prepared; no layer is mounted", exc_info=True)
+        return None
+
+
 class Zygote:
     """Client (and, in the starting process, owner) of one fork-server process.
 
@@ -286,9 +296,7 @@ class Zygote:
             if policy.network == "public":  # listen on every port some Space may reach
                 policy = dataclasses.replace(policy, egress_ports=egress_config.current().listen_ports)
             # Every context sees the layers directory read-only; a job names its Version's layer.
-            policy = dataclasses.replace(
-                policy, packages_dir=package_layers.prepare(package_config.current().package_dir)
-            )
+            policy = dataclasses.replace(policy, packages_dir=_packages_dir())
         self.policy = policy
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner_pid: int | None = None

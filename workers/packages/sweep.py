@@ -44,7 +44,7 @@ def sweep(*, now: dt.datetime, force: bool = False) -> int:
         return 0
     for key in gone:
         removed += layers.remove(cfg.package_dir, key)
-    cutoff = now.timestamp() - package_records.UNUSED_GRACE.total_seconds()
+    cutoff = time.time() - package_records.UNUSED_GRACE.total_seconds()  # file times are wall-clock
     for key in layers.local_keys(cfg.package_dir):
         if key in known:
             continue
