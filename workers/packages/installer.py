@@ -140,7 +140,15 @@ def _install_into(
         "--target", target, "--report", report, *source, "-r", listing,
     ]  # fmt: skip
     env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-    env.update({"HOME": staged, "PIP_CONFIG_FILE": os.devnull, "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"})
+    env.update(
+        {
+            "HOME": staged,
+            "TMPDIR": staged,
+            "PIP_CONFIG_FILE": os.devnull,
+            "LANG": "C.UTF-8",
+            "PYTHONNOUSERSITE": "1",
+        }
+    )
     try:
         done = _run(command, cwd=staged, env=env, deadline=deadline)
     except subprocess.TimeoutExpired:

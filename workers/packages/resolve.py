@@ -114,6 +114,7 @@ _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
 _CONFLICT_LINE = re.compile(r"^\s+(\S+) \S+ depends on (\S+)", re.M)
 _USER_REQUESTED = re.compile(r"^\s+The user requested (\S+)$", re.M)
 _HASH_LINE = re.compile(r"^\s+(\S+?)==\S+ from ", re.M)
+_FOR_REQ = re.compile(r"For req: (\S+?)\.?\s")
 _HASH_MISSING = re.compile(r"^\s+(\S+?)==\S+ --hash=sha256:", re.M)
 
 
@@ -124,9 +125,10 @@ def _name_of(requirement: str) -> str:
 
 def _last_error(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip().startswith("ERROR:")]
-    return (lines[-1][len("ERROR:") :].strip() if lines else stderr.strip().splitlines()[-1:] or [""])[0][
-        :500
-    ]
+    if lines:
+        return lines[-1][len("ERROR:") :].strip()[:500]
+    rest = stderr.strip().splitlines()
+    return rest[-1][:500] if rest else "no output"
 
 
 def classify(stderr: str, *, index_url: str | None, wheelhouse: str | None) -> PackageError:
@@ -168,7 +170,13 @@ def classify(stderr: str, *, index_url: str | None, wheelhouse: str | None) -> P
     match = _NO_MATCH.search(stderr)
     if match:
         return _no_match(match.group(1), index_url=index_url, wheelhouse=wheelhouse)
-    return PackageError("install_failed", f"pip could not install the requirements: {_last_error(stderr)}")
+    named = _FOR_REQ.search(stderr)
+    package = _name_of(named.group(1)) if named else None
+    return PackageError(
+        "install_failed",
+        f"{package or 'the requirements'}: pip could not install it: {_last_error(stderr)}",
+        package=package,
+    )
 
 
 def _no_match(requirement: str, *, index_url: str | None, wheelhouse: str | None) -> PackageError:
