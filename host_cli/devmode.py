@@ -311,6 +311,8 @@ def _environment(stack: _Stack) -> dict[str, str]:
         "TAKOHOST_REDIS_URL": stack.redis.url(),
         "TAKOHOST_BROKER_URL": stack.redis.broker_url(),
         "TAKOHOST_NAMESPACE": "dev",
+        # Installed package layers live with the rest of the dev state (docs/packages.md).
+        "TAKOHOST_PACKAGE_DIR": os.environ.get("TAKOHOST_PACKAGE_DIR") or str(stack.root / "packages"),
     }
     os.environ.update(settings)  # this process runs the migrations and makes the token
     return {**os.environ, **settings}

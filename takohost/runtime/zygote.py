@@ -490,6 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     _set_subreaper()
     policy = isolation.policy.Policy.from_json(settings["policy"]) if settings.get("policy") else isolation.policy.Policy()
     layout = isolation.mounts.Layout.compute(policy)
+    # Where a job's package layer is found: the read-only mount, or (no isolation) the host's directory.
+    child.importer.PACKAGES_ROOT = (
+        isolation.mounts.PACKAGE_MOUNT if policy.mode == "namespaces" else policy.packages_dir
+    )
     children_dir = _make_children_dir()
     try:
         isolation.forking.probe(layout, root=children_dir)

@@ -39,6 +39,8 @@ from typing import Any
 from takohost.runtime import isolation, protocol
 from workers.egress import client as egress_client
 from workers.egress import config as egress_config
+from workers.packages import config as package_config
+from workers.packages import layers as package_layers
 
 __all__ = [
     "ChildGone",
@@ -263,6 +265,16 @@ class ChildHandle:
         self._sock.close()
 
 
+def _packages_dir() -> str | None:
+    """The layers directory to mount (created if needed), or ``None`` when it cannot be made:
+    then only Versions without requirements run (a Version with them fails to import, saying so)."""
+    try:
+        return package_layers.prepare(package_config.current().package_dir)
+    except (OSError, ValueError):
+        logger.warning("the package layers directory cannot be prepared; no layer is mounted", exc_info=True)
+        return None
+
+
 class Zygote:
     """Client (and, in the starting process, owner) of one fork-server process.
 
@@ -283,6 +295,8 @@ class Zygote:
             policy = isolation.policy.Policy.from_environ()
             if policy.network == "public":  # listen on every port some Space may reach
                 policy = dataclasses.replace(policy, egress_ports=egress_config.current().listen_ports)
+            # Every context sees the layers directory read-only; a job names its Version's layer.
+            policy = dataclasses.replace(policy, packages_dir=_packages_dir())
         self.policy = policy
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner_pid: int | None = None
@@ -511,14 +525,24 @@ def validate_version(
     modules: dict[str, str],
     time_limit_seconds: float = 10.0,
     space: str | None = None,
+    packages: str | None = None,
 ) -> ValidationOutcome:
-    """Import ``main_module`` in a fresh child with a time limit and report what it exports.
+    """Import ``main_module`` in a fresh child with a time limit and report what it exports
+    (``packages``: the name of the Version's package layer, put on its ``sys.path``).
 
     Never raises for anything the code does: an import error, ``sys.exit`` at import, a crash
     (``os._exit``, a signal) and a time-out all become ``ok=False`` with a message. Raises
     ``ZygoteUnavailable`` only when no child could be started.
     """
-    job = {"kind": "validate", "mainModule": main_module, "modules": modules, "vars": {}, "bindings": []}
+    job: dict[str, Any] = {
+        "kind": "validate",
+        "mainModule": main_module,
+        "modules": modules,
+        "vars": {},
+        "bindings": [],
+    }
+    if packages is not None:
+        job["packages"] = packages
     try:
         handle = zygote.spawn(job, space=space)
     except (ChildGone, TimeoutError) as exc:

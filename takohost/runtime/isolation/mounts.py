@@ -17,7 +17,7 @@ from takohost.runtime.isolation import identity, seccomp, syscalls
 from takohost.runtime.isolation import policy as policy_module
 from takohost.runtime.isolation.syscalls import MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REC
 
-__all__ = ["DEV_NODES", "ETC_FILES", "Layout", "build_template", "placements"]
+__all__ = ["DEV_NODES", "ETC_FILES", "PACKAGE_MOUNT", "Layout", "build_template", "placements"]
 
 #: Files of ``/etc`` an interpreter may need (time zone, certificates, name service defaults);
 #: only those that exist are mounted.
@@ -32,6 +32,10 @@ ETC_FILES = (
     "/etc/mime.types",
 )
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
+#: Where the host's package layers directory appears in every context, read-only
+#: (``workers.packages.layers``; docs/packages.md). Its mode lets a context open the layer its
+#: job names but not list the directory: another Space's layer names are never seen.
+PACKAGE_MOUNT = "/.takohost-packages"
 #: Where the test-only shared directory is staged in the template (bound again in each context).
 SHARED_STAGE = "/.takohost-test-shared"
 _STAGE = "/.takohost-stage"
@@ -79,6 +83,9 @@ class Layout:
             if path.startswith(prefix + os.sep) and os.path.isdir(path):
                 hidden.add(path)
         binds.append((policy.sdk_dir, policy.sdk_dir))
+        if policy.packages_dir is not None and os.path.isdir(policy.packages_dir):
+            # The whole directory, once: layers installed after the zygote started appear in it.
+            binds.append((os.path.realpath(policy.packages_dir), PACKAGE_MOUNT))
         etc_files = tuple(p for p in ETC_FILES if os.path.exists(p))
         # The interpreter's own entries of sys.path (the zipped and plain standard library and
         # lib-dynload, all under the base prefix: a virtualenv's sysconfig points elsewhere),

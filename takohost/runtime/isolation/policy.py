@@ -43,6 +43,9 @@ class Policy:
         egress_ports: with ``"public"``, the TCP ports the context's namespace listens on for the
             proxy: every port any Space may reach (the host sets it from its egress
             configuration, ``workers.egress.config.EgressConfig.listen_ports``).
+        packages_dir: the host's package layers directory (``workers.packages.layers``), mounted
+            read-only at ``mounts.PACKAGE_MOUNT`` in every context (the host sets it; ``None``:
+            not mounted, a Version with requirements cannot import them).
         test_shared_dir: test-only (``TAKOHOST_TEST_SANDBOX_SHARED_DIR``): one host directory that
             appears read-write at the same path in every context. Never set in production.
     """
@@ -57,6 +60,7 @@ class Policy:
     sdk_dir: str = field(default_factory=lambda: _default_sdk_dir())
     network: str = "public"
     egress_ports: tuple[int, ...] = (80, 443)
+    packages_dir: str | None = None
     test_shared_dir: str | None = None
 
     @classmethod
