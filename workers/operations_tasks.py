@@ -42,7 +42,7 @@ from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import cron_schedules, dispatch, forms, instance_stop, operations, workflow_observer
+from services import cron_schedules, dispatch, forms, instance_stop, operations, quotas, workflow_observer
 from services import resources as resource_service
 from services.celery_app import app
 from services.telemetry import lifecycle
@@ -195,6 +195,8 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
         if form == "WorkerCronTrigger":
             cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
         resource.deleted_at, resource.updated_at = now, now
+        if form == "WorkerVersion":
+            quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
         session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == uid))
         operations.set_state(op, operations.SUCCEEDED, now=now)
         if form == "WorkerDeployment":
