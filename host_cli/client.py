@@ -227,6 +227,10 @@ class Client:
             "DELETE", self._space_path("resources", encode_segment(uid)), idempotency_key=idempotency_key
         )
 
+    def get_usage(self) -> dict[str, Any]:
+        """``GET /v2/spaces/{space}/usage`` → ``{"space", "quotas": {name: {"used", "limit"}}}``."""
+        return self._request("GET", self._space_path("usage"))
+
     def get_operation(self, operation_id: str) -> dict[str, Any]:
         """``GET …/operations/{id}`` → the Operation."""
         return self._request("GET", self._space_path("operations", encode_segment(operation_id)))

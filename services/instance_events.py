@@ -28,7 +28,7 @@ from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import dispatch, instance_common
+from services import dispatch, instance_common, quotas
 from services import idempotency as idempotency_service
 from services.telemetry import lifecycle
 from takohost.domain import deepjson, documents
@@ -60,7 +60,8 @@ def send_event(
 
     Raises DomainError: ``invalid_request`` (bad type), ``invalid_params`` / ``document_too_large``
     (payload), ``not_found`` (also while the DurableWorkflow is being deleted), ``unknown_instance``,
-    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``.
+    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``, ``quota_exceeded``
+    (the Space's ``storedEvents`` quota is reached; a direct delivery is never refused).
     """
     now = now or utcnow()
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
@@ -116,6 +117,8 @@ def send_event(
                     f" limits are {MAX_QUEUED_EVENTS} events and {MAX_QUEUED_BYTES} bytes"
                 ),
             )
+        if not direct:
+            quotas.check_stored_events_txn(session, space=space)
         _accept_event_txn(
             session, row=row, event_type=event_type, payload=payload, size=size, now=now, wait_name=wait_name
         )

@@ -26,7 +26,7 @@ from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
-from services import cron_schedules, forms, idempotency, ids, operations
+from services import cron_schedules, forms, idempotency, ids, operations, quotas
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
@@ -70,7 +70,8 @@ def accept_create_txn(
 
     Raises:
         DomainError: ``idempotency_key_reused``, ``reference_not_found``, ``dependency_conflict``,
-            ``resource_busy``, ``name_conflict``.
+            ``resource_busy``, ``name_conflict``, ``quota_exceeded`` (a WorkerVersion whose sources
+            do not fit in the Space's ``versionCodeBytes`` quota; ``services.quotas``).
     """
     op_id, replay = _claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
     if replay is not None:
@@ -78,6 +79,8 @@ def accept_create_txn(
     refs = forms.references(form, spec)
     resolved = forms.resolve_refs_txn(session, space=space, refs=refs)
     forms.check_create_txn(session, form=form, spec=spec, resolved=resolved)
+    if form == "WorkerVersion":
+        quotas.charge_version_txn(session, space=space, spec=spec)
     uid = ids.new_id()
     resource = res_models.Resource(
         uid=uid,
