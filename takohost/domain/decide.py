@@ -34,6 +34,8 @@ from typing import Any
 from takohost.domain import retry
 
 MAX_STEPS = 1024
+#: An instance's lifetime from its creation (seed 000 "instance寿命は作成から31536000秒").
+LIFETIME_SECONDS = 31_536_000
 STEP_KINDS = ("do", "sleep", "wait")
 #: The host error a failed step of each kind replays as (the child's ``raise`` names).
 FAILURE_ERROR = {"do": "step_failed", "wait": "wait_timeout"}
