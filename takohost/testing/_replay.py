@@ -148,11 +148,17 @@ def _steps_of(events: list[dict]) -> list[RecordedStep]:
             row["wake_at"] = _when(attributes.get("wakeAt"))
             if "seconds" in attributes:
                 settings[name] = {"seconds": attributes["seconds"]}
+                row["config"] = {"seconds": attributes["seconds"]}
         elif kind_of_event == "SleepCompleted":
             touch(name, "sleep")["state"] = "succeeded"
         elif kind_of_event == "WaitStarted":
             row = touch(name, "wait")
             row["timeout_at"] = _when(attributes.get("timeoutAt"))
+            started = _when(event.get("eventTimestamp"))
+            seconds = attributes.get("timeoutSeconds")
+            if seconds is None and row["timeout_at"] is not None and started is not None:
+                seconds = round((row["timeout_at"] - started).total_seconds())  # a history before timeoutSeconds
+            row["config"] = {"type": attributes.get("type"), "timeoutSeconds": seconds}
             if "timeoutSeconds" in attributes:
                 settings[name] = {"type": attributes.get("type"), "timeoutSeconds": attributes["timeoutSeconds"]}
         elif kind_of_event == "WaitTimedOut":
