@@ -161,6 +161,12 @@ class TryWait:
 Decision = Resolve | Raise | RejectArgs | EndInstance | RunEffect | CompleteSleep | Suspend | TryWait
 
 
+def wait_timeout_message(event_type: str, timeout_seconds: int) -> str:
+    """The ``wait_timeout`` message of a wait that timed out: raised in the context that saw the
+    timeout and stored in its step row, so a later context replays the very same text."""
+    return f"no {event_type!r} event arrived within {timeout_seconds} s"
+
+
 def timer_due(due: dt.datetime, *, lifetime_ends_at: dt.datetime) -> dt.datetime:
     """When a deadline's timer fires: the deadline, or the lifetime end if earlier (CONTRACT §8:
     the deadline is kept, the instance ends when its lifetime does)."""

@@ -19,6 +19,7 @@ module is executed again from its spec into a new module object.
 from __future__ import annotations
 
 import importlib.util
+import linecache
 import queue
 import sys
 import threading
@@ -107,6 +108,7 @@ class DirectoryLoader(Loader):
         """Install the Version's finder and import its main module (``importer.import_version``)."""
         if self._saved is None:
             self._saved = {name: module for name, module in sys.modules.items() if self._ours(name)}
+        _forget_virtual_lines()
         module, _ = importer.import_version(self.job)
         return module
 
@@ -118,6 +120,15 @@ class DirectoryLoader(Loader):
         if self._saved is not None:
             sys.modules.update(self._saved)
             self._saved = None
+        _forget_virtual_lines()
+
+
+def _forget_virtual_lines() -> None:
+    """Drop ``linecache``'s lines of Version files: every Version's files share the virtual paths
+    (``/takohost/version/main.py``), so another workflow's, or an older context's, must not be
+    shown in a traceback (a sandbox child starts with an empty cache)."""
+    for filename in [f for f in linecache.cache if isinstance(f, str) and f.startswith(importer.VIRTUAL_ROOT + "/")]:
+        del linecache.cache[filename]
 
 
 class ClassLoader(Loader):

@@ -162,7 +162,10 @@ def _steps_of(events: list[dict]) -> list[RecordedStep]:
             if "timeoutSeconds" in attributes:
                 settings[name] = {"type": attributes.get("type"), "timeoutSeconds": attributes["timeoutSeconds"]}
         elif kind_of_event == "WaitTimedOut":
-            touch(name, "wait").update(state="failed", error={"message": f"no {name!r} event before the timeout"})
+            row = touch(name, "wait")
+            config = row.get("config") or {}
+            message = decide.wait_timeout_message(config.get("type", ""), config.get("timeoutSeconds", 0))
+            row.update(state="failed", error={"message": message})
         elif kind_of_event == "StepCompleted":
             row = touch(name, attributes.get("kind", "do"))
             row.update(state="succeeded", result=attributes.get("result"))
