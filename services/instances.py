@@ -32,10 +32,10 @@ from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, forms, instance_common, instance_pages, quotas
 from services.telemetry import lifecycle
-from takohost.domain import deepjson, history
+from takohost.domain import decide, deepjson, history
 
 #: Seed 000: "instance寿命は作成から31536000秒".
-LIFETIME_SECONDS = 31_536_000
+LIFETIME_SECONDS = decide.LIFETIME_SECONDS
 
 
 def lifetime_seconds(settings: config.Settings | None = None) -> float:

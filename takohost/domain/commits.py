@@ -166,7 +166,7 @@ def wait_timed_out(*, name: str, wait: decide.TryWait) -> Commit:
     """The wait reached its timeout without a matching event: ``wait_timeout`` is recorded."""
     events = [_wait_started(name, wait)] if wait.new else []
     events.append(history.wait_timed_out(name))
-    error = {"type": "WaitTimeout", "message": f"no {wait.event_type!r} event before the timeout"}
+    error = {"type": "WaitTimeout", "message": decide.wait_timeout_message(wait.event_type, wait.timeout_seconds)}
     return Commit(
         events=events, new_steps=int(wait.new), step=_wait_row(name, wait, state="failed", error=error)
     )

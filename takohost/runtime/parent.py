@@ -101,8 +101,9 @@ def record_after_attempt(
 
 
 def wait_timeout_message(decision: decide.TryWait) -> str:
-    """The ``wait_timeout`` message a wait that timed out in this context raises."""
-    return f"no {decision.event_type!r} event arrived within {decision.timeout_seconds} s"
+    """The ``wait_timeout`` message a wait that timed out in this context raises (the one its
+    step row keeps: ``decide.wait_timeout_message``)."""
+    return decide.wait_timeout_message(decision.event_type, decision.timeout_seconds)
 
 
 def run_failure(message: dict, steps: dict[str, decide.StepRecord]) -> tuple[str, str]:
