@@ -130,6 +130,60 @@ def workflow_txn(session: orm.Session, *, space: str, uid: str) -> res_models.Re
     return instance_common.workflow_txn(session, space=space, workflow_uid=uid)
 
 
+def workflow_by_ref_txn(session: orm.Session, *, space: str, ref: str) -> res_models.Resource:
+    """The live DurableWorkflow of ``space`` whose UID, else whose name, is ``ref`` (console URLs
+    name a workflow, ``/ui/workflows/order-fulfilment``; UIDs keep working). One indexed query.
+
+    Raises DomainError ``not_found``.
+    """
+    rows = session.scalars(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.space == space,
+            res_models.Resource.form == "DurableWorkflow",
+            res_models.Resource.deleted_at.is_(None),
+            sa.or_(res_models.Resource.uid == ref, res_models.Resource.name == ref),
+        )
+    ).all()
+    for row in sorted(rows, key=lambda r: r.uid != ref):  # a UID match first
+        return row
+    raise DomainError("not_found", f"no DurableWorkflow named {ref!r} in this Space")
+
+
+class FoundInstance(TypedDict):
+    """An instance found by id across the Space's workflows (the console's "go to instance")."""
+
+    workflowName: str
+    workflowUid: str
+    id: str
+    status: str
+    createdAt: dt.datetime
+
+
+def find_instance_txn(session: orm.Session, *, space: str, instance_id: str) -> list[FoundInstance]:
+    """Every instance with id ``instance_id`` in any live DurableWorkflow of ``space``, by workflow
+    name: one query on the ``(workflow_uid, instance_id)`` unique index.
+
+    Raises DomainError ``invalid_request`` (not an instance id).
+    """
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    table = inst_models.Instance.__table__
+    resource = res_models.Resource
+    rows = session.execute(
+        sa.select(resource.name, resource.uid, table.c.instance_id, table.c.status, table.c.created_at)
+        .join(table, table.c.workflow_uid == resource.uid)
+        .where(
+            resource.space == space,
+            resource.form == "DurableWorkflow",
+            resource.deleted_at.is_(None),
+            table.c.instance_id == instance_id,
+        )
+        .order_by(resource.name)
+    ).all()
+    return [
+        FoundInstance(workflowName=r[0], workflowUid=r[1], id=r[2], status=r[3], createdAt=r[4]) for r in rows
+    ]
+
+
 def status_counts_txn(session: orm.Session, *, workflow_uid: str) -> dict[str, int]:
     """Instances of ``workflow_uid`` per status (all seven, zeros included)."""
     counts = dict.fromkeys(inst_models.STATUSES, 0)

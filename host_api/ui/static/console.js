@@ -1,4 +1,5 @@
-// takohost console: the live instance page and the terminate confirmation. No framework, no build.
+// takohost console: the live instance page, the terminate confirmation, the go-to-instance
+// shortcut and copy-link. No framework, no build.
 "use strict";
 
 (function () {
@@ -45,6 +46,38 @@
     }
     schedule();
   }
+
+  // "/" focuses the header's go-to-instance box (unless typing in a field already).
+  function goShortcut(ev) {
+    if (ev.key !== "/" || ev.ctrlKey || ev.metaKey || ev.altKey) { return; }
+    var t = ev.target, tag = t && t.tagName;
+    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || (t && t.isContentEditable)) { return; }
+    var box = document.getElementById("goto");
+    if (box) { ev.preventDefault(); box.focus(); box.select(); }
+  }
+
+  // Copy link: the page's URL by workflow name, absolute, to the clipboard (a selected text field
+  // to copy by hand where the clipboard is refused).
+  function copyLink(button) {
+    var url = new URL(button.getAttribute("data-copy"), window.location.href).href;
+    var status = button.parentNode.querySelector("[role=status]");
+    function done(text) { if (status) { status.textContent = text; } }
+    function byHand() {
+      var field = document.createElement("input");
+      field.value = url; field.setAttribute("aria-label", "Link to this page"); field.readOnly = true;
+      button.parentNode.appendChild(field); field.select();
+      done(document.execCommand && document.execCommand("copy") ? "Link copied." : "Copy the selected link.");
+    }
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(url).then(function () { done("Link copied."); }, byHand);
+    } else { byHand(); }
+  }
+
+  document.addEventListener("keydown", goShortcut);
+  document.addEventListener("click", function (ev) {
+    var button = ev.target.closest && ev.target.closest("button[data-copy]");
+    if (button) { copyLink(button); }
+  });
 
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");
