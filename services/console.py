@@ -252,7 +252,9 @@ def instance_detail_txn(
 ) -> dict:
     """An instance as the console shows it: ``{"id", "status", "params"?, "output"?, "error"?,
     "createdAt", "updatedAt", "terminalAt"?, "lifetimeEndsAt", "versionUid"?, "inboxCount",
-    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut", "inbox": [...]}``
+    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut", "inbox": [...],
+    "terminated"}`` (``terminated``: the ``InstanceTerminated`` attributes, ``{"reason"?, "by"?}``,
+    of a terminated instance, else None)
     (times are aware datetimes; ``steps`` are the step rows by first use: ``{"name", "kind", "state", "attempts",
     "config"?, "wakeAt"?, "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``; ``history`` the
     first ``history_cap`` history events as the API serves them, ``historyCut`` when more exist;
@@ -300,6 +302,15 @@ def instance_detail_txn(
     body["history"], body["historyCut"] = instance_history.events_txn(
         session, instance_pk=row.pk, after=0, size=history_cap
     )
+    body["terminated"] = None
+    if row.status == "terminated":  # who ended it and why: its InstanceTerminated (the last event)
+        event = inst_models.HistoryEvent
+        body["terminated"] = session.scalar(
+            sa.select(event.attributes)
+            .where(event.instance_pk == row.pk, event.event_type == "InstanceTerminated")
+            .order_by(event.event_id.desc())
+            .limit(1)
+        ) or {}
     body["inbox"] = []  # as GET …/events serves it (instance_events.inbox), from the same rows
     for event in session.scalars(
         sa.select(inst_models.InboxEvent)

@@ -17,7 +17,8 @@ JSON instance routes.
 | ``GET /ui/workflows/{name}?status=&prefix=&page=`` | instances, newest first, keyset-paged |
 | ``GET /ui/workflows/{name}/instance?id=`` | one instance; ``…/live`` for its live part |
 | ``GET /ui/workflows/{name}/instance/history?id=&page=`` | its whole history, paged |
-| ``POST /ui/workflows/{name}/instance/events?id=`` / ``…/terminate?id=`` | actions |
+| ``POST /ui/workflows/{name}/instances`` | start an instance (id, params) |
+| ``POST /ui/workflows/{name}/instance/events?id=`` / ``…/terminate?id=`` | actions (terminate with a reason) |
 | ``GET /ui/triggers``, ``GET /ui/triggers/{uid}?page=`` | cron triggers and a runs ledger |
 | ``GET /ui/triggers/{uid}/run?t=`` | one run's log lines |
 | ``GET /ui/operations?page=`` | Operations, newest first |
@@ -50,6 +51,7 @@ from services import (
     instance_history,
     instance_progress,
     instance_stop,
+    instances,
 )
 from takohost.domain import deepjson, jsonstrict
 
@@ -68,7 +70,7 @@ HISTORY_PAGE = 500
 #: Step lanes drawn in the timeline (the most recent steps; the table below lists every segment).
 MAX_LANES = 60
 #: Notices after a successful action (Post/Redirect/Get), by the ``done`` query value.
-NOTICES = {"event": "Event sent.", "terminate": "Instance terminated."}
+NOTICES = {"event": "Event sent.", "terminate": "Instance terminated.", "start": "Instance started."}
 
 
 def _user() -> console_session.SignedIn:
@@ -255,9 +257,15 @@ def go_to_instance() -> flask.Response:
 @bp.get("/workflows/<ref>")
 def instances_page(ref: str) -> flask.Response:
     """A workflow's instances, newest first, filtered by ``status`` and ``prefix``, keyset-paged."""
-    user = _user()
+    return _instances_response(_user(), ref)
+
+
+def _instances_response(
+    user: console_session.SignedIn, ref: str, *, status: int = 200, start_error: str | None = None,
+    start_form: dict | None = None,
+) -> flask.Response:
     args = flask.request.args
-    status = args.get("status") or None
+    status_filter = args.get("status") or None
     prefix = args.get("prefix") or None
     page = args.get("page") or None
     with models_db.session_scope() as session:
@@ -265,19 +273,22 @@ def instances_page(ref: str) -> flask.Response:
         uid, name = workflow.uid, workflow.name
         counts = console.status_counts_txn(session, workflow_uid=uid)
         rows, next_page = console.instance_page_txn(
-            session, space=user.space, workflow_uid=uid, status=status, prefix=prefix, page_token=page
+            session, space=user.space, workflow_uid=uid, status=status_filter, prefix=prefix, page_token=page
         )
     return _render(
         "instances.html",
+        status,
         uid=name,
         workflow_uid=uid,
         name=name,
         counts=counts,
         instances=rows,
-        status=status or "",
+        status=status_filter or "",
         prefix=prefix or "",
         next_page=next_page,
         paged=page is not None,
+        start_error=start_error,
+        start_form=start_form or {},
     )
 
 
@@ -432,18 +443,48 @@ def send_event(ref: str) -> flask.Response:
 
 @bp.post("/workflows/<ref>/instance/terminate")
 def terminate(ref: str) -> flask.Response:
-    """Terminate the instance through the terminate service (waits until the stop is proven)."""
+    """Terminate the instance through the terminate service (waits until the stop is proven), with
+    the form's reason and the console's Space as the actor, both recorded in ``InstanceTerminated``."""
     user = _user()
     console_session.check_post(user)
     instance_id = flask.request.args.get("id", "")
     uid, ref = _workflow_ids(user, ref)
+    reason = flask.request.form.get("reason", "").strip() or None
     try:
-        instance_stop.terminate(space=user.space, workflow_uid=uid, instance_id=instance_id)
+        instance_stop.terminate(
+            space=user.space, workflow_uid=uid, instance_id=instance_id, reason=reason,
+            by=f"console (Space {user.space})",
+        )
     except DomainError as exc:
         return _action_failed(
-            user, ref, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc), form={}
+            user, ref, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc),
+            form={"reason": reason or ""},
         )
     return flask.redirect(instance_url(ref, instance_id, done="terminate"), 303)
+
+
+@bp.post("/workflows/<ref>/instances")
+def start_instance(ref: str) -> flask.Response:
+    """Start an instance with the form's id (optional) and params (a JSON object, optional) through
+    the create service of ``POST …/instances``; its page on success, the list with the error and
+    the form as sent otherwise."""
+    user = _user()
+    console_session.check_post(user)
+    uid, name = _workflow_ids(user, ref)
+    form = {"id": flask.request.form.get("id", "").strip(), "params": flask.request.form.get("params", "")}
+    try:
+        params = instance_common.ABSENT
+        if form["params"].strip():
+            try:
+                params = jsonstrict.loads_strict(form["params"].encode("utf-8", "surrogatepass"))
+            except ValueError as exc:
+                raise DomainError("invalid_json", f"the params are not valid JSON ({exc})") from None
+        new_id = instances.create(space=user.space, workflow_uid=uid, instance_id=form["id"] or None, params=params)
+    except DomainError as exc:
+        return _instances_response(
+            user, name, status=_status(exc), start_error=f"{exc.code}: {exc.message}", start_form=form
+        )
+    return flask.redirect(instance_url(name, new_id, done="start"), 303)
 
 
 def _status(exc: DomainError) -> int:

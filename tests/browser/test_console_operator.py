@@ -167,3 +167,42 @@ def test_go_to_an_instance_from_anywhere_and_links_by_name(stack, browser, ops):
         "var done = arguments[0]; navigator.clipboard.readText().then(done, function (e) { done('error: ' + e); });")
     assert copied == wanted, copied
 
+
+
+def test_start_with_params_and_terminate_with_a_reason(stack, browser, ops):
+    from selenium.webdriver.common.by import By
+
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-flow")
+    browser.find_element(By.CSS_SELECTOR, "details.start > summary").click()
+    browser.find_element(By.ID, "start-id").send_keys("started-1")
+    browser.find_element(By.ID, "start-params").send_keys("[1]")
+    browser.find_element(By.CSS_SELECTOR, "details.start button[type=submit]").click()
+    error = _wait(lambda: _text(browser, "[data-testid=start-error]"), what="start refused")
+    assert error.startswith("invalid_params:"), error
+    assert browser.find_element(By.ID, "start-params").get_attribute("value") == "[1]"  # kept for fixing
+    params = browser.find_element(By.ID, "start-params")
+    params.clear()
+    params.send_keys('{"note": "from the console"}')
+    browser.find_element(By.CSS_SELECTOR, "details.start button[type=submit]").click()
+    _wait(lambda: _text(browser, "[data-testid=notice]") == "Instance started.", what="started")
+    assert browser.current_url == f"{ops.url}/ui/workflows/ops-flow/instance?id=started-1&done=start"
+    assert '"note": "from the console"' in _text(browser, "[data-testid=params]")
+    _wait(lambda: "waiting" in _text(browser, "[data-testid=status]"), timeout=45, what="waiting (live)")
+
+    browser.find_element(By.ID, "term-reason").send_keys("customer cancelled the order")
+    browser.find_element(By.CSS_SELECTOR, "button.danger").click()
+    browser.switch_to.alert.accept()
+    _wait(lambda: _text(browser, "[data-testid=notice]") == "Instance terminated.", timeout=40, what="terminated")
+    ended = _text(browser, "[data-testid=terminated]")
+    assert "by console (Space ops-desk)" in ended and "“customer cancelled the order”" in ended, ended
+    assert "not finished yet" not in browser.page_source
+    history = _text(browser, "[data-testid=history]")
+    assert ('InstanceTerminated\t{"reason": "customer cancelled the order", "by": "console (Space ops-desk)"}'
+            in history), history[-600:]
+    # Through the API: the actor is recorded too.
+    ops.start("ops-flow", "api-ended")
+    ops.wait("ops-flow", "api-ended", "waiting")
+    assert ops.session.post(f"{ops.instances('ops-flow')}/api-ended/terminate").status_code == 200
+    events = ops.session.get(f"{ops.instances('ops-flow')}/api-ended/history").json()["events"]
+    assert events[-1]["attributes"] == {"by": f"API (Space {SPACE})"}
