@@ -32,6 +32,7 @@ import logging
 import urllib.parse
 
 import flask
+import markupsafe
 from werkzeug import exceptions as wz
 
 from host_api import errors
@@ -87,6 +88,25 @@ def _render(template: str, http_status: int = 200, **context) -> flask.Response:
 def _when(value: dt.datetime | str | None) -> str:
     """An instant as ``2026-12-01 16:20:05.123 UTC`` (``""`` for none)."""
     return console_where.when_text(value)
+
+
+@bp.app_template_filter("ago")
+def _ago(value: dt.datetime | str | None) -> markupsafe.Markup:
+    """An instant as ``<time>`` reading "3 min ago" / "in 2 h", its UTC instant (to the
+    millisecond) on hover; the console's script keeps the text current. ``""`` for none."""
+    if value is None or value == "":
+        return markupsafe.Markup("")
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return markupsafe.Markup("{}").format(value)
+    utc = value.astimezone(dt.UTC)
+    return markupsafe.Markup('<time datetime="{}" title="{}" data-rel>{}</time>').format(
+        utc.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        console_where.when_text(utc),
+        console_where.relative_text(utc, now=utcnow()),
+    )
 
 
 @bp.app_template_filter("pretty")
@@ -309,14 +329,14 @@ def _traceback(events: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-def _where(user: console_session.SignedIn, uid: str, instance_id: str, *, terminal: bool) -> str | None:
+def _progress(user: console_session.SignedIn, uid: str, instance_id: str, *, terminal: bool) -> dict:
+    """The progress body of a live instance (``{}`` for an ended one, or one gone since)."""
     if terminal:
-        return None
+        return {}
     try:
-        body = instance_progress.progress(space=user.space, workflow_uid=uid, instance_id=instance_id)
+        return dict(instance_progress.progress(space=user.space, workflow_uid=uid, instance_id=instance_id))
     except DomainError:  # gone since the page's other reads
-        return None
-    return console_where.where_text(dict(body))
+        return {}
 
 
 def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str) -> dict:
@@ -330,8 +350,14 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
     events, history_cut = detail["history"], detail["historyCut"]
     inbox = detail["inbox"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
-    chart = console_timeline.build(events, now=utcnow(), terminal=terminal)
+    now = utcnow()
+    chart = console_timeline.build(events, now=now, terminal=terminal)
     hidden_lanes = console_timeline.keep_recent_lanes(chart, MAX_LANES)
+    progress = _progress(user, uid, instance_id, terminal=terminal)
+    in_flight = console_where.in_flight(progress)
+    if in_flight is not None:
+        console_timeline.add_in_flight(chart, name=in_flight["name"], attempt=in_flight["attempt"],
+                                       since=in_flight["since"], now=now)
     logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)
     version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"])
     return {
@@ -347,7 +373,9 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
         "inbox": inbox,
         "timeline": chart,
         "traceback": _traceback(events),
-        "where": _where(user, uid, instance_id, terminal=terminal),
+        "where": console_where.where_text(progress) if progress else None,
+        "in_flight": in_flight,
+        "now": now,
         "logs": logs,
         "terminal": terminal,
         "version": version,

@@ -206,3 +206,44 @@ def test_start_with_params_and_terminate_with_a_reason(stack, browser, ops):
     assert ops.session.post(f"{ops.instances('ops-flow')}/api-ended/terminate").status_code == 200
     events = ops.session.get(f"{ops.instances('ops-flow')}/api-ended/history").json()["events"]
     assert events[-1]["attributes"] == {"by": f"API (Space {SPACE})"}
+
+
+def test_a_step_in_flight_relative_times_and_visible_failures(stack, browser, ops):
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    ops.start("ops-flow", "slow-1", {"slow": 60})
+    progress = f"{ops.instances('ops-flow')}/slow-1/progress"
+    _wait(lambda: ops.session.get(progress).json().get("since"), timeout=45, what="the step runs")
+    _sign_in(browser, ops)
+    try:
+        browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=slow-1")
+        where = _text(browser, "[data-testid=where]")
+        assert where.startswith("running “slow step” (attempt 1), for "), where
+        row = _text(browser, "[data-testid=in-flight]")
+        assert row.startswith("slow step") and "running attempt 1 for" in row, row
+        assert "attempt 1 of “slow step” running since" in _text(browser, "[data-testid=history-in-flight]")
+        bars = browser.find_elements(By.CSS_SELECTOR, ".lane[data-lane='slow step'] rect.seg")
+        assert [(b.get_attribute("data-kind"), b.get_attribute("data-outcome")) for b in bars] == [("attempt", "open")]
+        first = _text(browser, "[data-testid=where] .elapsed")
+        _wait(lambda: _text(browser, "[data-testid=where] .elapsed") != first, timeout=5, what="elapsed time ticks")
+
+        # Relative times, the UTC instant on hover.
+        created = browser.find_element(By.CSS_SELECTOR, "[data-testid=created] time")
+        assert re.fullmatch(r"just now|\d+ s ago", created.text), created.text
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", created.get_attribute("title"))
+        browser.get(f"{ops.url}/ui/workflows/ops-flow")
+        listed = browser.find_element(By.CSS_SELECTOR, "[data-instance=slow-1] time")
+        assert listed.text.endswith("ago") or listed.text == "just now"
+        assert listed.get_attribute("title").endswith(" UTC")
+    finally:
+        assert ops.session.post(f"{ops.instances('ops-flow')}/slow-1/terminate").status_code == 200
+
+    # A failed sub-second attempt is drawn wide enough to see and point at.
+    ops.start("ops-flow", "quick-fail", {"crash": True})
+    ops.wait("ops-flow", "quick-fail", "errored")
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=quick-fail")
+    failed = browser.find_element(By.CSS_SELECTOR, "rect.seg[data-kind=attempt][data-outcome=failed]")
+    track = browser.find_element(By.CSS_SELECTOR, ".lane[data-lane=parse] svg.track")
+    assert failed.rect["width"] >= 0.014 * track.rect["width"] and failed.rect["width"] >= 8, failed.rect

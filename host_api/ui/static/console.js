@@ -73,6 +73,38 @@
     } else { byHand(); }
   }
 
+  // Times: "3 min ago" (the UTC instant is the tooltip) and "for 12 s" of a step in flight, kept
+  // current every second (the server wrote them at render time). Mirrors where.relative_text.
+  function duration(seconds) {
+    if (seconds < 10) { return seconds.toPrecision(3).replace(/\.?0+$/, "") + " s"; }
+    if (seconds < 60) { return Math.round(seconds) + " s"; }
+    if (seconds < 3600) { return Math.floor(seconds / 60) + " min " + Math.floor(seconds % 60) + " s"; }
+    if (seconds < 86400) { return Math.floor(seconds / 3600) + " h " + Math.floor(seconds % 3600 / 60) + " min"; }
+    return Math.floor(seconds / 86400) + " d " + Math.floor(seconds % 86400 / 3600) + " h";
+  }
+  function relative(seconds) {
+    var ahead = seconds < 0, s = Math.abs(seconds), units = [[60, "s", 1], [3600, "min", 60], [86400, "h", 3600], [Infinity, "d", 86400]];
+    if (s < 5) { return "just now"; }
+    for (var i = 0; i < units.length; i++) {
+      if (s < units[i][0]) {
+        var amount = Math.floor(s / units[i][2]) + " " + units[i][1];
+        return ahead ? "in " + amount : amount + " ago";
+      }
+    }
+  }
+  function refreshTimes() {
+    var now = Date.now();
+    Array.prototype.forEach.call(document.querySelectorAll("time[data-rel]"), function (t) {
+      var at = Date.parse(t.getAttribute("datetime"));
+      if (!isNaN(at)) { t.textContent = relative((now - at) / 1000); }
+    });
+    Array.prototype.forEach.call(document.querySelectorAll(".elapsed[data-since]"), function (e) {
+      var at = Date.parse(e.getAttribute("data-since"));
+      if (!isNaN(at)) { e.textContent = duration(Math.max(0, (now - at) / 1000)); }
+    });
+  }
+  window.setInterval(refreshTimes, 1000);
+
   document.addEventListener("keydown", goShortcut);
   document.addEventListener("click", function (ev) {
     var button = ev.target.closest && ev.target.closest("button[data-copy]");
