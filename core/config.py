@@ -31,10 +31,21 @@ class Settings:
         scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
             ``wait_until`` work) may take before it is killed and recorded as a failed run
             (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
+        step_timeout_s: seconds one attempt of ``step.do`` may run, and code outside steps between
+            two step calls (``TAKOHOST_STEP_TIMEOUT_SECONDS``, ``600``; CONTRACT §8 "Attempt time
+            limit"): past it the context's child is killed and proven dead; an attempt is then a
+            failed attempt (``StepTimeout``, retried per its policy), code outside steps ends the
+            instance ``errored``/``run_threw`` (it is deterministic: a retry would run as long).
         space_max_contexts: how many replay contexts one Space may run at once across the whole
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
             same Space ends (``workers.engine.lease``; README "Production").
+        quota_live_instances, quota_stored_events, quota_log_bytes, quota_version_code_bytes,
+            quota_layer_bytes: what one Space may hold (``TAKOHOST_QUOTA_*``; ``0`` = no limit;
+            ``services.quotas``, README "Quotas"): instances not yet terminal (``10000``),
+            accepted unconsumed events (``100000``), bytes of stored log lines (``536870912``,
+            512 MiB), bytes of live WorkerVersions' module sources (``268435456``, 256 MiB) and
+            bytes of package layers (``2147483648``, 2 GiB).
     """
 
     database_url: str
@@ -45,7 +56,13 @@ class Settings:
     sweep_interval_s: float
     validation_timeout_s: float
     scheduled_timeout_s: float = 900.0
+    step_timeout_s: float = 600.0
     space_max_contexts: int = 8
+    quota_live_instances: int = 10_000
+    quota_stored_events: int = 100_000
+    quota_log_bytes: int = 512 << 20
+    quota_version_code_bytes: int = 256 << 20
+    quota_layer_bytes: int = 2 << 30
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
@@ -72,6 +89,16 @@ def _optional_float(name: str) -> float | None:
     return None if raw in (None, "") else float(raw)
 
 
+def _count(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"{name} must be 0 (no limit) or a positive integer, not {raw!r}")
+    return value
+
+
 def load_settings() -> Settings:
     """Read :class:`Settings` from the environment (no caching: tests change it)."""
     redis_url = os.environ.get("TAKOHOST_REDIS_URL") or DEFAULT_REDIS_URL
@@ -85,6 +112,12 @@ def load_settings() -> Settings:
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
         space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
+        step_timeout_s=_float("TAKOHOST_STEP_TIMEOUT_SECONDS", 600.0),
+        quota_live_instances=_count("TAKOHOST_QUOTA_LIVE_INSTANCES", 10_000),
+        quota_stored_events=_count("TAKOHOST_QUOTA_STORED_EVENTS", 100_000),
+        quota_log_bytes=_count("TAKOHOST_QUOTA_LOG_BYTES", 512 << 20),
+        quota_version_code_bytes=_count("TAKOHOST_QUOTA_VERSION_CODE_BYTES", 256 << 20),
+        quota_layer_bytes=_count("TAKOHOST_QUOTA_LAYER_BYTES", 2 << 30),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
         test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),
         test_retention_seconds=_optional_float("TAKOHOST_TEST_RETENTION_SECONDS"),

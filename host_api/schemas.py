@@ -644,6 +644,36 @@ class RunLogPage(ma.Schema):
     removedLines = fields.Integer(required=True)
 
 
+class QuotaUse(ma.Schema):
+    """One quota of a Space (``services.quotas``): what it holds and the limit (``0``: none)."""
+
+    used = fields.Integer(required=True)
+    limit = fields.Integer(required=True, metadata={"description": "0 means no limit"})
+
+
+class SpaceQuotas(ma.Schema):
+    """Every quota of a Space, by name."""
+
+    liveInstances = fields.Nested(QuotaUse, required=True, metadata={"description": "instances not yet terminal"})
+    storedEvents = fields.Nested(
+        QuotaUse, required=True, metadata={"description": "accepted sendEvent events not yet consumed"}
+    )
+    logBytes = fields.Nested(
+        QuotaUse, required=True, metadata={"description": "stored log lines: UTF-8 bytes + 64 per line"}
+    )
+    versionCodeBytes = fields.Nested(
+        QuotaUse, required=True, metadata={"description": "module sources of live WorkerVersions, bytes"}
+    )
+    layerBytes = fields.Nested(QuotaUse, required=True, metadata={"description": "package layers, bytes"})
+
+
+class SpaceUsage(ma.Schema):
+    """``{"space", "quotas"}``: what the Space holds against each quota (README "Quotas")."""
+
+    space = fields.String(required=True)
+    quotas = fields.Nested(SpaceQuotas, required=True)
+
+
 class Empty(ma.Schema):
     """``{}``."""
 

@@ -82,6 +82,18 @@ def space_layer_bytes(space: str) -> int:
         return space_layer_bytes_txn(session, space=space)
 
 
+def space_uses_layer(space: str, key: str) -> bool:
+    """Whether a live WorkerVersion of ``space`` already uses layer ``key`` (then a further
+    Version with the same pins adds no layer bytes to the Space's quota)."""
+    with models_db.session_scope() as session:
+        found = session.scalar(
+            _live_users()
+            .where(pkg_models.VersionPackages.space == space, pkg_models.VersionPackages.layer_key == key)
+            .limit(1)
+        )
+        return found is not None
+
+
 def sweep_txn(session: orm.Session, *, now: dt.datetime, grace: dt.timedelta = UNUSED_GRACE) -> list[str]:
     """Forget what deleted Versions used; mark layers no live Version uses (``unused_since``),
     unmark those used again, and delete the rows of layers unused for longer than ``grace``.

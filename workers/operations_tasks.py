@@ -44,7 +44,7 @@ from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import cron_schedules, dispatch, forms, instance_stop, operations, workflow_observer
+from services import cron_schedules, dispatch, forms, instance_stop, operations, quotas, workflow_observer
 from services import packages as package_records
 from services import resources as resource_service
 from services.celery_app import app
@@ -139,12 +139,18 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
     log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
     if kind == "delete":
         return _apply_delete(operation_id, form=form, uid=uid)
-    layer, refused = None, None
+    layer: packages.installer.Layer | None = None
+    refused: packages.PackageError | DomainError | None = None
     if form == "WorkerVersion":
         try:
             layer = packages.layer_for_spec(spec)
         except packages.PackageError as exc:
             refused = exc
+    if layer is not None and not package_records.space_uses_layer(space, layer.key):
+        try:
+            quotas.check_layer_bytes(space, adding=layer.size_bytes)
+        except DomainError as exc:  # the layer stays installed (shared, swept when unused)
+            layer, refused = None, exc
     validation = None
     if form == "WorkerVersion" and refused is None:
         validation = sandbox_host.validate_spec(
@@ -159,14 +165,12 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
         if refused is not None:  # nothing was installed: the Version is failed, like a bad import
             resource.observed = {"validated": False, "error": refused.message}
             resource.observed_at, resource.phase, resource.updated_at = now, "failed", now
-            details = {"package": refused.package} if refused.package else None
-            operations.set_state(
-                op,
-                operations.FAILED,
-                now=now,
-                effect="partial",
-                error=DomainError(refused.code, refused.message, details),
-            )
+            if isinstance(refused, DomainError):  # a quota
+                error = refused
+            else:
+                details = {"package": refused.package} if refused.package else None
+                error = DomainError(refused.code, refused.message, details)
+            operations.set_state(op, operations.FAILED, now=now, effect="partial", error=error)
             return DONE
         if layer is not None:
             package_records.record_version_layer_txn(
@@ -230,6 +234,8 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
         if form == "WorkerCronTrigger":
             cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
         resource.deleted_at, resource.updated_at = now, now
+        if form == "WorkerVersion":
+            quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
         session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == uid))
         operations.set_state(op, operations.SUCCEEDED, now=now)
         if form == "WorkerDeployment":

@@ -34,8 +34,9 @@ class Policy:
         max_file_mb: largest file a context may write, in MiB (``RLIMIT_FSIZE``; default 64).
         scratch_mb: size of the context's private ``/tmp`` in MiB (default 64).
         uid_base: first uid/gid of the per-context identities when the host runs as root
-            (default 1600000000; a context gets ``uid_base`` + its pid on the host).
-        sdk_dir: the ``takohost`` package directory mounted read-only (default: this package's).
+            (default 1600000000; a context gets ``uid_base`` + a slot of ``isolation.uids``).
+        sdk_dir: the ``takohost`` package directory on the host (default: this package's); each
+            context gets a copy at ``isolation.mounts.SDK_DIR``.
         network: ``"public"`` (default, ``TAKOHOST_SANDBOX_NETWORK``): a network namespace of its
             own whose only way out is the host's egress proxy (``isolation.network``,
             ``workers.egress``: public addresses on the allowed ports, refused otherwise), or
