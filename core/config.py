@@ -28,6 +28,9 @@ class Settings:
         lease_ttl_ms: replay-context lease time-to-live in milliseconds (``15000``).
         sweep_interval_s: seconds between beat sweeps (``5``).
         validation_timeout_s: seconds a WorkerVersion import may take (``10``).
+        validation_concurrency: import checks the validation process of each ``takohost worker``
+            runs at once (``TAKOHOST_VALIDATION_CONCURRENCY``, ``4``, at least 2); one Space runs
+            at most this minus one of them in a process (``workers.operations_tasks``).
         scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
             ``wait_until`` work) may take before it is killed and recorded as a failed run
             (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
@@ -40,6 +43,10 @@ class Settings:
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
             same Space ends (``workers.engine.lease``; README "Production").
+        space_reserved_slots: slots of the live fleet one Space never takes
+            (``TAKOHOST_SPACE_RESERVED_SLOTS``, default ``1``; ``0``: the fixed cap alone): the
+            cap is ``max(1, min(space_max_contexts, live slots - this))``, the live slots being
+            what the workers register in Redis (``services.fleet``).
     """
 
     database_url: str
@@ -50,8 +57,10 @@ class Settings:
     sweep_interval_s: float
     validation_timeout_s: float
     scheduled_timeout_s: float = 900.0
+    validation_concurrency: int = 4
     step_timeout_s: float = 600.0
     space_max_contexts: int = 8
+    space_reserved_slots: int = 1
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
@@ -90,8 +99,10 @@ def load_settings() -> Settings:
         sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
         space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
+        space_reserved_slots=max(0, int(_float("TAKOHOST_SPACE_RESERVED_SLOTS", 1))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
         step_timeout_s=_float("TAKOHOST_STEP_TIMEOUT_SECONDS", 600.0),
+        validation_concurrency=max(2, int(_float("TAKOHOST_VALIDATION_CONCURRENCY", 4))),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
         test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),
         test_retention_seconds=_optional_float("TAKOHOST_TEST_RETENTION_SECONDS"),
