@@ -334,14 +334,27 @@ def token() -> None:
 
 @token.command("create")
 @click.option("--space", required=True, help="Space the token grants (created if needed).")
-def token_create(space: str) -> None:
+@click.option("--data-dir", default=None,
+              help="Make it in the database of the `takohost dev` running on this data dir (default: "
+                   "TAKOHOST_DATABASE_URL when set, else the `takohost dev` running in ./.takohost).")
+def token_create(space: str, data_dir: str | None) -> None:
     """Create a token for SPACE and print it alone on stdout."""
+    from host_cli import devinfo
+
+    database_url = None
+    if data_dir is not None or not os.environ.get("TAKOHOST_DATABASE_URL"):
+        dev = devinfo.find_running(data_dir or devinfo.DEFAULT_DATA_DIR)
+        if dev is not None:
+            database_url = dev.database_url
+        elif data_dir is not None:
+            raise click.ClickException(
+                f"no takohost dev is running on {data_dir}: start it (`takohost dev --data-dir {data_dir}`) first")
     from models import db as models_db
     from models.errors import DomainError
     from services import tokens
 
     try:
-        with models_db.session_scope() as session:
+        with models_db.session_scope(database_url) as session:
             value = tokens.create_token_txn(session, space=space)
     except DomainError as exc:
         raise click.ClickException(f"{exc.code}: {exc.message}") from None

@@ -11,6 +11,7 @@ the pytest controller and shared by the xdist workers.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 
 import pytest
@@ -37,6 +38,10 @@ os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
 # The test-only "internet" (README "Test-only settings"): tests serve it on loopback addresses of
 # this range (tests/support/egress.py); 127.0.0.1 and the host's services stay refused.
 os.environ.setdefault("TAKOHOST_TEST_EGRESS_PUBLIC_CIDRS", "127.0.0.0/24")
+# Package layers of this run (docs/packages.md): outside the test-only directory every sandbox
+# shares read-write, so a context sees only the read-only layers mount. Removed at the end.
+if _CONTROLLER:
+    os.environ["TAKOHOST_PACKAGE_DIR"] = tempfile.mkdtemp(prefix="takohost-test-packages-")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -50,6 +55,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The controller stops what it started (the workers are gone by then)."""
     if _CONTROLLER:
         servers.stop_for_run()
+        layers_dir = os.environ.get("TAKOHOST_PACKAGE_DIR", "")
+        if os.path.basename(layers_dir).startswith("takohost-test-packages-"):
+            from workers.packages import layers
+
+            layers.discard(layers_dir)
 
 
 # Scheduling (tests/support/schedule.py): longest files first, from the last run's durations.

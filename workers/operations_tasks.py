@@ -10,9 +10,11 @@ and applies only while it is still unfinished.
 Per Form (create/update → apply the accepted spec; delete → remove):
 
 * ModuleWorker — nothing to apply.
-* WorkerVersion — import the code in the sandbox (``workers.sandbox_host.validate_spec``), record
-  ``observed``; a failed import fails the Operation (``effect: partial``: the record exists with
-  ``phase: failed``).
+* WorkerVersion — install its ``requirements`` as a layer (``workers.packages``; a pin that cannot
+  be installed fails the Operation with the package error's code, e.g. ``sdist_only``, and
+  ``details.package``), import the code in the sandbox against that layer
+  (``workers.sandbox_host.validate_spec``), record ``observed`` and the layer it uses; a failed
+  import fails the Operation (``effect: partial``: the record exists with ``phase: failed``).
 * WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
   every DurableWorkflow of the Worker is re-observed (``ready``).
 * DurableWorkflow — ``observed`` from ``workflow_observer.observe_workflow_txn``; DELETE purges
@@ -43,11 +45,12 @@ from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import cron_schedules, dispatch, forms, instance_stop, operations, workflow_observer
+from services import cron_schedules, dispatch, forms, instance_stop, operations, quotas, workflow_observer
+from services import packages as package_records
 from services import resources as resource_service
 from services.celery_app import app
 from services.telemetry import lifecycle
-from workers import cron_tasks, sandbox_host
+from workers import cron_tasks, packages, sandbox_host
 
 log = logging.getLogger(__name__)
 
@@ -214,13 +217,49 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
     log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
     if kind == "delete":
         return _apply_delete(operation_id, form=form, uid=uid)
-    validation = sandbox_host.validate_spec(spec, space=space) if form == "WorkerVersion" else None
+    layer: packages.installer.Layer | None = None
+    refused: packages.PackageError | DomainError | None = None
+    if form == "WorkerVersion":
+        try:
+            layer = packages.layer_for_spec(spec)
+        except packages.PackageError as exc:
+            refused = exc
+    if layer is not None and not package_records.space_uses_layer(space, layer.key):
+        try:
+            quotas.check_layer_bytes(space, adding=layer.size_bytes)
+        except DomainError as exc:  # the layer stays installed (shared, swept when unused)
+            layer, refused = None, exc
+    validation = None
+    if form == "WorkerVersion" and refused is None:
+        validation = sandbox_host.validate_spec(
+            spec, space=space, packages=None if layer is None else layer.name
+        )
     with models_db.session_scope() as session:
         loaded = _running_txn(session, operation_id)
         if loaded is None:
             return DONE
         op, resource = loaded
         now = utcnow()
+        if refused is not None:  # nothing was installed: the Version is failed, like a bad import
+            resource.observed = {"validated": False, "error": refused.message}
+            resource.observed_at, resource.phase, resource.updated_at = now, "failed", now
+            if isinstance(refused, DomainError):  # a quota
+                error = refused
+            else:
+                details = {"package": refused.package} if refused.package else None
+                error = DomainError(refused.code, refused.message, details)
+            operations.set_state(op, operations.FAILED, now=now, effect="partial", error=error)
+            return DONE
+        if layer is not None:
+            package_records.record_version_layer_txn(
+                session,
+                version_uid=resource.uid,
+                space=resource.space,
+                key=layer.key,
+                requirements=list(layer.requirements),
+                packages=list(layer.packages),
+                size_bytes=layer.size_bytes,
+            )
         if validation is not None and validation.error is not None:
             resource.observed, resource.observed_at, resource.phase = validation.observed, now, "failed"
             resource.updated_at = now
@@ -273,6 +312,8 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
         if form == "WorkerCronTrigger":
             cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
         resource.deleted_at, resource.updated_at = now, now
+        if form == "WorkerVersion":
+            quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
         session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == uid))
         operations.set_state(op, operations.SUCCEEDED, now=now)
         if form == "WorkerDeployment":

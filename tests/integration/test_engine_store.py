@@ -12,8 +12,9 @@ import pytest
 
 from models.base import utcnow
 from services import dispatch, instance_events, instance_history, instances
+from takohost.domain import decide
 from tests.support import workflows
-from workers.engine import decide, store
+from workers.engine import store
 
 SOURCE = """
 class W:

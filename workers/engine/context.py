@@ -26,20 +26,10 @@ from core import config
 from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, instance_stop
-from takohost.domain import documents, identifiers, retry
-from takohost.runtime import protocol, tracebacks
+from takohost.domain import commits, decide, history, replay_order
+from takohost.runtime import parent, protocol, tracebacks
 from workers import sandbox_host, tenant_logs
-from workers.engine import (
-    children,
-    commits,
-    decide,
-    heartbeat,
-    history,
-    observe,
-    replay_order,
-    sandbox,
-    store,
-)
+from workers.engine import children, heartbeat, observe, sandbox, store
 from workers.engine import lease as lease_mod
 
 log = logging.getLogger(__name__)
@@ -424,14 +414,8 @@ class ReplayContext:
             return False
 
     def _failure(self, message: dict) -> tuple[str, str]:
-        """``(reason, message)`` of a ``run_failed``: ``step_failed`` only when its ``step`` names a
-        ``do`` step recorded as failed (the child is untrusted, PROTOCOL.md); else ``run_threw``."""
-        if message["reason"] == "step_failed":
-            record = self.steps.get(message.get("step", ""))
-            if record is None or record.kind != "do" or record.state != "failed":
-                text = f"the workflow process reported step_failed for a step that did not fail: {message['message']}"
-                return "run_threw", text
-        return message["reason"], message["message"]
+        """``(reason, message)`` of a ``run_failed`` (``parent.run_failure``)."""
+        return parent.run_failure(message, self.steps)
 
     def _send(self, message: dict) -> None:
         """Send a frame to the child; the first answer to a step once replay has asked for every
@@ -468,26 +452,10 @@ class ReplayContext:
 
     # -- steps --------------------------------------------------------------------------------------
     def _request(self, message: dict) -> decide.Request:
-        kind, name = message["op"], message["name"]
-        if "argsError" in message:
-            return decide.Request(kind=kind, name=name, args_error=message["argsError"])
         try:
-            if kind == "do":
-                return decide.Request(
-                    kind=kind, name=name, policy=retry.parse_retry_policy(message["policy"])
-                )
-            if kind == "sleep":
-                return decide.Request(
-                    kind=kind, name=name, seconds=identifiers.validate_sleep_seconds(message["seconds"])
-                )
-            return decide.Request(
-                kind=kind,
-                name=name,
-                event_type=message["type"],
-                timeout_seconds=identifiers.validate_timeout_seconds(message["timeoutSeconds"]),
-            )
-        except TypeError as exc:  # the child validated these: it is lying
-            raise _Violation(f"invalid {kind} arguments: {exc}") from None
+            return parent.step_request(message)
+        except parent.ProtocolViolation as exc:
+            raise _Violation(str(exc)) from None
 
     def _step(self, message: dict) -> None:
         request = self._request(message)
@@ -574,13 +542,7 @@ class ReplayContext:
                 break
             except sandbox.ChildGone:  # the effect took its process down: a failed attempt
                 died = True
-                outcome = decide.decide_outcome(
-                    attempt=decision.attempt,
-                    policy=decision.policy,
-                    ok=False,
-                    now=self.clock(),
-                    error={"type": "ProcessDied", "message": "the process running the effect died"},
-                )
+                outcome = parent.died_outcome(decision, now=self.clock())
                 break
             if message["op"] == "binding":
                 self._binding(message)
@@ -617,20 +579,11 @@ class ReplayContext:
         ):  # the last attempt died with its process: step_failed is recorded, a fresh context replays it
             dispatch.run_context(self.pk)
             raise _Stop("restart")
+        assert isinstance(outcome, decide.AttemptSucceeded | decide.AttemptFailedFinal)
+        self.steps[name] = parent.record_after_attempt(name, decision=decision, outcome=outcome)
         if isinstance(outcome, decide.AttemptSucceeded):
-            self.steps[name] = decide.StepRecord(
-                name=name, kind="do", state="succeeded", attempts=decision.attempt, result=outcome.result
-            )
             self._send({"op": "resolve", "result": outcome.result})
         else:
-            assert isinstance(outcome, decide.AttemptFailedFinal)
-            self.steps[name] = decide.StepRecord(
-                name=name,
-                kind="do",
-                state="failed",
-                attempts=decision.attempt,
-                error={"message": outcome.message},
-            )
             self._send({"op": "raise", "error": "step_failed", "message": outcome.message})
 
     def _log_attempt(self, name: str, attempt: int, outcome: decide.Outcome) -> None:
@@ -646,30 +599,8 @@ class ReplayContext:
         self.logs.step, self.logs.attempt = None, None
 
     def _outcome(self, message: dict, decision: decide.RunEffect) -> decide.Outcome:
-        """The attempt's outcome from the child's ``effect_result``; the result is validated as a
-        document here too (the child is untrusted; CONTRACT §5: a non-document is a failed attempt).
-        A failure's ``traceback`` is re-checked (``tracebacks.clean_frames``) and kept for history."""
-        ok, result, error = message["ok"], message.get("result"), message.get("error")
-        if not ok and error is not None:
-            error = {"type": error["type"], "message": error["message"]}
-            frames = tracebacks.clean_frames(message["error"].get("traceback"))
-            if frames:
-                error["traceback"] = frames
-        if ok:
-            try:
-                documents.canonical_document(result, allow_none=True)
-            except documents.InvalidDocument as exc:
-                ok, error = False, {"type": "InvalidDocument", "message": str(exc)}
-            except documents.DocumentTooLargeError as exc:
-                ok, error = False, {"type": "DocumentTooLarge", "message": str(exc)}
-        return decide.decide_outcome(
-            attempt=decision.attempt,
-            policy=decision.policy,
-            ok=ok,
-            result=result if ok else None,
-            error=error,
-            now=self.clock(),
-        )
+        """The attempt's outcome from the child's ``effect_result`` (``parent.attempt_outcome``)."""
+        return parent.attempt_outcome(message, decision=decision, now=self.clock())
 
     def _complete_sleep(self, request: decide.Request, decision: decide.CompleteSleep) -> None:
         assert self.store is not None
@@ -693,7 +624,7 @@ class ReplayContext:
             self._send({"op": "resolve", "result": payload})
             return
         if result == "timed_out":
-            message = f"no {decision.event_type!r} event arrived within {decision.timeout_seconds} s"
+            message = parent.wait_timeout_message(decision)
             self.steps[name] = decide.StepRecord(
                 name=name, kind="wait", state="failed", error={"message": message}
             )
@@ -742,10 +673,9 @@ class ReplayContext:
 
     # -- ends -----------------------------------------------------------------------------------------
     def _returned(self, output: object) -> str:
-        try:
-            documents.canonical_document(output, allow_none=True)
-        except (documents.InvalidDocument, documents.DocumentTooLargeError) as exc:
-            return self._end_errored("run_threw", f"run returned a value that is not a document: {exc}")
+        problem = parent.output_problem(output)
+        if problem is not None:
+            return self._end_errored("run_threw", problem)
         self._stop_child(release=False)
         assert self.store is not None
         self.store.commit_terminal(status="complete", output=output, now=self.clock())  # type: ignore[arg-type]
@@ -762,9 +692,7 @@ class ReplayContext:
         )
         self._stop_child(release=False)
         assert self.store is not None
-        error = {"reason": reason}
-        if message:
-            error["message"] = protocol.safe_text(message)
+        error = parent.errored_error(reason, message)
         details = {"traceback": frames} if frames else None
         self.store.commit_terminal(status="errored", error=error, now=self.clock(), details=details)
         return "errored"
