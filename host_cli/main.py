@@ -242,8 +242,10 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
 
     if validation:  # issue 24 item 3: several import checks at once, no Space takes them all
         from core import config
+        from workers.engine import sandbox
 
         pool, concurrency = "threads", max(2, config.load_settings().validation_concurrency)
+        sandbox.get_zygote()  # started before the first check, which then only forks
     if pool == "solo":
         if concurrency != 1:
             raise click.UsageError("a supervised solo process runs one task at a time (--concurrency 1)")
