@@ -305,3 +305,35 @@ def test_usage_route_shows_every_quota_and_the_layer_hook(client, space_token, m
     assert other.status_code == 404 and other.get_json()["error"]["code"] == "not_found"
     assert client.get(f"/v2/spaces/{space}/usage?x=1", headers=headers(token, None)).status_code == 400
     assert client.get(f"/v2/spaces/{space}/usage").status_code == 401
+
+
+CREATOR = """
+from takohost import BackendUnavailable
+class Creator:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        def spawn():
+            try:
+                self.env.PEERS.create(id="over")
+                return {"created": True}
+            except BackendUnavailable as e:
+                return {"refused": e.name}
+        return step.do("spawn", spawn)
+"""
+
+
+def test_a_binding_create_over_the_quota_reaches_tenant_code_as_backend_unavailable(
+    db_url, space_token, driver, monkeypatch
+):
+    space, _ = space_token
+    monkeypatch.setenv("TAKOHOST_QUOTA_LIVE_INSTANCES", "2")
+    peers = workflows.deploy(db_url, space=space, source=NAP, class_name="Nap")
+    creator = workflows.deploy(db_url, space=space, source=CREATOR, class_name="Creator", bindings={"PEERS": peers.workflow})
+    instances.create(space=space, workflow_uid=peers.workflow, instance_id="p")
+    instances.create(space=space, workflow_uid=creator.workflow, instance_id="c")  # the second live one
+    driver.run()
+    assert instances.status(space=space, workflow_uid=creator.workflow, instance_id="c") == {
+        "status": "complete",
+        "output": {"refused": "backend_unavailable"},
+    }
+    assert _refused(instances.get, space=space, workflow_uid=peers.workflow, instance_id="over").code == "unknown_instance"
