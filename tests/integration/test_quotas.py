@@ -337,3 +337,32 @@ def test_a_binding_create_over_the_quota_reaches_tenant_code_as_backend_unavaila
         "output": {"refused": "backend_unavailable"},
     }
     assert _refused(instances.get, space=space, workflow_uid=peers.workflow, instance_id="over").code == "unknown_instance"
+
+
+CRON_PRINTER = """
+def scheduled(event, env, ctx):
+    for i in range(1000):
+        print(f"cron {i:04d} " + "y" * 90)
+"""
+
+
+def test_cron_delivery_lines_count_toward_the_log_quota_with_one_marker(db_url, space_token, monkeypatch):
+    from tests.integration.test_cron_support import at, create_stack, decide
+    from workers import cron_tasks
+
+    space, _ = space_token
+    line_bytes = 100 + log_sql.LINE_OVERHEAD_BYTES
+    monkeypatch.setenv("TAKOHOST_QUOTA_LOG_BYTES", str(300 * line_bytes))
+    minute = "2030-03-04T10:05:00Z"
+    stack = create_stack(
+        db_url, space=space, cron="*/5 * * * *", source=CRON_PRINTER, now=at(minute) - dt.timedelta(seconds=30)
+    )
+    [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(match_pk) == "ok"
+    lines = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute, limit=1000)["logs"]
+    tenant = [line["message"] for line in lines if line["stream"] == "stdout"]
+    assert tenant == [f"cron {i:04d} " + "y" * 90 for i in range(300)]
+    assert [line["message"] for line in lines if line["stream"] == "host"] == [
+        "700 lines dropped: the Space's log quota"
+    ]
+    assert assert_counters_exact(db_url, space)[quotas.LOG_BYTES] >= 300 * line_bytes
