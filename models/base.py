@@ -1,8 +1,5 @@
-"""Declarative base, portable column types and the constraint naming convention.
-
-The schema runs on Postgres in production and on SQLite in ``takohost dev``; every type
-here works on both.
-"""
+"""Declarative base, column types and the constraint naming convention (Postgres only: the
+embedded default is a real PostgreSQL, docs/spec/architecture.md#ar-embedded)."""
 
 from __future__ import annotations
 
@@ -45,7 +42,7 @@ class ScalarText(sa.types.TypeDecorator):
 
 
 class UTCDateTime(sa.types.TypeDecorator):
-    """A timezone-aware UTC ``datetime`` on every backend (SQLite drops the zone)."""
+    """A timezone-aware UTC ``datetime`` (``timestamptz``); a naive one is refused when bound."""
 
     impl = sa.DateTime
     cache_ok = True
@@ -61,11 +58,7 @@ class UTCDateTime(sa.types.TypeDecorator):
         return value.astimezone(dt.UTC)
 
     def process_result_value(self, value: dt.datetime | None, dialect: sa.Dialect) -> dt.datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=dt.UTC)
-        return value.astimezone(dt.UTC)
+        return None if value is None else value.astimezone(dt.UTC)
 
 
 #: JSON stored as text (Postgres ``json``, not ``jsonb``): ``jsonb`` rejects ``\u0000`` in strings,

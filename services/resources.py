@@ -274,19 +274,10 @@ def _flush(session: orm.Session) -> None:
 
 
 def constraint_name(exc: sa_exc.IntegrityError) -> str | None:
-    """The violated constraint's name (Postgres diagnostics; SQLite message fallback)."""
+    """The violated constraint's name, from the Postgres error's diagnostics (``None`` when the
+    driver gave none)."""
     diag = getattr(exc.orig, "diag", None)
-    name = getattr(diag, "constraint_name", None)
-    if name:
-        return name
-    text = str(exc.orig)
-    if "resources.space, resources.name" in text:
-        return "uq_resources_live_name"
-    if "resources.worker_uid" in text:
-        return "uq_resources_live_deployment"
-    if "operations.resource_uid" in text:
-        return "uq_operations_active_resource"
-    return None
+    return getattr(diag, "constraint_name", None)
 
 
 def replace_refs_txn(session: orm.Session, *, source_uid: str, refs: list[forms.Ref]) -> None:

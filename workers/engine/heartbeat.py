@@ -138,11 +138,6 @@ class Heartbeat:
         if hinted is not None and hinted >= watched.renewed_at:
             self._wake.set()
 
-    def watched_pks(self) -> set[int]:
-        """The instance pks of the contexts watched now."""
-        with self._lock:
-            return {w.instance_pk for w in self._watched}
-
     def notify(self, instance_pks: set[int]) -> bool:
         """A stop hint for ``instance_pks``: beat now if one of them is watched here (True). Each
         hint is remembered for :data:`HINT_MEMORY_S` seconds, for a context that registers later."""

@@ -15,13 +15,10 @@ from __future__ import annotations
 import logging
 
 import psycopg
-import sqlalchemy as sa
 from celery import signals
 
 from core import config
-from models import db as models_db
 from models import instance_sql
-from models import instances as inst_models
 from services.celery_app import app
 from services.dispatch import RUN_CONTEXT
 from workers.engine import children, context, sandbox, store
@@ -35,31 +32,25 @@ _spaces: dict[tuple[str, int], str] = {}
 
 def space_of(instance_pk: int, settings: config.Settings) -> str | None:
     """The Space of instance ``instance_pk`` (``None``: no such instance — the context then finds it
-    not runnable). Postgres: one indexed read on this process's context connection (remembered
-    per process); other
-    databases (the embedded SQLite): through SQLAlchemy. Database errors propagate (the task
-    fails like a context that cannot read its instance; the sweep dispatches it again)."""
+    not runnable): one indexed read on this process's context connection, remembered per process
+    (an instance never changes Space and Postgres never reuses a pk, an identity sequence), so a
+    re-dispatched deferred instance costs no read. Database errors propagate (the task fails like a
+    context that cannot read its instance; the sweep dispatches it again)."""
     url = settings.database_url
-    if url.startswith("postgresql"):
-        # An instance never changes Space and Postgres never reuses a pk (an identity sequence):
-        # remembered for this process, so a re-dispatched deferred instance costs no read.
-        cached = _spaces.get((url, instance_pk))
-        if cached is not None:
-            return cached
-        try:
-            row = store.connection_for(url).execute(instance_sql.SELECT_SPACE, {"pk": instance_pk}).fetchone()
-        except psycopg.Error:
-            store.discard_connection(url)
-            raise
-        if row is None:
-            return None
-        if len(_spaces) >= SPACE_CACHE_SIZE:
-            _spaces.clear()
-        _spaces[(url, instance_pk)] = row[0]
-        return row[0]
-    table = inst_models.Instance.__table__
-    with models_db.session_scope(url) as session:
-        return session.scalar(sa.select(table.c.space).where(table.c.pk == instance_pk))
+    cached = _spaces.get((url, instance_pk))
+    if cached is not None:
+        return cached
+    try:
+        row = store.connection_for(url).execute(instance_sql.SELECT_SPACE, {"pk": instance_pk}).fetchone()
+    except psycopg.Error:
+        store.discard_connection(url)
+        raise
+    if row is None:
+        return None
+    if len(_spaces) >= SPACE_CACHE_SIZE:
+        _spaces.clear()
+    _spaces[(url, instance_pk)] = row[0]
+    return row[0]
 
 
 @app.task(name=RUN_CONTEXT, ignore_result=True)
