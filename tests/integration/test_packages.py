@@ -53,6 +53,15 @@ def wheelhouse(tmp_path, monkeypatch):
     return house
 
 
+@pytest.fixture()
+def own_package_dir(tmp_path, monkeypatch) -> str:
+    """A package directory of this test alone (other test processes install into the run's at
+    the same time), for tests that never import in the sandbox (it mounts the run's)."""
+    path = str(tmp_path / "packages")
+    monkeypatch.setenv("TAKOHOST_PACKAGE_DIR", path)
+    return path
+
+
 def _layers_state() -> tuple[set[str], set[str]]:
     """(index entries, staging entries other than lock files) of this run's package directory."""
     root = os.environ["TAKOHOST_PACKAGE_DIR"]
@@ -71,7 +80,9 @@ def _install(pins_list: list[str]):
     return installer.install(pins.parse_requirements(pins_list))
 
 
-def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_layer(wheelhouse) -> None:
+def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_layer(
+    wheelhouse, own_package_dir
+) -> None:
     layer = _install(["tako-app==1.0"])
     assert sorted((p["name"], p["version"]) for p in layer.packages) == [
         ("tako-app", "1.0"),
@@ -105,7 +116,7 @@ def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_la
     ],
 )
 def test_pins_that_cannot_install_fail_with_a_code_naming_the_package_and_leave_nothing(
-    wheelhouse, pins_list: list[str], code: str, package: str, fragment: str
+    wheelhouse, own_package_dir, pins_list: list[str], code: str, package: str, fragment: str
 ) -> None:
     from workers.packages import resolve
 
@@ -118,7 +129,7 @@ def test_pins_that_cannot_install_fail_with_a_code_naming_the_package_and_leave_
     assert not (wheelhouse.parent / "sdist-ran").exists()  # the sdist's build code never ran
 
 
-def test_a_layer_over_the_size_quota_is_refused(wheelhouse, monkeypatch) -> None:
+def test_a_layer_over_the_size_quota_is_refused(wheelhouse, own_package_dir, monkeypatch) -> None:
     from workers.packages import resolve
 
     monkeypatch.setenv("TAKOHOST_PACKAGE_LAYER_MAX_BYTES", "100")
@@ -176,7 +187,7 @@ def test_two_versions_pinned_to_different_versions_of_a_package_each_see_their_o
 
 
 def test_a_version_whose_pins_cannot_install_fails_with_the_code_and_changes_nothing(
-    wheelhouse, client, space_token, db_url
+    wheelhouse, own_package_dir, client, space_token, db_url
 ) -> None:
     space, token = space_token
     worker = create_ok(client, space, token, "ModuleWorker", {})
