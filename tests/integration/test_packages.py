@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.integration.test_resources_support import create_ok, headers, post, settle, version_spec
-from tests.support import wheels
+from tests.support import wheels, workflows
 
 pytestmark = pytest.mark.usefixtures("no_dispatch")
 
@@ -237,3 +237,38 @@ def test_the_sweep_removes_a_layer_an_hour_after_its_last_version_is_deleted(
     sweep.sweep(now=now + dt.timedelta(minutes=61), force=True)
     assert not os.path.exists(layer.path)
     assert layer.path.rsplit("/", 1)[1] not in _layers_state()[0]
+
+
+def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
+    wheelhouse, driver, space, db_url
+):
+    """A Version validated elsewhere (its layer is not on this machine): the context installs it
+    on first use and its step runs with the package (``sandbox_host.packages_name``)."""
+    from models import db as models_db
+    from models import resources as res_models
+    from services import instances
+    from workers import sandbox_host
+    from workers.packages import config, layers
+
+    wheels.build_wheel(wheelhouse, name="tako-late", version="1.0", files={"tako_late.py": "WORD = 'late'\n"})
+    source = (
+        "import tako_late\n"
+        "class LateWorkflow:\n"
+        "    def __init__(self, env): pass\n"
+        "    def run(self, event, step):\n"
+        "        return step.do('read', lambda: {'word': tako_late.WORD})\n"
+    )
+    deployed = workflows.deploy(db_url, space=space, source=source, class_name="LateWorkflow")
+    with models_db.session_scope(db_url) as session:
+        version = session.get(res_models.Resource, deployed.version)
+        version.spec = {**version.spec, "requirements": ["tako-late==1.0"]}
+    layer = _install(["tako-late==1.0"])
+    layers.remove(config.current().package_dir, layer.key)  # "another machine" validated it
+    sandbox_host._packages.clear()
+    assert not os.path.exists(layer.path)
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="late-1", now=driver.clock())
+    driver.run()
+    status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id="late-1")
+    assert status["status"] == "complete", status
+    assert status["output"] == {"word": "late"}
+    assert os.path.isdir(layer.path)
