@@ -239,6 +239,27 @@ def test_the_sweep_removes_a_layer_an_hour_after_its_last_version_is_deleted(
     assert layer.path.rsplit("/", 1)[1] not in _layers_state()[0]
 
 
+def test_the_sweep_cleans_what_a_crashed_install_left_in_staging(own_package_dir) -> None:
+    import time
+
+    from models.base import utcnow
+    from workers.packages import layers, sweep
+
+    layers.prepare(own_package_dir)
+    staging = layers.staging_dir(own_package_dir)
+    old_dir, old_lock = os.path.join(staging, "install-crashed"), os.path.join(staging, "f" * 64 + ".lock")
+    new_dir = os.path.join(staging, "install-running")
+    for path in (old_dir, new_dir):
+        os.makedirs(os.path.join(path, "layer", "pkg"))
+        os.chmod(os.path.join(path, "layer", "pkg"), 0o555)
+    open(old_lock, "w").close()
+    two_hours_ago = time.time() - 7200
+    for path in (old_dir, old_lock):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    sweep.sweep(now=utcnow(), force=True)
+    assert sorted(os.listdir(staging)) == ["install-running"]
+
+
 def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
     wheelhouse, driver, space, db_url
 ):
