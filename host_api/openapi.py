@@ -264,7 +264,7 @@ def _paths() -> dict[str, dict]:
             "parameters": [SPACE],
             "get": {
                 "summary": "what the Space holds against each of its quotas",
-                "responses": {"200": _json("SpaceUsage", "usage and limits"), **_errors()},
+                "responses": {"200": _json("SpaceUsage", "usage and limits"), **_errors("invalid_request")},
             },
         },
         "/v2/spaces/{space}/operations/{op_id}": {

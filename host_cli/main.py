@@ -240,6 +240,12 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _check_sandbox(metrics_port)
     from services.celery_app import app
 
+    if validation:  # issue 24 item 3: several import checks at once, no Space takes them all
+        from core import config
+        from workers.engine import sandbox
+
+        pool, concurrency = "threads", max(2, config.load_settings().validation_concurrency)
+        sandbox.get_zygote()  # started before the first check, which then only forks
     if pool == "solo":
         if concurrency != 1:
             raise click.UsageError("a supervised solo process runs one task at a time (--concurrency 1)")
@@ -251,6 +257,10 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _start_control_process(loglevel)  # issue 15 item 6
     queue = (app.conf.takohost_control_queue if control
              else app.conf.takohost_validation_queue if validation else app.conf.task_default_queue)
+    if not (control or validation):  # its slots count in the live fleet the per-Space cap follows
+        from services import fleet
+
+        fleet.register(slots=concurrency)
     app.worker_main(["worker", f"--pool={pool}", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
                      "-Q", queue, "--without-gossip", "--without-mingle",
                      "--without-heartbeat"])

@@ -5,10 +5,12 @@ is one primary-key read, never a count over a table:
 
 * ``live_instances`` (instances not ``complete``/``errored``/``terminated``), ``stored_events``
   (accepted, unconsumed sendEvent events: the sum of ``instances.inbox_count``) and the instances'
-  share of ``log_bytes`` (the sum of ``instances.log_bytes``) are maintained by statement-level
-  triggers on ``instances`` (migration ``0005_space_quotas``): every insert, update and delete of
+  share of ``log_bytes`` (the sum of ``instances.log_bytes``) are maintained by triggers on
+  ``instances`` (migrations ``0005_space_quotas``, ``0006_space_usage_update_trigger``): every insert, update and delete of
   instances (creates, engine commits, terminations, retention and DELETE purges) adjusts them in
-  the same transaction, once per statement;
+  the same transaction (inserts and deletes once per statement; an update by a row trigger that
+  fires only when it changes a counted column — keep such updates to one row per statement, so
+  the instance row is always locked before its Space's usage row);
 * ``log_bytes`` also counts cron deliveries' lines, added by the delivery log statement
   (``models.log_sql``), and ``version_code_bytes`` (the module sources of live WorkerVersions)
   is charged when a Version is accepted and released when its delete is applied

@@ -56,7 +56,7 @@ from services import (
     instances,
     quotas,
 )
-from takohost.domain import deepjson, jsonstrict
+from takohost.domain import deepjson, divergence, jsonstrict
 
 log = logging.getLogger(__name__)
 
@@ -376,6 +376,7 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
         "inbox": inbox,
         "timeline": chart,
         "traceback": _traceback(events),
+        "diverged": divergence.divergence_text(events),
         "where": console_where.where_text(progress) if progress else None,
         "in_flight": in_flight,
         "now": now,

@@ -22,6 +22,7 @@ from tests.browser.test_console_browser import _create, _text, _wait
 from tests.support import workflows
 
 SOURCE = '''
+import random
 import time
 
 class Ops:
@@ -32,6 +33,9 @@ class Ops:
         p = event.get("params") or {}
         if p.get("crash"):
             step.do("parse", lambda: int("x'<y>"), {"maxAttempts": 1})
+        if p.get("random"):  # not deterministic: a new name on every replay
+            step.do("r-%d" % random.randrange(10**9), lambda: {"n": 1})
+            step.sleep("nap", 1)
         if p.get("slow"):
             step.do("slow step", lambda: time.sleep(p["slow"]))
         return step.wait_for_event("go", {"type": "go", "timeoutSeconds": 3600})
@@ -247,3 +251,15 @@ def test_a_step_in_flight_relative_times_and_visible_failures(stack, browser, op
     failed = browser.find_element(By.CSS_SELECTOR, "rect.seg[data-kind=attempt][data-outcome=failed]")
     track = browser.find_element(By.CSS_SELECTOR, ".lane[data-lane=parse] svg.track")
     assert failed.rect["width"] >= 0.014 * track.rect["width"] and failed.rect["width"] >= 8, failed.rect
+
+
+def test_a_replay_divergence_is_flagged(stack, browser, ops):
+    ops.start("ops-flow", "dice", {"random": True})
+    ops.wait("ops-flow", "dice", "waiting")
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=dice")
+    flagged = _text(browser, "[data-testid=diverged]")
+    assert flagged.startswith("replay diverged at step 'r-"), flagged
+    assert "replay skipped" in flagged and "not deterministic" in flagged
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=json-2")
+    assert _text(browser, "[data-testid=diverged]") == ""

@@ -293,3 +293,29 @@ def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
     assert status["status"] == "complete", status
     assert status["output"] == {"word": "late"}
     assert os.path.isdir(layer.path)
+
+
+def test_a_version_whose_new_layer_would_pass_the_spaces_layer_quota_fails_and_a_shared_one_does_not(
+    wheelhouse, client, space_token, monkeypatch
+) -> None:
+    """The layer-bytes quota (issue 24 item 4) counts the distinct layers a Space's live Versions
+    use: a second Version with the same pins adds nothing; one that needs a new layer over the
+    quota fails its Operation with ``quota_exceeded`` and is never validated."""
+    space, token = space_token
+    one = _install(["tako-greet==1.0"]).size_bytes
+    monkeypatch.setenv("TAKOHOST_QUOTA_LAYER_BYTES", str(one))
+    worker = create_ok(client, space, token, "ModuleWorker", {})
+    create_ok(client, space, token, "WorkerVersion", _spec(worker, ["tako-greet==1.0"], SEES))
+    create_ok(client, space, token, "WorkerVersion", _spec(worker, ["tako-greet==1.0"], SEES + "\n"))
+    response = post(client, space, token, "WorkerVersion", _spec(worker, ["tako-greet==2.0"], SEES))
+    op = settle(response.get_json()["id"])
+    assert op["state"] == "failed"
+    assert op["error"]["code"] == "quota_exceeded"
+    assert op["error"]["details"] == {"quota": "layerBytes", "current": one, "limit": one}
+    version = client.get(
+        f"/v2/spaces/{space}/resources/{op['resourceUid']}", headers=headers(token, None)
+    ).get_json()
+    assert version["phase"] == "failed" and "workflowClasses" not in version["observed"]
+    from services import packages as package_records
+
+    assert package_records.space_layer_bytes(space) == one

@@ -305,3 +305,64 @@ def test_usage_route_shows_every_quota_and_the_layer_hook(client, space_token, m
     assert other.status_code == 404 and other.get_json()["error"]["code"] == "not_found"
     assert client.get(f"/v2/spaces/{space}/usage?x=1", headers=headers(token, None)).status_code == 400
     assert client.get(f"/v2/spaces/{space}/usage").status_code == 401
+
+
+CREATOR = """
+from takohost import BackendUnavailable
+class Creator:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        def spawn():
+            try:
+                self.env.PEERS.create(id="over")
+                return {"created": True}
+            except BackendUnavailable as e:
+                return {"refused": e.name}
+        return step.do("spawn", spawn)
+"""
+
+
+def test_a_binding_create_over_the_quota_reaches_tenant_code_as_backend_unavailable(
+    db_url, space_token, driver, monkeypatch
+):
+    space, _ = space_token
+    monkeypatch.setenv("TAKOHOST_QUOTA_LIVE_INSTANCES", "2")
+    peers = workflows.deploy(db_url, space=space, source=NAP, class_name="Nap")
+    creator = workflows.deploy(db_url, space=space, source=CREATOR, class_name="Creator", bindings={"PEERS": peers.workflow})
+    instances.create(space=space, workflow_uid=peers.workflow, instance_id="p")
+    instances.create(space=space, workflow_uid=creator.workflow, instance_id="c")  # the second live one
+    driver.run()
+    assert instances.status(space=space, workflow_uid=creator.workflow, instance_id="c") == {
+        "status": "complete",
+        "output": {"refused": "backend_unavailable"},
+    }
+    assert _refused(instances.get, space=space, workflow_uid=peers.workflow, instance_id="over").code == "unknown_instance"
+
+
+CRON_PRINTER = """
+def scheduled(event, env, ctx):
+    for i in range(1000):
+        print(f"cron {i:04d} " + "y" * 90)
+"""
+
+
+def test_cron_delivery_lines_count_toward_the_log_quota_with_one_marker(db_url, space_token, monkeypatch):
+    from tests.integration.test_cron_support import at, create_stack, decide
+    from workers import cron_tasks
+
+    space, _ = space_token
+    line_bytes = 100 + log_sql.LINE_OVERHEAD_BYTES
+    monkeypatch.setenv("TAKOHOST_QUOTA_LOG_BYTES", str(300 * line_bytes))
+    minute = "2030-03-04T10:05:00Z"
+    stack = create_stack(
+        db_url, space=space, cron="*/5 * * * *", source=CRON_PRINTER, now=at(minute) - dt.timedelta(seconds=30)
+    )
+    [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(match_pk) == "ok"
+    lines = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute, limit=1000)["logs"]
+    tenant = [line["message"] for line in lines if line["stream"] == "stdout"]
+    assert tenant == [f"cron {i:04d} " + "y" * 90 for i in range(300)]
+    assert [line["message"] for line in lines if line["stream"] == "host"] == [
+        "700 lines dropped: the Space's log quota"
+    ]
+    assert assert_counters_exact(db_url, space)[quotas.LOG_BYTES] >= 300 * line_bytes
