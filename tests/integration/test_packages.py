@@ -319,3 +319,26 @@ def test_a_version_whose_new_layer_would_pass_the_spaces_layer_quota_fails_and_a
     from services import packages as package_records
 
     assert package_records.space_layer_bytes(space) == one
+
+
+def test_a_cron_delivery_imports_its_versions_packages(wheelhouse, space, db_url) -> None:
+    """The ``scheduled`` handler of a Version with requirements finds its layer too (the same job
+    builder as replay contexts, ``sandbox_host.job_message``)."""
+    from models import db as models_db
+    from models import resources as res_models
+    from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of
+    from workers import cron_tasks
+
+    wheels.build_wheel(wheelhouse, name="tako-cron", version="1.0", files={"tako_cron.py": "READY = True\n"})
+    handler = "import tako_cron\n\ndef scheduled(event, env, ctx):\n    assert tako_cron.READY\n"
+    minute = "2030-03-04T10:05:00Z"
+    stack = create_stack(
+        db_url, space=space, cron="*/5 * * * *", source=handler, now=at(minute) - dt.timedelta(seconds=30)
+    )
+    with models_db.session_scope(db_url) as session:
+        version = session.get(res_models.Resource, stack.version_uid)
+        version.spec = {**version.spec, "requirements": ["tako-cron==1.0"]}
+    _install(["tako-cron==1.0"])
+    recorded = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(recorded[0][0]) == "ok"
+    assert [(d.outcome, d.error) for d in deliveries_of(db_url, recorded[0][0])] == [("ok", None)]
