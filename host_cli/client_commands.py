@@ -22,6 +22,7 @@ from host_cli import deploy as deploy_engine
 from host_cli import instances as cli_instances
 from host_cli import logs as cli_logs
 from host_cli import manifest as manifests
+from host_cli import versions as cli_versions
 
 __all__ = ["register"]
 
@@ -101,6 +102,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     resource_commands.workflows,
     resource_commands.triggers,
     resource_commands.resources,
+    cli_versions.versions,
 )
 
 
