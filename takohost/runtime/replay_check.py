@@ -26,9 +26,14 @@ from typing import Any, Protocol
 from takohost.domain import decide, retry
 from takohost.runtime import parent, protocol
 
-__all__ = ["Child", "Divergence", "RecordedStep", "Replay", "ReplayResult", "steps_of"]
+__all__ = ["CandidateFailed", "Child", "Divergence", "RecordedStep", "Replay", "ReplayResult", "steps_of"]
 
 _TERMINAL = ("complete", "errored", "terminated")
+
+
+class CandidateFailed(RuntimeError):
+    """The candidate could not be replayed at all: its main module did not import, or its class
+    could not be constructed (the message says which, with the error)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,8 +218,9 @@ class Replay:
 
     def serve(self, child: Child) -> ReplayResult:
         """Answer ``child`` from the history until a divergence, the first step without a
-        recorded result, or the end of ``run``. Raises ``RuntimeError`` for a child that breaks
-        the protocol, ``TimeoutError`` from ``child.recv``."""
+        recorded result, or the end of ``run``. Raises :class:`CandidateFailed` when the code does
+        not import or construct, ``RuntimeError`` for a child that breaks the protocol,
+        ``TimeoutError`` from ``child.recv``."""
         try:
             return self._serve(child)
         except (protocol.ProtocolError, parent.ProtocolViolation) as exc:
@@ -285,6 +291,8 @@ class Replay:
         elif message["op"] == "run_returned":
             outcome = {"status": "complete", "output": message["output"]}
         elif message["op"] == "run_failed":
+            if message["phase"] in ("import", "construct"):
+                raise CandidateFailed(f"the candidate failed at {message['phase']}: {message['message']}")
             reason, text = parent.run_failure(message, self.by_name)
             outcome = {"status": "errored", "error": parent.errored_error(reason, text)}
         else:

@@ -98,8 +98,9 @@ def replay(
 ) -> replay_check.ReplayResult:
     """Replay ``history_file`` against ``target`` (a workflow class, a deployable directory or
     ``testing.workflow(...)``) and return the :class:`ReplayResult` (see the module doc). Raises
-    ``ValueError`` for a file that is not a history, ``TimeoutError`` for code that runs
-    ``timeout`` s without a step request."""
+    ``ValueError`` for a file that is not a history, ``replay_check.CandidateFailed`` when the
+    code does not import or construct, ``TimeoutError`` for code that runs ``timeout`` s without a
+    step request."""
     from takohost import testing
 
     spec = target if isinstance(target, _instance.Workflow) else testing.workflow(target, class_name=class_name, env=env)
