@@ -22,7 +22,7 @@ from takohost.runtime import protocol, replay_check
 from workers import sandbox_host
 from workers.engine import sandbox, store
 
-__all__ = ["CheckResult", "check_history"]
+__all__ = ["CheckResult", "check_history", "check_spec"]
 
 #: The child's watchdog during a check: it kills itself this long after the parent's last frame.
 WATCHDOG_SECONDS = 10.0
@@ -76,10 +76,37 @@ def check_history(
     (``events`` as the HTTP history serves them, ``status`` its ``{"status", "output"?,
     "error"?}``) in a sandbox child. Never raises for what the candidate does: an import error, a
     protocol violation, a crash or the ``time_limit`` (seconds) is ``error``."""
-    started = time.monotonic()
     spec = store.backend_for(database_url).load_version(version_uid)
     if spec is None:
         return CheckResult("error", f"no WorkerVersion {version_uid}", 0.0)
+    return check_spec(
+        version_uid=version_uid,
+        spec=spec,
+        class_name=class_name,
+        instance_id=instance_id,
+        events=events,
+        status=status,
+        zygote=zygote,
+        space=space,
+        time_limit=time_limit,
+    )
+
+
+def check_spec(
+    *,
+    version_uid: str,
+    spec: dict,
+    class_name: str,
+    instance_id: str,
+    events: list[dict],
+    status: dict | None,
+    zygote: sandbox.Zygote,
+    space: str | None = None,
+    time_limit: float = 10.0,
+) -> CheckResult:
+    """:func:`check_history` for a Version ``spec`` already read (``mainModule``, ``modules``,
+    ``vars``, ``workflowBindings``)."""
+    started = time.monotonic()
     bindings = {b["name"]: b["resource"]["resourceUid"] for b in spec.get("workflowBindings") or []}
     version = sandbox_host.VersionChoice(uid=version_uid, spec=spec, bindings=bindings)
     event: dict[str, Any] = {"instanceId": instance_id}
