@@ -62,6 +62,8 @@ class Instance(Base):
     next_sequence: Mapped[int] = mapped_column(sa.BigInteger, default=1)
     inbox_count: Mapped[int] = mapped_column(sa.Integer, default=0)
     inbox_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    #: Bytes of the instance's stored log lines (``models.usage``: counted toward the Space's quota).
+    log_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0, server_default="0")
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     lifetime_ends_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)

@@ -130,6 +130,60 @@ def workflow_txn(session: orm.Session, *, space: str, uid: str) -> res_models.Re
     return instance_common.workflow_txn(session, space=space, workflow_uid=uid)
 
 
+def workflow_by_ref_txn(session: orm.Session, *, space: str, ref: str) -> res_models.Resource:
+    """The live DurableWorkflow of ``space`` whose UID, else whose name, is ``ref`` (console URLs
+    name a workflow, ``/ui/workflows/order-fulfilment``; UIDs keep working). One indexed query.
+
+    Raises DomainError ``not_found``.
+    """
+    rows = session.scalars(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.space == space,
+            res_models.Resource.form == "DurableWorkflow",
+            res_models.Resource.deleted_at.is_(None),
+            sa.or_(res_models.Resource.uid == ref, res_models.Resource.name == ref),
+        )
+    ).all()
+    for row in sorted(rows, key=lambda r: r.uid != ref):  # a UID match first
+        return row
+    raise DomainError("not_found", f"no DurableWorkflow named {ref!r} in this Space")
+
+
+class FoundInstance(TypedDict):
+    """An instance found by id across the Space's workflows (the console's "go to instance")."""
+
+    workflowName: str
+    workflowUid: str
+    id: str
+    status: str
+    createdAt: dt.datetime
+
+
+def find_instance_txn(session: orm.Session, *, space: str, instance_id: str) -> list[FoundInstance]:
+    """Every instance with id ``instance_id`` in any live DurableWorkflow of ``space``, by workflow
+    name: one query on the ``(workflow_uid, instance_id)`` unique index.
+
+    Raises DomainError ``invalid_request`` (not an instance id).
+    """
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    table = inst_models.Instance.__table__
+    resource = res_models.Resource
+    rows = session.execute(
+        sa.select(resource.name, resource.uid, table.c.instance_id, table.c.status, table.c.created_at)
+        .join(table, table.c.workflow_uid == resource.uid)
+        .where(
+            resource.space == space,
+            resource.form == "DurableWorkflow",
+            resource.deleted_at.is_(None),
+            table.c.instance_id == instance_id,
+        )
+        .order_by(resource.name)
+    ).all()
+    return [
+        FoundInstance(workflowName=r[0], workflowUid=r[1], id=r[2], status=r[3], createdAt=r[4]) for r in rows
+    ]
+
+
 def status_counts_txn(session: orm.Session, *, workflow_uid: str) -> dict[str, int]:
     """Instances of ``workflow_uid`` per status (all seven, zeros included)."""
     counts = dict.fromkeys(inst_models.STATUSES, 0)
@@ -198,7 +252,9 @@ def instance_detail_txn(
 ) -> dict:
     """An instance as the console shows it: ``{"id", "status", "params"?, "output"?, "error"?,
     "createdAt", "updatedAt", "terminalAt"?, "lifetimeEndsAt", "versionUid"?, "inboxCount",
-    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut", "inbox": [...]}``
+    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut", "inbox": [...],
+    "terminated"}`` (``terminated``: the ``InstanceTerminated`` attributes, ``{"reason"?, "by"?}``,
+    of a terminated instance, else None)
     (times are aware datetimes; ``steps`` are the step rows by first use: ``{"name", "kind", "state", "attempts",
     "config"?, "wakeAt"?, "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``; ``history`` the
     first ``history_cap`` history events as the API serves them, ``historyCut`` when more exist;
@@ -246,6 +302,15 @@ def instance_detail_txn(
     body["history"], body["historyCut"] = instance_history.events_txn(
         session, instance_pk=row.pk, after=0, size=history_cap
     )
+    body["terminated"] = None
+    if row.status == "terminated":  # who ended it and why: its InstanceTerminated (the last event)
+        event = inst_models.HistoryEvent
+        body["terminated"] = session.scalar(
+            sa.select(event.attributes)
+            .where(event.instance_pk == row.pk, event.event_type == "InstanceTerminated")
+            .order_by(event.event_id.desc())
+            .limit(1)
+        ) or {}
     body["inbox"] = []  # as GET …/events serves it (instance_events.inbox), from the same rows
     for event in session.scalars(
         sa.select(inst_models.InboxEvent)

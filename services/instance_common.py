@@ -100,3 +100,16 @@ def instance_txn(
     if instance is None:
         raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
     return instance
+
+
+def delete_instances_txn(session: orm.Session, pks: list[int]) -> None:
+    """Delete the instances ``pks`` and every row that hangs off them (history, steps, inbox,
+    timers), in ``session``'s transaction: retention's purge and a workflow's deletion share it."""
+    for model in (
+        inst_models.HistoryEvent,
+        inst_models.Step,
+        inst_models.InboxEvent,
+        inst_models.Timer,
+    ):
+        session.execute(sa.delete(model).where(model.instance_pk.in_(pks)))
+    session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(pks)))

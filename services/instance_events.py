@@ -28,7 +28,7 @@ from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import dispatch, instance_common
+from services import dispatch, instance_common, quotas
 from services import idempotency as idempotency_service
 from services.telemetry import lifecycle
 from takohost.domain import deepjson
@@ -61,7 +61,8 @@ def send_event(
 
     Raises DomainError: ``invalid_request`` (bad type), ``invalid_params`` / ``document_too_large``
     (payload), ``not_found`` (also while the DurableWorkflow is being deleted), ``unknown_instance``,
-    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``.
+    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``, ``quota_exceeded``
+    (the Space's ``storedEvents`` quota is reached; a direct delivery is never refused).
     """
     now = now or utcnow()
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
@@ -105,11 +106,13 @@ def send_event(
         full = None if direct else inbox_rules.queue_full(count=row.inbox_count, total_bytes=row.inbox_bytes, size=size)
         if full is not None:
             raise DomainError("event_queue_full", full)
+        if not direct:
+            quotas.check_stored_events_txn(session, space=space)
         _accept_event_txn(
             session, row=row, event_type=event_type, payload=payload, size=size, now=now, wait_name=wait_name
         )
     if direct:
-        dispatch.run_context(row.pk)
+        dispatch.run_context(row.pk, space=space)
     lifecycle.event_sent(
         space=space, workflow_uid=workflow_uid, instance_id=instance_id, event_type=event_type, woke=direct, at=now
     )

@@ -6,6 +6,8 @@ The file is parsed with :mod:`tomllib` against a **closed** schema (an unknown t
 an error, like the Forms' closed specs), and every rule the host would check later is checked
 here first, so that a typo fails before any request is sent::
 
+    requirements = ["requests==2.32.3"]  # optional, before any table: exact pins (docs/packages.md)
+
     [worker]
     name = "orders"               # ModuleWorker resource name (CONTRACT §2.2 name rule)
     main = "main.py"              # WorkerVersion mainModule (default "main.py")
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from takohost.domain import documents, identifiers
+from takohost.domain import requirements as pins
 
 __all__ = [
     "MANIFEST_FILE",
@@ -66,7 +69,7 @@ _MAX_NAME = 63
 _DEPLOYMENT_SUFFIX = "-deployment"
 _DIGEST_CHARS = 12
 
-_TOP_KEYS = frozenset({"worker", "vars", "workflows", "triggers"})
+_TOP_KEYS = frozenset({"requirements", "worker", "vars", "workflows", "triggers"})
 _WORKER_KEYS = frozenset({"name", "main", "description"})
 _WORKFLOW_KEYS = frozenset({"name", "class", "binding"})
 _TRIGGER_KEYS = frozenset({"name", "cron"})
@@ -113,7 +116,8 @@ class TriggerDecl:
 class Manifest:
     """A parsed ``takohost.toml`` (see the module docstring for the file format).
 
-    ``variables`` is the ``[vars]`` table (name → JSON value, already checked as a document).
+    ``variables`` is the ``[vars]`` table (name → JSON value, already checked as a document);
+    ``requirements`` the top-level pins as written (checked by ``takohost.domain.requirements``).
     """
 
     worker: str
@@ -122,6 +126,7 @@ class Manifest:
     variables: dict[str, Any] = field(default_factory=dict, hash=False)
     workflows: tuple[WorkflowDecl, ...] = ()
     triggers: tuple[TriggerDecl, ...] = ()
+    requirements: tuple[str, ...] = ()
 
     @property
     def deployment_name(self) -> str:
@@ -214,7 +219,12 @@ def _parse_document(data: dict[str, Any], check_cron: CronCheck | None) -> Manif
     worker = data.get("worker")
     if not isinstance(worker, dict):
         raise ManifestError("worker", "a [worker] table with at least `name` is required")
+    if "requirements" in worker:
+        raise ManifestError(
+            "worker.requirements", "`requirements = [...]` belongs at the top of the file, before [worker]"
+        )
     _closed(worker, _WORKER_KEYS, where="worker")
+    requirements = _requirements(data.get("requirements", []))
     name = _resource_name(worker, "name", where="worker")
     main = _string(worker, "main", where="worker", default="main.py")
     if identifiers.MODULE_NAME_RE.match(main) is None:
@@ -238,9 +248,21 @@ def _parse_document(data: dict[str, Any], check_cron: CronCheck | None) -> Manif
         variables=variables,
         workflows=workflows,
         triggers=triggers,
+        requirements=requirements,
     )
     _check_unique(manifest)
     return manifest
+
+
+def _requirements(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ManifestError("requirements", "must be an array of strings like \"requests==2.32.3\"")
+    try:
+        pins.parse_requirements(value)
+    except pins.RequirementError as exc:
+        where = "requirements" if exc.index is None else f"requirements[{exc.index + 1}]"
+        raise ManifestError(where, exc.message) from None
+    return tuple(value)
 
 
 def _closed(table: dict[str, Any], allowed: frozenset[str], *, where: str) -> None:

@@ -23,12 +23,13 @@ class Cli:
     space: str
     token: str
 
-    def run(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess[str]:
         env = {
             **os.environ,
             "TAKOHOST_URL": self.url,
             "TAKOHOST_SPACE": self.space,
             "TAKOHOST_TOKEN": self.token,
+            **(env or {}),
         }
         return subprocess.run(
             [sys.executable, "-m", "host_cli", *args],
@@ -39,9 +40,9 @@ class Cli:
             check=False,
         )
 
-    def ok(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def ok(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess[str]:
         """Run and require exit status 0 (failing with the command's output otherwise)."""
-        result = self.run(*args, timeout=timeout)
+        result = self.run(*args, timeout=timeout, env=env)
         assert result.returncode == 0, f"{args} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
         assert "Traceback" not in result.stderr
         return result

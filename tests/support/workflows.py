@@ -290,7 +290,7 @@ class Driver:
         self.zygote = zygote
         self.clock = clock or Clock()
         self.settings = settings or config.load_settings()
-        monkeypatch.setattr(dispatch, "run_context", self.queue.append)
+        monkeypatch.setattr(dispatch, "run_context", lambda pk, **_: self.queue.append(pk))
         monkeypatch.setattr(dispatch, "run_contexts", lambda pks: self.queue.extend(pks) or len(pks))
 
     def run(self, *, limit: int = 2000) -> list[str]:

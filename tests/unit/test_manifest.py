@@ -259,6 +259,7 @@ def test_load_reports_a_missing_file(tmp_path: pathlib.Path) -> None:
             [("daily-report", "ReportWorkflow", "REPORTS")],
             [("nightly-report-schedule", "0 2 * * *")],
         ),
+        ("rate-alert", "rates", [("rate-alert", "RateAlertWorkflow", None)], []),
     ],
 )
 def test_examples_are_valid_projects(example: str, worker: str, workflows: list, triggers: list) -> None:

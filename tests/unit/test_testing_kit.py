@@ -234,3 +234,18 @@ def test_the_readme_example_runs_as_written(monkeypatch):
     namespace: dict = {}
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
     namespace["test_an_unshipped_order_is_refunded_after_seven_days"]()
+
+
+def test_the_approvals_readme_test_kit_example_runs_as_written(monkeypatch):
+    """examples/approvals/README.md shows reminders through the test kit instead of asking the
+    user to edit the takohost.toml the tests pin: its snippet, run as written from the repo root."""
+    import re
+
+    text = (APPROVALS / "README.md").read_text(encoding="utf-8")
+    snippet = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    exec(compile(snippet, "examples/approvals/README.md", "exec"), namespace)
+    tests = [f for name, f in namespace.items() if name.startswith("test_")]
+    assert len(tests) == 1
+    tests[0]()

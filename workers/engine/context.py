@@ -55,6 +55,16 @@ class _Violation(Exception):
     """The child broke the protocol (it is untrusted: the instance ends ``run_threw``)."""
 
 
+class _Overtime(Exception):
+    """Internal: the child ran past ``settings.step_timeout_s`` (an attempt of ``step.do``, or
+    code outside steps between two step calls) without its next frame (CONTRACT §8 "Attempt time
+    limit")."""
+
+
+#: The name of the attempt time limit's setting, as its errors name it.
+STEP_TIMEOUT_SETTING = "TAKOHOST_STEP_TIMEOUT_SECONDS"
+
+
 #: Re-exported for callers that pick a Version uid without loading it (tests of the weights).
 pick_version = sandbox_host.pick_version
 
@@ -98,6 +108,9 @@ class ReplayContext:
         self.eager_granted = False  # PROTOCOL.md "Eager first attempts"
         self.want_code = False  # PROTOCOL.md "Compiled modules": this context's job asked for them
         self.asking = ""  # the step name of the request being answered
+        #: Monotonic deadline of the code the child runs outside steps (reset by every answer to a
+        #: step call; ``None`` before the job is sent): ``settings.step_timeout_s`` after it.
+        self.outside_deadline: float | None = None
         self.observer = observe.ContextObserver(instance_pk)  # metrics, trace, log fields
 
     # -- the whole context --------------------------------------------------------------------------
@@ -117,7 +130,12 @@ class ReplayContext:
 
     def _run_admitted(self) -> str:
         self.lease_taken = time.monotonic()
-        admitted = self.leases.admit(self.pk, space=self.space, cap=self.settings.space_max_contexts)
+        admitted = self.leases.admit(
+            self.pk,
+            space=self.space,
+            cap=self.settings.space_max_contexts,
+            reserved=self.settings.space_reserved_slots,
+        )
         if not isinstance(admitted, lease_mod.Lease):
             return admitted  # "busy", or "deferred": the Space runs its cap of contexts (lease.py)
         self.lease = admitted
@@ -198,6 +216,7 @@ class ReplayContext:
             with self.observer.spawn():
                 self.child = children.take_child(self.zygote, self._job(snapshot, version), space=snapshot.space)
             self.job_sent = time.monotonic()
+            self.outside_deadline = self.job_sent + self.settings.step_timeout_s
         # The lifetime ends the instance even when no Version can run it (no code runs for that).
         if not self.store.start(version_uid=None if version is None else version.uid, now=self.clock()):
             return "not_runnable"
@@ -255,20 +274,30 @@ class ReplayContext:
         sandbox_host.remember_code(self.version.uid, message["modules"])
 
     # -- the message loop --------------------------------------------------------------------------
-    def _recv(self) -> dict:
+    def _recv(self, deadline: float | None = None) -> dict:
         """The child's next message but ``log`` frames, which go to :attr:`logs` (written at
-        most ``tenant_logs.FLUSH_SECONDS`` after they arrived, while waiting here)."""
+        most ``tenant_logs.FLUSH_SECONDS`` after they arrived, while waiting here).
+
+        ``deadline`` (monotonic seconds; default :attr:`outside_deadline`): no frame but logs by
+        then raises :class:`_Overtime` (the attempt time limit)."""
         assert self.child is not None
+        if deadline is None:
+            deadline = self.outside_deadline
         while True:
             try:
                 self._take_egress()
                 # With egress its records are taken at least every flush interval, too.
                 limit = None if self.child.egress is None else tenant_logs.FLUSH_SECONDS
                 timeout = limit if self.logs is None else self.logs.wait_timeout(limit)
+                if deadline is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    timeout = left if timeout is None else min(timeout, left)
                 message = protocol.check_child_message(self.child.recv(timeout))
             except TimeoutError:
                 if self.logs is not None:
                     self.logs.flush_due()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _Overtime from None
                 continue
             except protocol.ProtocolError as exc:
                 raise _Violation(str(exc)) from None
@@ -367,6 +396,15 @@ class ReplayContext:
             return self._end_errored(
                 "run_threw", "the workflow process exited without a result (os._exit or a crash)"
             )
+        except _Overtime:
+            # Code outside steps is deterministic (seed 000): a fresh context would run as long.
+            limit = self.settings.step_timeout_s
+            log.warning("code outside steps ran past the limit", extra={"instance": self.pk, "seconds": limit})
+            return self._end_errored(
+                "run_threw",
+                f"StepTimeout: code outside steps ran past {STEP_TIMEOUT_SETTING}={limit:g} "
+                "without calling a step",
+            )
 
     def _fenced_meanwhile(self) -> bool:
         try:
@@ -388,6 +426,9 @@ class ReplayContext:
             if grant is not None:
                 message = {**message, "eager": grant}
                 self.eager_granted = True
+        if message["op"] in _STEP_ANSWERS and message["op"] != "run_effect":
+            # The child's code outside steps runs again from here, until its next step call.
+            self.outside_deadline = time.monotonic() + self.settings.step_timeout_s
         try:
             self.child.send(message)
         except sandbox.ChildGone:
@@ -475,10 +516,30 @@ class ReplayContext:
             self.logs.step, self.logs.attempt = name, decision.attempt
         if not eager:  # an eager child already runs it
             self._send({"op": "run_effect", "attempt": decision.attempt})
+        deadline = time.monotonic() + self.settings.step_timeout_s
         died = False
         while True:
             try:
-                message = self._recv()
+                message = self._recv(deadline)
+            except _Overtime:  # past the attempt time limit: the child is killed below, then recorded
+                died = True
+                limit = self.settings.step_timeout_s
+                log.warning(
+                    "step attempt ran past the limit",
+                    extra={"instance": self.pk, "step": name, "attempt": decision.attempt, "seconds": limit},
+                )
+                outcome = decide.decide_outcome(
+                    attempt=decision.attempt,
+                    policy=decision.policy,
+                    ok=False,
+                    now=self.clock(),
+                    error={
+                        "type": "StepTimeout",
+                        "message": f"step {name!r} attempt {decision.attempt} exceeded "
+                        f"{STEP_TIMEOUT_SETTING}={limit:g}",
+                    },
+                )
+                break
             except sandbox.ChildGone:  # the effect took its process down: a failed attempt
                 died = True
                 outcome = parent.died_outcome(decision, now=self.clock())
@@ -694,9 +755,7 @@ def run_context(
     ``space`` (the instance's Space) puts the context under ``settings.space_max_contexts``:
     that Space at its cap → ``"deferred"`` at once (``lease.LeaseStore.admit``)."""
     settings = settings or config.load_settings()
-    leases = lease_mod.store_for(
-        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
-    )
+    leases = lease_mod.store_for_settings(settings)
     started = time.perf_counter()
     context = ReplayContext(
         instance_pk=instance_pk,
