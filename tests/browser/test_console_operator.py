@@ -18,7 +18,7 @@ import requests
 
 from models import db as models_db
 from services import tokens
-from tests.browser.test_console_browser import _create, _text, _wait
+from tests.browser.test_console_browser import CONTRAST_JS, _create, _text, _wait
 from tests.support import workflows
 
 SOURCE = '''
@@ -90,6 +90,11 @@ def ops(stack):
         def status(self, name: str, instance_id: str) -> str:
             quoted = urllib.parse.quote(instance_id, safe="")
             return api.get(f"{self.instances(name)}/{quoted}").json()["status"]
+
+        def status_or_none(self, name: str, instance_id: str) -> str | None:
+            quoted = urllib.parse.quote(instance_id, safe="")
+            answer = api.get(f"{self.instances(name)}/{quoted}")
+            return answer.json()["status"] if answer.status_code == 200 else None
 
         def wait(self, name: str, instance_id: str, wanted: str, timeout: float = 45) -> None:
             _wait(lambda: self.status(name, instance_id) == wanted, timeout=timeout, what=f"{instance_id} {wanted}")
@@ -320,3 +325,53 @@ def test_cron_next_matches_last_outcome_lateness_and_unknown_runs(stack, browser
     skipped_at = (day - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert requests.get(f"{ops.url}/ui/triggers/{ops.trigger_uid}/run?t={skipped_at}", cookies=cookies,
                         timeout=10).status_code == 200
+
+
+def _pages(ops) -> list[str]:
+    base = ops.url
+    return [
+        f"{base}/ui/workflows", f"{base}/ui/workflows/ops-flow", f"{base}/ui/workflows/ops-flow/instance?id=json-1",
+        f"{base}/ui/workflows/ops-flow/instance?id=json-2", f"{base}/ui/workflows/ops-flow/instance/history?id=json-1",
+        f"{base}/ui/triggers", f"{base}/ui/triggers/{ops.trigger_uid}", f"{base}/ui/operations",
+        f"{base}/ui/go?id=twin",
+    ]
+
+
+def test_a_phone_width_never_scrolls_sideways(stack, browser, ops):
+    for instance_id, params in (("json-1", {"crash": True}), ("json-2", {})):  # when run alone
+        if ops.status_or_none("ops-flow", instance_id) is None:
+            ops.start("ops-flow", instance_id, params)
+    _sign_in(browser, ops)
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+    try:
+        wide = {}
+        for url in [f"{ops.url}/ui/"] + _pages(ops):
+            browser.get(url)
+            width = browser.execute_script("return document.documentElement.scrollWidth")
+            if width > 390:
+                wide[url] = (width, browser.execute_script(
+                    "return Array.from(document.querySelectorAll('body *')).filter(function (e) {"
+                    " return e.getBoundingClientRect().right > 391; }).slice(0, 6).map(function (e) {"
+                    " return e.tagName + '.' + e.className + '#' + (e.id || ''); });"))
+        assert wide == {}, wide
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_dark_mode_follows_the_system(stack, browser, ops):
+    _sign_in(browser, ops)
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        for url in _pages(ops):
+            browser.get(url)
+            background = browser.execute_script("return getComputedStyle(document.documentElement).backgroundColor")
+            assert background == "rgb(13, 17, 23)", (url, background)
+            low = browser.execute_script(CONTRAST_JS)
+            assert low == [], (url, low[:5])
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    browser.get(f"{ops.url}/ui/workflows")
+    assert browser.execute_script("return getComputedStyle(document.documentElement).backgroundColor") == \
+        "rgb(255, 255, 255)"
