@@ -28,6 +28,9 @@ class Settings:
         lease_ttl_ms: replay-context lease time-to-live in milliseconds (``15000``).
         sweep_interval_s: seconds between beat sweeps (``5``).
         validation_timeout_s: seconds a WorkerVersion import may take (``10``).
+        validation_concurrency: import checks the validation process of each ``takohost worker``
+            runs at once (``TAKOHOST_VALIDATION_CONCURRENCY``, ``4``, at least 2); one Space runs
+            at most this minus one of them in a process (``workers.operations_tasks``).
         scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
             ``wait_until`` work) may take before it is killed and recorded as a failed run
             (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
@@ -40,6 +43,10 @@ class Settings:
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
             same Space ends (``workers.engine.lease``; README "Production").
+        space_reserved_slots: slots of the live fleet one Space never takes
+            (``TAKOHOST_SPACE_RESERVED_SLOTS``, default ``1``; ``0``: the fixed cap alone): the
+            cap is ``max(1, min(space_max_contexts, live slots - this))``, the live slots being
+            what the workers register in Redis (``services.fleet``).
         quota_live_instances, quota_stored_events, quota_log_bytes, quota_version_code_bytes,
             quota_layer_bytes: what one Space may hold (``TAKOHOST_QUOTA_*``; ``0`` = no limit;
             ``services.quotas``, README "Quotas"): instances not yet terminal (``10000``),
@@ -56,8 +63,10 @@ class Settings:
     sweep_interval_s: float
     validation_timeout_s: float
     scheduled_timeout_s: float = 900.0
+    validation_concurrency: int = 4
     step_timeout_s: float = 600.0
     space_max_contexts: int = 8
+    space_reserved_slots: int = 1
     quota_live_instances: int = 10_000
     quota_stored_events: int = 100_000
     quota_log_bytes: int = 512 << 20
@@ -111,8 +120,10 @@ def load_settings() -> Settings:
         sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
         space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
+        space_reserved_slots=max(0, int(_float("TAKOHOST_SPACE_RESERVED_SLOTS", 1))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
         step_timeout_s=_float("TAKOHOST_STEP_TIMEOUT_SECONDS", 600.0),
+        validation_concurrency=max(2, int(_float("TAKOHOST_VALIDATION_CONCURRENCY", 4))),
         quota_live_instances=_count("TAKOHOST_QUOTA_LIVE_INSTANCES", 10_000),
         quota_stored_events=_count("TAKOHOST_QUOTA_STORED_EVENTS", 100_000),
         quota_log_bytes=_count("TAKOHOST_QUOTA_LOG_BYTES", 512 << 20),

@@ -26,7 +26,7 @@ from host_cli import client as http
 from host_cli import common
 from host_cli import logs as cli_logs
 from host_cli.errors import CommandFailed
-from takohost.domain import deepjson, jsonstrict
+from takohost.domain import deepjson, divergence, jsonstrict
 
 __all__ = ["instances", "status_alias"]
 
@@ -135,9 +135,12 @@ def progress_detail(progress: dict[str, Any]) -> str | None:
     return text
 
 
-def _print_instance(console: Console, answer: dict[str, Any], detail: str | None = None) -> None:
+def _print_instance(
+    console: Console, answer: dict[str, Any], detail: str | None = None, *, diverged: str | None = None
+) -> None:
     """Print an instance answer (``{"id", "status", "output"?, "error"?}``) as a two-column table,
-    with ``detail`` (:func:`status_detail`) under the status."""
+    with ``detail`` (:func:`status_detail`) under the status and ``diverged`` (the replay
+    divergence of its history, ``takohost.domain.divergence``) flagged in yellow."""
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -145,6 +148,8 @@ def _print_instance(console: Console, answer: dict[str, Any], detail: str | None
     table.add_row("status", _status_text(answer.get("status", "?")))
     if detail:
         table.add_row("detail", escape(common.visible(detail)))
+    if diverged:
+        table.add_row("warning", f"[yellow]{escape(common.visible(diverged))}[/yellow]")
     if "output" in answer:
         table.add_row("output", escape(common.visible(common.compact(answer["output"]))))
     if "error" in answer:
@@ -263,7 +268,7 @@ def _status(
             if where:
                 detail = where + (f"; last completed step: {last!r}" if last else "")
         console = common.stdout_console()
-        _print_instance(console, answer, detail)
+        _print_instance(console, answer, detail, diverged=divergence.divergence_text(events))
         console.print(f"console: {escape(common.console_url(api, workflow=workflow_name, instance_id=instance_id))}",
                       soft_wrap=True)
         cli_logs.print_failure(answer, events)

@@ -112,7 +112,7 @@ def send_event(
             session, row=row, event_type=event_type, payload=payload, size=size, now=now, wait_name=wait_name
         )
     if direct:
-        dispatch.run_context(row.pk)
+        dispatch.run_context(row.pk, space=space)
     lifecycle.event_sent(
         space=space, workflow_uid=workflow_uid, instance_id=instance_id, event_type=event_type, woke=direct, at=now
     )

@@ -158,7 +158,7 @@ def create(
                 raise DomainError("backend_unavailable", "generated instance id collided; retry")
             raise DomainError("instance_exists", "an instance with this id exists (ids are retained)")
     lifecycle.created(space=space, workflow_uid=workflow_uid, instance_id=instance_id, at=now)
-    dispatch.run_context(pk)
+    dispatch.run_context(pk, space=space)
     return instance_id
 
 

@@ -34,6 +34,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import logging
+import threading
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -79,13 +80,90 @@ def reconcile_operation(self, operation_id: str) -> str:  # noqa: ANN001 - Celer
 @app.task(name=dispatch.VALIDATE_VERSION, bind=True, ignore_result=True)
 def validate_version(self, operation_id: str) -> str:  # noqa: ANN001 - Celery's bound task
     """Reconcile WorkerVersion Operation ``operation_id``, its import check included (the
-    validation process: ``services.celery_app.VALIDATION_TASKS``)."""
-    started = utcnow()
-    outcome = reconcile(operation_id, validate=True)
+    validation process: ``services.celery_app.VALIDATION_TASKS``), under the per-Space share of
+    the process's import checks (:class:`ValidationShare`): over it, ``deferred`` — the message
+    is sent again after ``DEFER_DELAY_S`` and nothing runs now."""
+    space = _operation_space(operation_id)
+    settings = config.load_settings()
+    if space is not None and not SHARE.enter(space, operation_id, slots=settings.validation_concurrency):
+        # A message with an ETA is a deferred (or retried) one coming back: it keeps its chain going.
+        if self.request.eta is not None or SHARE.defer(operation_id):
+            self.apply_async(args=[operation_id], countdown=DEFER_DELAY_S)
+        return DEFERRED
+    try:
+        started = utcnow()
+        outcome = reconcile(operation_id, validate=True)
+    finally:
+        if space is not None:
+            SHARE.leave(space, operation_id)
     lifecycle.operation_reconciled(operation_id, since=started)
     if outcome == RETRY:
         self.apply_async(args=[operation_id], countdown=RETRY_DELAY_S)
     return outcome
+
+
+#: Outcome of a validation over its Space's share (sent again after ``DEFER_DELAY_S``).
+DEFERRED = "deferred"
+#: Seconds before a deferred validation's message comes back (a Celery countdown: short).
+DEFER_DELAY_S = 0.5
+
+
+class ValidationShare:
+    """Fair share of one validation process's import checks between Spaces (issue 24 item 3).
+
+    The process runs ``slots`` checks at once (``settings.validation_concurrency``, Celery's
+    threads pool); one Space runs at most ``slots - 1`` of them, so another Space's Version is
+    checked at once beside a Space's slow imports (each bounded by ``TAKOHOST_VALIDATION_TIMEOUT_S``)
+    instead of after them, first come first served. Per process, which is enough: every process
+    keeps a check free for other Spaces. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, set[str]] = {}
+        self._deferred: set[str] = set()
+
+    def enter(self, space: str, operation_id: str, *, slots: int) -> bool:
+        """Count ``operation_id``'s check against ``space``; False (nothing counted) when ``space``
+        runs ``max(1, slots - 1)`` checks already."""
+        with self._lock:
+            running = self._running.setdefault(space, set())
+            if len(running) >= max(1, slots - 1) and operation_id not in running:
+                return False
+            running.add(operation_id)
+            self._deferred.discard(operation_id)
+            return True
+
+    def defer(self, operation_id: str) -> bool:
+        """Note ``operation_id`` as deferred; False when a deferred message of it is already under
+        way (this one is dropped: one chain per Operation, the sweep re-sends a lost one)."""
+        with self._lock:
+            if operation_id in self._deferred:
+                return False
+            self._deferred.add(operation_id)
+            return True
+
+    def leave(self, space: str, operation_id: str) -> None:
+        """The check of ``operation_id`` is over."""
+        with self._lock:
+            running = self._running.get(space)
+            if running is not None:
+                running.discard(operation_id)
+                if not running:
+                    del self._running[space]
+
+
+#: This process's share (the validation process's threads).
+SHARE = ValidationShare()
+
+
+def _operation_space(operation_id: str) -> str | None:
+    """The Space of Operation ``operation_id``'s resource (``None``: no such Operation)."""
+    with models_db.session_scope() as session:
+        return session.scalar(
+            sa.select(res_models.Resource.space)
+            .join(res_models.Operation, res_models.Operation.resource_uid == res_models.Resource.uid)
+            .where(res_models.Operation.id == operation_id)
+        )
 
 
 def reconcile(operation_id: str, *, validate: bool = False) -> str:

@@ -194,3 +194,32 @@ def test_a_running_dev_is_found_from_its_directory(tmp_path) -> None:
     assert not (cwd / ".takohost" / "dev.json").exists()
     assert takohost("resources", "list").returncode == 1
 
+
+
+DICE = """
+import random
+
+class Dice:
+    def __init__(self, env):
+        self.env = env
+
+    def run(self, event, step):
+        step.do("roll-%d" % random.randrange(10**9), lambda: {"n": 1})
+        step.sleep("nap", 1)
+        return {"rolled": True}
+"""
+
+
+def test_status_flags_a_replay_divergence(cli: Cli, tmp_path) -> None:
+    project = write_project(tmp_path / "dice", toml="""
+        [worker]
+        name = "dice"
+        [[workflows]]
+        name = "dice-flow"
+        class = "Dice"
+    """, modules={"main.py": DICE})
+    cli.ok("deploy", str(project))
+    cli.ok("instances", "create", "dice-flow", "--id", "d-1")
+    cli.wait_status("dice-flow", "d-1", "complete")
+    shown = cli.ok("status", "dice-flow", "d-1").stdout
+    assert re.search(r"warning\s+replay diverged at step 'roll-\d+': replay skipped \d recorded step", shown), shown

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.integration.test_resources_support import create_ok, headers, post, settle, version_spec
-from tests.support import wheels
+from tests.support import wheels, workflows
 
 pytestmark = pytest.mark.usefixtures("no_dispatch")
 
@@ -53,6 +53,15 @@ def wheelhouse(tmp_path, monkeypatch):
     return house
 
 
+@pytest.fixture()
+def own_package_dir(tmp_path, monkeypatch) -> str:
+    """A package directory of this test alone (other test processes install into the run's at
+    the same time), for tests that never import in the sandbox (it mounts the run's)."""
+    path = str(tmp_path / "packages")
+    monkeypatch.setenv("TAKOHOST_PACKAGE_DIR", path)
+    return path
+
+
 def _layers_state() -> tuple[set[str], set[str]]:
     """(index entries, staging entries other than lock files) of this run's package directory."""
     root = os.environ["TAKOHOST_PACKAGE_DIR"]
@@ -71,7 +80,9 @@ def _install(pins_list: list[str]):
     return installer.install(pins.parse_requirements(pins_list))
 
 
-def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_layer(wheelhouse) -> None:
+def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_layer(
+    wheelhouse, own_package_dir
+) -> None:
     layer = _install(["tako-app==1.0"])
     assert sorted((p["name"], p["version"]) for p in layer.packages) == [
         ("tako-app", "1.0"),
@@ -105,7 +116,7 @@ def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_la
     ],
 )
 def test_pins_that_cannot_install_fail_with_a_code_naming_the_package_and_leave_nothing(
-    wheelhouse, pins_list: list[str], code: str, package: str, fragment: str
+    wheelhouse, own_package_dir, pins_list: list[str], code: str, package: str, fragment: str
 ) -> None:
     from workers.packages import resolve
 
@@ -118,7 +129,7 @@ def test_pins_that_cannot_install_fail_with_a_code_naming_the_package_and_leave_
     assert not (wheelhouse.parent / "sdist-ran").exists()  # the sdist's build code never ran
 
 
-def test_a_layer_over_the_size_quota_is_refused(wheelhouse, monkeypatch) -> None:
+def test_a_layer_over_the_size_quota_is_refused(wheelhouse, own_package_dir, monkeypatch) -> None:
     from workers.packages import resolve
 
     monkeypatch.setenv("TAKOHOST_PACKAGE_LAYER_MAX_BYTES", "100")
@@ -176,7 +187,7 @@ def test_two_versions_pinned_to_different_versions_of_a_package_each_see_their_o
 
 
 def test_a_version_whose_pins_cannot_install_fails_with_the_code_and_changes_nothing(
-    wheelhouse, client, space_token, db_url
+    wheelhouse, own_package_dir, client, space_token, db_url
 ) -> None:
     space, token = space_token
     worker = create_ok(client, space, token, "ModuleWorker", {})
@@ -226,3 +237,85 @@ def test_the_sweep_removes_a_layer_an_hour_after_its_last_version_is_deleted(
     sweep.sweep(now=now + dt.timedelta(minutes=61), force=True)
     assert not os.path.exists(layer.path)
     assert layer.path.rsplit("/", 1)[1] not in _layers_state()[0]
+
+
+def test_the_sweep_cleans_what_a_crashed_install_left_in_staging(own_package_dir) -> None:
+    import time
+
+    from models.base import utcnow
+    from workers.packages import layers, sweep
+
+    layers.prepare(own_package_dir)
+    staging = layers.staging_dir(own_package_dir)
+    old_dir, old_lock = os.path.join(staging, "install-crashed"), os.path.join(staging, "f" * 64 + ".lock")
+    new_dir = os.path.join(staging, "install-running")
+    for path in (old_dir, new_dir):
+        os.makedirs(os.path.join(path, "layer", "pkg"))
+        os.chmod(os.path.join(path, "layer", "pkg"), 0o555)
+    open(old_lock, "w").close()
+    two_hours_ago = time.time() - 7200
+    for path in (old_dir, old_lock):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    sweep.sweep(now=utcnow(), force=True)
+    assert sorted(os.listdir(staging)) == ["install-running"]
+
+
+def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
+    wheelhouse, driver, space, db_url
+):
+    """A Version validated elsewhere (its layer is not on this machine): the context installs it
+    on first use and its step runs with the package (``sandbox_host.packages_name``)."""
+    from models import db as models_db
+    from models import resources as res_models
+    from services import instances
+    from workers import sandbox_host
+    from workers.packages import config, layers
+
+    wheels.build_wheel(wheelhouse, name="tako-late", version="1.0", files={"tako_late.py": "WORD = 'late'\n"})
+    source = (
+        "import tako_late\n"
+        "class LateWorkflow:\n"
+        "    def __init__(self, env): pass\n"
+        "    def run(self, event, step):\n"
+        "        return step.do('read', lambda: {'word': tako_late.WORD})\n"
+    )
+    deployed = workflows.deploy(db_url, space=space, source=source, class_name="LateWorkflow")
+    with models_db.session_scope(db_url) as session:
+        version = session.get(res_models.Resource, deployed.version)
+        version.spec = {**version.spec, "requirements": ["tako-late==1.0"]}
+    layer = _install(["tako-late==1.0"])
+    layers.remove(config.current().package_dir, layer.key)  # "another machine" validated it
+    sandbox_host._packages.clear()
+    assert not os.path.exists(layer.path)
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="late-1", now=driver.clock())
+    driver.run()
+    status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id="late-1")
+    assert status["status"] == "complete", status
+    assert status["output"] == {"word": "late"}
+    assert os.path.isdir(layer.path)
+
+
+def test_a_version_whose_new_layer_would_pass_the_spaces_layer_quota_fails_and_a_shared_one_does_not(
+    wheelhouse, client, space_token, monkeypatch
+) -> None:
+    """The layer-bytes quota (issue 24 item 4) counts the distinct layers a Space's live Versions
+    use: a second Version with the same pins adds nothing; one that needs a new layer over the
+    quota fails its Operation with ``quota_exceeded`` and is never validated."""
+    space, token = space_token
+    one = _install(["tako-greet==1.0"]).size_bytes
+    monkeypatch.setenv("TAKOHOST_QUOTA_LAYER_BYTES", str(one))
+    worker = create_ok(client, space, token, "ModuleWorker", {})
+    create_ok(client, space, token, "WorkerVersion", _spec(worker, ["tako-greet==1.0"], SEES))
+    create_ok(client, space, token, "WorkerVersion", _spec(worker, ["tako-greet==1.0"], SEES + "\n"))
+    response = post(client, space, token, "WorkerVersion", _spec(worker, ["tako-greet==2.0"], SEES))
+    op = settle(response.get_json()["id"])
+    assert op["state"] == "failed"
+    assert op["error"]["code"] == "quota_exceeded"
+    assert op["error"]["details"] == {"quota": "layerBytes", "current": one, "limit": one}
+    version = client.get(
+        f"/v2/spaces/{space}/resources/{op['resourceUid']}", headers=headers(token, None)
+    ).get_json()
+    assert version["phase"] == "failed" and "workflowClasses" not in version["observed"]
+    from services import packages as package_records
+
+    assert package_records.space_layer_bytes(space) == one

@@ -62,3 +62,50 @@ def build_sdist(directory: str | pathlib.Path, *, name: str, version: str, setup
             entry.size = len(data)
             archive.addfile(entry, io.BytesIO(data))
     return path
+
+
+def wheel_from_installed(directory: str | pathlib.Path, name: str) -> pathlib.Path:
+    """Repack the installed distribution ``name`` of this interpreter into a wheel in
+    ``directory`` (its own files, ``.dist-info`` included, with its own tag), so that a test can
+    serve a real package such as ``requests`` from a wheelhouse without any registry; returns
+    its path. Compiled caches and files outside ``site-packages`` (scripts) are left out."""
+    import importlib.metadata
+
+    dist = importlib.metadata.distribution(name)
+    wheel_text = dist.read_text("WHEEL") or ""
+    tag = next(line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:"))
+    base = pathlib.Path(dist.locate_file(""))
+    entries: dict[str, bytes] = {}
+    info_dir = None
+    for member in dist.files or ():
+        path = str(member)
+        if ".." in member.parts or "__pycache__" in member.parts or path.endswith(".pyc"):
+            continue
+        if member.parts[0].endswith(".dist-info"):
+            info_dir = member.parts[0]
+            if member.name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+                continue
+        entries[path] = (base / path).read_bytes()
+    assert info_dir is not None, f"{name} has no .dist-info"
+    record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in entries.items()]
+    record.append(f"{info_dir}/RECORD,,")
+    entries[f"{info_dir}/RECORD"] = ("\n".join(record) + "\n").encode()
+    normalized = dist.metadata["Name"].replace("-", "_").replace(".", "_")
+    path = pathlib.Path(directory) / f"{normalized}-{dist.version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member_path, data in entries.items():
+            archive.writestr(member_path, data)
+    return path
+
+
+#: ``requests`` and what it needs, as installed here (wheel_from_installed serves them offline).
+REQUESTS_DISTRIBUTIONS = ("requests", "urllib3", "idna", "certifi", "charset-normalizer")
+
+
+def requests_wheelhouse(directory: str | pathlib.Path) -> dict[str, str]:
+    """Repack ``requests`` and its dependencies into ``directory``; returns name → version."""
+    import importlib.metadata
+
+    for name in REQUESTS_DISTRIBUTIONS:
+        wheel_from_installed(directory, name)
+    return {name: importlib.metadata.version(name) for name in REQUESTS_DISTRIBUTIONS}

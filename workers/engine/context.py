@@ -130,7 +130,12 @@ class ReplayContext:
 
     def _run_admitted(self) -> str:
         self.lease_taken = time.monotonic()
-        admitted = self.leases.admit(self.pk, space=self.space, cap=self.settings.space_max_contexts)
+        admitted = self.leases.admit(
+            self.pk,
+            space=self.space,
+            cap=self.settings.space_max_contexts,
+            reserved=self.settings.space_reserved_slots,
+        )
         if not isinstance(admitted, lease_mod.Lease):
             return admitted  # "busy", or "deferred": the Space runs its cap of contexts (lease.py)
         self.lease = admitted
@@ -750,9 +755,7 @@ def run_context(
     ``space`` (the instance's Space) puts the context under ``settings.space_max_contexts``:
     that Space at its cap → ``"deferred"`` at once (``lease.LeaseStore.admit``)."""
     settings = settings or config.load_settings()
-    leases = lease_mod.store_for(
-        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
-    )
+    leases = lease_mod.store_for_settings(settings)
     started = time.perf_counter()
     context = ReplayContext(
         instance_pk=instance_pk,
