@@ -533,7 +533,8 @@ def triggers() -> flask.Response:
     user = _user()
     with models_db.session_scope() as session:
         rows = console.triggers_txn(session, space=user.space, now=utcnow())
-    return _render("triggers.html", triggers=rows)
+        last = console.last_runs_txn(session, trigger_uids=[t["uid"] for t in rows])
+    return _render("triggers.html", triggers=rows, last=last)
 
 
 @bp.get("/triggers/<uid>")
@@ -541,9 +542,13 @@ def trigger_page(uid: str) -> flask.Response:
     """A trigger's runs ledger, newest first: deliveries, outcomes, errors, skip reasons, logs."""
     user = _user()
     page = flask.request.args.get("page") or None
+    now = utcnow()
     with models_db.session_scope() as session:
-        trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
+        trigger = console.trigger_txn(session, space=user.space, uid=uid, now=now, upcoming=console.UPCOMING)
         ledger = cron_runs.list_runs_txn(session, space=user.space, trigger_uid=uid, page_token=page)
+    for run in ledger["runs"]:
+        if run.get("outcome") != "skipped":
+            run["late"] = console.lateness_text(run, now=now)
     return _render(
         "trigger.html",
         trigger=trigger,
@@ -561,8 +566,11 @@ def run_page(uid: str) -> flask.Response:
     scheduled = flask.request.args.get("t", "")
     with models_db.session_scope() as session:
         trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
+        kind = console.run_kind_txn(session, trigger_uid=uid, scheduled_time=scheduled)
+    if kind is None:
+        raise DomainError("not_found", f"trigger {trigger['name']} has no run scheduled at {scheduled!r}")
     logs = console_logs.run_logs(space=user.space, trigger_uid=uid, scheduled_time=scheduled)
-    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs)
+    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs, kind=kind)
 
 
 @bp.get("/operations")
