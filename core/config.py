@@ -35,6 +35,13 @@ class Settings:
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
             same Space ends (``workers.engine.lease``; README "Production").
+        console_idle_s: seconds a web-console session lasts without a request
+            (``TAKOHOST_CONSOLE_IDLE_SECONDS``, ``3600``; ``services.console_sessions``).
+        console_session_s: seconds a web-console session lasts at most after sign-in
+            (``TAKOHOST_CONSOLE_SESSION_SECONDS``, ``43200``).
+        trusted_proxies: how many reverse proxies in front of the API set ``X-Forwarded-For``,
+            ``-Proto``, ``-Host`` and ``-Port`` (``TAKOHOST_TRUSTED_PROXIES``, ``0``: the headers
+            are ignored); werkzeug's ``ProxyFix`` trusts that many values of each.
     """
 
     database_url: str
@@ -46,6 +53,9 @@ class Settings:
     validation_timeout_s: float
     scheduled_timeout_s: float = 900.0
     space_max_contexts: int = 8
+    console_idle_s: float = 3600.0
+    console_session_s: float = 43200.0
+    trusted_proxies: int = 0
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
@@ -85,6 +95,9 @@ def load_settings() -> Settings:
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
         space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
+        console_idle_s=_float("TAKOHOST_CONSOLE_IDLE_SECONDS", 3600.0),
+        console_session_s=_float("TAKOHOST_CONSOLE_SESSION_SECONDS", 43200.0),
+        trusted_proxies=max(0, int(_float("TAKOHOST_TRUSTED_PROXIES", 0))),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
         test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),
         test_retention_seconds=_optional_float("TAKOHOST_TEST_RETENTION_SECONDS"),
