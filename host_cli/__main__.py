@@ -1,5 +1,5 @@
 """``python -m host_cli``: the ``takohost`` command."""
 
-from host_cli.main import main
+from host_cli.entry import run
 
-main()
+run()

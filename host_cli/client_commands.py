@@ -1,5 +1,5 @@
-"""The client half of the ``takohost`` command (issue 6 item 3; CONTRACT §9): the ``deploy DIR`` and
-``runs TRIGGER`` commands, and the registration of every client command on the ``takohost`` group.
+"""The client half of the ``takohost`` command (issue 6 item 3; CONTRACT §9): the ``deploy DIR``,
+``undeploy DIR`` and ``runs TRIGGER`` commands, and the registration of every client command on the ``takohost`` group.
 
 The ``instances …`` and ``status`` commands are ``host_cli.instances``; the deploy engine is
 ``host_cli.deploy``; connection options, output and error conventions are ``host_cli.common``.
@@ -10,9 +10,9 @@ Registration: ``host_cli.main`` calls :func:`register` on its ``main`` group.
 from __future__ import annotations
 
 import datetime as dt
+import sys
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,6 +22,10 @@ from host_cli import deploy as deploy_engine
 from host_cli import instances as cli_instances
 from host_cli import logs as cli_logs
 from host_cli import manifest as manifests
+from host_cli import spaces as cli_spaces
+from host_cli import undeploy as undeploy_engine
+from host_cli import versions as cli_versions
+from host_cli.errors import CommandFailed
 
 __all__ = ["register"]
 
@@ -54,7 +58,7 @@ def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
         table.add_row(
             str(scheduled), escape(str(run.get("cron", ""))), str(run.get("recordedAt", "")), escape(common.visible(outcome))
         )
-    console = Console()
+    console = common.stdout_console()
     console.print(table)
     console.print(f"{len(rows)} match(es)")
 
@@ -88,12 +92,56 @@ def deploy(api: http.Client, *, directory: str, timeout: float, as_json: bool) -
             f"[green]deployed[/green] {escape(project.manifest.worker)} "
             f"(version {escape(summary['version']['name'])}) to Space {escape(api.space)}"
         )
+        for wf in summary["workflows"]:
+            common.stderr.print(f"console: {escape(common.console_url(api, workflow=wf['name']))}", soft_wrap=True)
+
+
+@click.command("undeploy")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--yes", "-y", "assume_yes", is_flag=True, help="Delete without asking.")
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds to wait for each Operation.",
+)
+@common.json_option
+@common.client_command
+def undeploy(api: http.Client, *, directory: str, assume_yes: bool, timeout: float, as_json: bool) -> None:
+    """Delete what `takohost deploy DIR` made: DIR's cron triggers and workflows (with their
+    instances), the Worker's Deployment and every Version, then the Worker; asks first (--yes
+    does not). Re-running after an interruption finishes the job."""
+    project = manifests.load_project(directory)
+    doomed = undeploy_engine.plan(list(api.iter_resources()), project.manifest)
+    if not doomed:
+        common.stderr.print(
+            f"nothing to delete: Space {escape(api.space)} has no ModuleWorker {escape(project.manifest.worker)}"
+        )
+        if as_json:
+            common.emit_json({"deleted": []})
+        return
+    common.stderr.print(f"In Space {escape(api.space)}, undeploy deletes, in this order:")
+    for item in doomed:
+        note = " (and all its instances and their history)" if item.form == "DurableWorkflow" else ""
+        common.stderr.print(f"  {escape(item.label)}{note}")
+    if not assume_yes:
+        if not sys.stdin.isatty():
+            raise CommandFailed("confirmation_required", "undeploy asks before deleting: pass --yes to go ahead")
+        if not click.confirm(f"Delete these {len(doomed)} resources?", default=False, err=True):
+            raise CommandFailed("cancelled", "nothing was deleted")
+    deleted = undeploy_engine.Undeployer(api, console=common.stderr, timeout=timeout).delete(doomed)
+    if as_json:
+        common.emit_json({"deleted": [{"form": d.form, "name": d.name, "uid": d.uid} for d in doomed]})
+    else:
+        common.stderr.print(f"[green]undeployed[/green] {len(deleted)} resource(s) from Space {escape(api.space)}")
 
 
 # --- registration ---------------------------------------------------------------------------
 
 _COMMANDS: tuple[click.Command, ...] = (
     deploy,
+    undeploy,
     cli_instances.instances,
     cli_instances.status_alias,
     runs,
@@ -101,6 +149,8 @@ _COMMANDS: tuple[click.Command, ...] = (
     resource_commands.workflows,
     resource_commands.triggers,
     resource_commands.resources,
+    cli_spaces.spaces,
+    cli_versions.versions,
 )
 
 

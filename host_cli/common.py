@@ -2,14 +2,16 @@
 the connection options, error reporting and JSON output (CONTRACT §9).
 
 Connection: ``--url``/``TAKOHOST_URL``, ``--token``/``TAKOHOST_TOKEN`` and
-``--space``/``TAKOHOST_SPACE`` (:func:`client_command`). Tables are drawn with ``rich`` on stdout;
+``--space``/``TAKOHOST_SPACE`` (:func:`client_command`); without a URL or token, those of a
+``takohost dev`` running in ``./.takohost`` (:mod:`host_cli.devinfo`). Tables are drawn with ``rich`` on stdout;
 ``--json`` (:func:`json_option`) prints one stable JSON document instead (sorted keys, ASCII,
 2-space indent). Progress goes to stderr (:data:`stderr`).
 
 Errors print ``error: <code>: <message>`` on stderr and exit 1 — API errors with the API's code
 (CONTRACT §2.4), failed Operations with the Operation's code, a host that does not answer as
 ``unreachable`` ("cannot reach the host at URL") — never a traceback. Usage errors are click's
-(exit 2); Ctrl-C exits 130.
+(exit 2); Ctrl-C exits 130 (``interrupted``). Tables fill the terminal, and are never cut
+when written to a file or pipe (:func:`stdout_console`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import functools
 import json
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +29,7 @@ import click
 from rich.console import Console
 
 from host_cli import client as http
+from host_cli import devinfo
 from host_cli import manifest as manifests
 from host_cli.errors import CommandFailed
 from takohost.domain import deepjson
@@ -35,16 +39,31 @@ __all__ = [
     "DEFAULT_URL",
     "client_command",
     "compact",
+    "console_url",
     "emit_json",
     "json_option",
     "resolve",
+    "resolve_named",
     "stderr",
+    "stdout_console",
 ]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_SPACE = "dev"
 
 stderr = Console(stderr=True, highlight=False)
+
+#: Columns of a table written to a file or a pipe (no terminal to fit): wide enough that no cell
+#: is cut or wrapped (issue 27 item 13).
+PIPE_WIDTH = 100_000
+
+
+def stdout_console(**options: Any) -> Console:
+    """A ``rich`` console on stdout: the terminal's width on a terminal, else :data:`PIPE_WIDTH`
+    (whatever ``COLUMNS`` says), so that ``takohost … > file`` keeps whole rows, never ``…``."""
+    if "width" not in options and not sys.stdout.isatty():
+        options["width"] = PIPE_WIDTH
+    return Console(**options)
 
 
 @contextlib.contextmanager
@@ -57,7 +76,7 @@ def _reported_errors() -> Iterator[None]:
     except manifests.ManifestError as exc:
         _fail("invalid_manifest", str(exc))
     except CommandFailed as exc:
-        _fail(exc.code, exc.message, *exc.hints)
+        _fail(exc.code, exc.message, *exc.hints, status=exc.exit_status)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
@@ -67,11 +86,11 @@ def _reported_errors() -> Iterator[None]:
         _fail("internal_error", f"{type(exc).__name__}: {exc}")
 
 
-def _fail(code: str, message: str, *hints: str) -> None:
+def _fail(code: str, message: str, *hints: str, status: int = 1) -> None:
     click.echo(f"error: {code}: {message}", err=True)
     for hint in hints:
         click.echo(f"  {hint}", err=True)
-    sys.exit(1)
+    sys.exit(status)
 
 
 def _detail_hints(details: dict[str, Any], message: str) -> list[str]:
@@ -85,15 +104,16 @@ def client_command(fn: Callable[..., None]) -> Callable[..., None]:
     @click.option(
         "--url",
         envvar="TAKOHOST_URL",
-        default=DEFAULT_URL,
-        show_default=True,
-        help="Base URL of the host API (env TAKOHOST_URL).",
+        default=None,
+        help=f"Base URL of the host API (env TAKOHOST_URL; default: the `takohost dev` running in "
+             f"./{devinfo.DEFAULT_DATA_DIR}, else {DEFAULT_URL}).",
     )
     @click.option(
         "--token",
         envvar="TAKOHOST_TOKEN",
         default=None,
-        help="Bearer token (env TAKOHOST_TOKEN; `takohost token create --space S` prints one).",
+        help="Bearer token (env TAKOHOST_TOKEN; default: the running `takohost dev`'s; "
+             "`takohost token create --space S` prints one).",
     )
     @click.option(
         "--space",
@@ -103,17 +123,34 @@ def client_command(fn: Callable[..., None]) -> Callable[..., None]:
         help="Space the token grants (env TAKOHOST_SPACE).",
     )
     @functools.wraps(fn)
-    def wrapper(*, url: str, token: str | None, space: str, **options: Any) -> None:
+    def wrapper(*, url: str | None, token: str | None, space: str, **options: Any) -> None:
         with _reported_errors():
+            url, token = _connection(url, token)
             if not token:
                 raise CommandFailed(
                     "unauthenticated",
                     "no token: pass --token or set TAKOHOST_TOKEN",
-                    "`takohost dev` prints one; or `takohost token create --space SPACE`",
+                    "`takohost dev` prints one (and commands run in its directory use it); "
+                    "or `takohost token create --space SPACE`",
                 )
             fn(http.Client(base_url=url, token=token, space=space), **options)
 
     return wrapper
+
+
+def _connection(url: str | None, token: str | None) -> tuple[str, str | None]:
+    """``(url, token)``: the ones given, else a ``takohost dev`` running in ``./.takohost``
+    (its URL when no URL was given; its token when none was and the URL is its own), else
+    :data:`DEFAULT_URL` and no token."""
+    if url and token:
+        return url, token
+    dev = devinfo.find_running()
+    if dev is None:
+        return url or DEFAULT_URL, token
+    url = url or dev.url
+    if not token and url.rstrip("/") == dev.url.rstrip("/"):
+        token = dev.token
+    return url, token
 
 
 def json_option(fn: Callable[..., None]) -> Callable[..., None]:
@@ -152,15 +189,29 @@ def resolve(api: http.Client, ref: str, *, form: str) -> str:
     ``form`` is a short Form name (a key of :data:`host_cli.client.FORM_URLS`). Raises
     :class:`CommandFailed` (``not_found``, with the known names as a hint) or ``ClientError``.
     """
+    return resolve_named(api, ref, form=form)[0]
+
+
+def resolve_named(api: http.Client, ref: str, *, form: str) -> tuple[str, str]:
+    """``(uid, name)`` of the resource :func:`resolve` finds."""
     resources = list(api.iter_resources(form=http.FORM_URLS[form]))
     for resource in resources:
         if resource.get("name") == ref:
-            return resource["uid"]
+            return resource["uid"], ref
     for resource in resources:
         if resource.get("uid") == ref:
-            return ref
+            return ref, resource.get("name", ref)
     raise CommandFailed(
         "not_found",
         f"no {form} named {ref!r} in Space {api.space!r}",
         f"names known: {', '.join(sorted(r['name'] for r in resources)) or '(none)'}",
     )
+
+
+def console_url(api: http.Client, *, workflow: str, instance_id: str | None = None) -> str:
+    """The web console's page of DurableWorkflow ``workflow`` (a name), or of one of its instances:
+    ``{url}/ui/workflows/{workflow}[/instance?id=…]``."""
+    page = f"{api.base_url}/ui/workflows/{urllib.parse.quote(workflow, safe='')}"
+    if instance_id is None:
+        return page
+    return f"{page}/instance?{urllib.parse.urlencode({'id': instance_id})}"

@@ -21,7 +21,7 @@ from host_cli import client as http
 from host_cli import manifest as manifests
 from host_cli.errors import CommandFailed
 
-__all__ = ["Deployer"]
+__all__ = ["Deployer", "deploy_key", "short_form"]
 
 _FORM = http.FORM_URLS
 
@@ -62,10 +62,48 @@ class Deployer:
         self.by_name: dict[str, dict[str, Any]] = {}
         #: ``(form, resource)`` created by this run, oldest first (rolled back if the Version fails).
         self.created: list[tuple[str, dict[str, Any]]] = []
+        #: ``"Form name"`` of each resource this run made as the manifest says, in order.
+        self.done: list[str] = []
+        #: The step in flight (``"create Form name"``), for the message of an interrupted run.
+        self.current: str | None = None
 
     def run(self, project: manifests.Project) -> dict[str, Any]:
         """Apply ``project``; returns ``{"space", "worker", "version", "deployment", "workflows",
-        "triggers"}`` (each ``{"name", "uid", …}``). Raises ``ClientError`` / ``CommandFailed``."""
+        "triggers"}`` (each ``{"name", "uid", …}``). Raises ``ClientError`` / ``CommandFailed``
+        (``interrupted``, exit status 130, on Ctrl-C: saying what is done, what was in flight, what
+        is left, and that re-running converges)."""
+        self.done = []
+        self.current = None
+        try:
+            return self._run(project)
+        except KeyboardInterrupt:
+            raise self._interrupted(project.manifest) from None
+
+    def _interrupted(self, m: manifests.Manifest) -> CommandFailed:
+        """What an interrupted run leaves: every step is idempotent (keys derived from content),
+        so nothing is rolled back; the message says what to re-run."""
+        done = set(self.done)
+        plan = [f"ModuleWorker {m.worker}"]
+        plan += [f"DurableWorkflow {d.name}" for d in m.workflows]
+        plan += ["WorkerVersion (the new code)", "WorkerDeployment"]
+        plan += [f"WorkerCronTrigger {t.name}" for t in m.triggers]
+        version_done = any(label.startswith("WorkerVersion ") for label in done)
+        deployment_done = any(label.startswith("WorkerDeployment ") for label in done)
+        left = [
+            label for label in plan
+            if label not in done
+            and not (label.startswith("WorkerVersion") and version_done)
+            and not (label == "WorkerDeployment" and deployment_done)
+        ]
+        hints = [f"done: {', '.join(self.done) if self.done else 'nothing'}"]
+        if self.current:
+            hints.append(f"in flight: {self.current} (its Operation goes on on the host)")
+        hints.append(f"left: {', '.join(left) if left else 'nothing'}")
+        hints.append("re-run `takohost deploy` on this directory: it converges (every step is idempotent); "
+                     "`takohost undeploy` removes what it made")
+        return CommandFailed("interrupted", "deploy was interrupted", *hints, exit_status=130)
+
+    def _run(self, project: manifests.Project) -> dict[str, Any]:
         m = project.manifest
         check_syntax(project)
         self.by_name = {r["name"]: r for r in self.api.iter_resources()}
@@ -137,7 +175,7 @@ class Deployer:
             label = f"{form} {resource['name']}"
             try:
                 current = self.api.get_resource(resource["uid"])
-                key = _deploy_key({"call": "rollback", "uid": resource["uid"]})
+                key = deploy_key({"call": "rollback", "uid": resource["uid"]})
                 operation = self._busy_retry(
                     f"delete {label}",
                     lambda uid=resource["uid"], key=key: self.api.delete_resource(uid, idempotency_key=key),
@@ -174,11 +212,11 @@ class Deployer:
             wanted.append((m.deployment_name, "WorkerDeployment"))
         for name, form in wanted:
             found = self.by_name.get(name)
-            if found is not None and _short_form(found) != form:
+            if found is not None and short_form(found) != form:
                 raise CommandFailed(
                     "name_conflict",
                     f"the name {name!r} is already used by a "
-                    f"{_short_form(found)} in Space {self.api.space!r}",
+                    f"{short_form(found)} in Space {self.api.space!r}",
                     "resource names are unique per Space across all Forms; rename it in takohost.toml",
                 )
             if found is not None and form == "WorkerDeployment":
@@ -219,7 +257,7 @@ class Deployer:
         worker = self.by_name.get(m.worker)
         declared = {d.name for d in m.workflows} | {t.name for t in m.triggers}
         for resource in self.by_name.values():
-            form = _short_form(resource)
+            form = short_form(resource)
             if (
                 worker is not None
                 and form in ("DurableWorkflow", "WorkerCronTrigger")
@@ -238,7 +276,7 @@ class Deployer:
             (
                 r
                 for r in self.by_name.values()
-                if _short_form(r) == "WorkerDeployment"
+                if short_form(r) == "WorkerDeployment"
                 and ((r.get("spec") or {}).get("worker") or {}).get("resourceUid") == worker_uid
             ),
             None,
@@ -262,6 +300,8 @@ class Deployer:
             "vars": m.variables,
             "workflowBindings": bindings,
         }
+        if m.requirements:  # absent otherwise: the digests (names) of Versions without any stay as they were
+            spec["requirements"] = list(m.requirements)
         name = m.version_name(manifests.content_digest(spec))
         existing = self.by_name.get(name)
         if existing is not None and existing.get("spec") != spec:
@@ -286,6 +326,7 @@ class Deployer:
         self, form: str, name: str, spec: dict[str, Any], *, existing: dict[str, Any] | None
     ) -> dict[str, Any]:
         """Create, update (PUT) or keep one resource so that its spec is ``spec``; returns it."""
+        self.current = f"{'create' if existing is None else 'update'} {form} {name}"
         if existing is None:
             resource = self._create(form, name, spec)
         elif existing.get("spec") == spec and existing.get("phase") != "failed":
@@ -293,13 +334,15 @@ class Deployer:
         else:
             resource = self._update(existing, form=form, spec=spec)
         self.by_name[resource["name"]] = resource
+        self.current = None
+        self.done.append(f"{form} {resource['name']}")
         return resource
 
     def _create(self, form: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         label = f"create {form} {name}"
         after: str | None = None
         for _ in range(20):
-            key = _deploy_key(
+            key = deploy_key(
                 {
                     "call": "create",
                     "space": self.api.space,
@@ -332,7 +375,7 @@ class Deployer:
 
     def _update(self, existing: dict[str, Any], *, form: str, spec: dict[str, Any]) -> dict[str, Any]:
         label = f"update {form} {existing['name']}"
-        key = _deploy_key(
+        key = deploy_key(
             {
                 "call": "update",
                 "space": self.api.space,
@@ -418,12 +461,12 @@ def check_syntax(project: manifests.Project) -> None:
                                 "nothing was changed in the Space") from None
 
 
-def _deploy_key(value: dict[str, Any]) -> str:
+def deploy_key(value: dict[str, Any]) -> str:
     """An ``Idempotency-Key`` (≤ 255 printable ASCII) derived from ``value``'s canonical JSON."""
     return "takohost-deploy-" + manifests.content_digest(value)
 
 
-def _short_form(resource: dict[str, Any]) -> str:
+def short_form(resource: dict[str, Any]) -> str:
     """The short Form name (``"ModuleWorker"``…) of ``resource``, whose ``form`` is short or a URL."""
     form = resource.get("form", "")
     return next((short for short, url in _FORM.items() if form in (short, url)), form)

@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from host_cli import embedded
+from host_cli import devinfo, embedded
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +275,7 @@ def run(
         _wait_healthy(stack.children[0], url, timeout=120, log_path=root / "logs" / "api.log")
         if stopping:
             return 0
+        devinfo.write(root, url=url, space=DEV_SPACE, database_url=env["TAKOHOST_DATABASE_URL"])
         _print_banner(root=root, url=url, token=token, seconds=time.monotonic() - started,
                       metrics_url=metrics_url)
         _supervise(stack, env, lambda: stopping)
@@ -283,6 +284,7 @@ def run(
         sys.stderr.write(f"takohost dev: {exc}\n")
         return EXIT_START_FAILED
     finally:
+        devinfo.remove(root)
         stack.stop()
         lock.close()
         sys.stdout.write("takohost dev stopped; state kept in the data dir\n")
@@ -305,12 +307,27 @@ def _egress_settings(allow: tuple[str, ...], *, port: int) -> dict[str, str]:
     return settings
 
 
+def dev_package_dir(root: pathlib.Path) -> str:
+    """``takohost dev``'s package directory for data dir ``root``: one per data dir (each has its
+    own database, whose sweep removes the layers it no longer records), under the user's cache
+    (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    import hashlib
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    return os.path.join(cache, "takohost", "dev-packages", digest)
+
+
 def _environment(stack: _Stack) -> dict[str, str]:
     settings = {
         "TAKOHOST_DATABASE_URL": stack.postgres.url(DATABASE),
         "TAKOHOST_REDIS_URL": stack.redis.url(),
         "TAKOHOST_BROKER_URL": stack.redis.broker_url(),
         "TAKOHOST_NAMESPACE": "dev",
+        # Package layers of this data dir (docs/packages.md), in the user's cache rather than in the
+        # data dir: a context's mountinfo shows the layers directory's host path, and the data dir
+        # is often inside a checkout, whose path tenant code must not learn.
+        "TAKOHOST_PACKAGE_DIR": os.environ.get("TAKOHOST_PACKAGE_DIR") or dev_package_dir(stack.root),
     }
     os.environ.update(settings)  # this process runs the migrations and makes the token
     return {**os.environ, **settings}
@@ -355,6 +372,7 @@ def _print_banner(
         f"  Data:   {root}   (logs in {root / 'logs'})\n"
         f"{metrics_line}"
         f"{egress_line}"
+        f"  takohost commands run in this directory find this stack by themselves; elsewhere:\n"
         f"  export TAKOHOST_URL={url} TAKOHOST_TOKEN={token}\n"
         "Press Ctrl-C to stop; starting again keeps all state.\n"
     )

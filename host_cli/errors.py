@@ -13,8 +13,10 @@ __all__ = ["CommandFailed"]
 class CommandFailed(Exception):
     """A command cannot go on: printed as ``error: <code>: <message>`` plus ``hints`` lines."""
 
-    def __init__(self, code: str, message: str, *hints: str) -> None:
+    def __init__(self, code: str, message: str, *hints: str, exit_status: int = 1) -> None:
         super().__init__(code, message)
         self.code = code
         self.message = message
         self.hints = hints
+        #: The command's exit status (130 for an interrupted deploy, as for any Ctrl-C).
+        self.exit_status = exit_status

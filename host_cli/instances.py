@@ -11,6 +11,7 @@ the commands on the ``takohost`` group.
 from __future__ import annotations
 
 import datetime as dt
+import pathlib
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from host_cli import client as http
 from host_cli import common
 from host_cli import logs as cli_logs
 from host_cli.errors import CommandFailed
-from takohost.domain import jsonstrict
+from takohost.domain import deepjson, divergence, jsonstrict
 
 __all__ = ["instances", "status_alias"]
 
@@ -134,9 +135,12 @@ def progress_detail(progress: dict[str, Any]) -> str | None:
     return text
 
 
-def _print_instance(console: Console, answer: dict[str, Any], detail: str | None = None) -> None:
+def _print_instance(
+    console: Console, answer: dict[str, Any], detail: str | None = None, *, diverged: str | None = None
+) -> None:
     """Print an instance answer (``{"id", "status", "output"?, "error"?}``) as a two-column table,
-    with ``detail`` (:func:`status_detail`) under the status."""
+    with ``detail`` (:func:`status_detail`) under the status and ``diverged`` (the replay
+    divergence of its history, ``takohost.domain.divergence``) flagged in yellow."""
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -144,6 +148,8 @@ def _print_instance(console: Console, answer: dict[str, Any], detail: str | None
     table.add_row("status", _status_text(answer.get("status", "?")))
     if detail:
         table.add_row("detail", escape(common.visible(detail)))
+    if diverged:
+        table.add_row("warning", f"[yellow]{escape(common.visible(diverged))}[/yellow]")
     if "output" in answer:
         table.add_row("output", escape(common.visible(common.compact(answer["output"]))))
     if "error" in answer:
@@ -177,13 +183,15 @@ def instances_create(
 ) -> None:
     """Create an instance of WORKFLOW (prints its id)."""
     document = _parse_document_option(params, option="--params")
-    answer = api.create_instance(
-        common.resolve(api, workflow, form="DurableWorkflow"), instance_id=instance_id, params=document
-    )
+    uid, name = common.resolve_named(api, workflow, form="DurableWorkflow")
+    answer = api.create_instance(uid, instance_id=instance_id, params=document)
     if as_json:
         common.emit_json(answer)
     else:
-        Console().print(f"created instance [bold]{escape(answer['id'])}[/bold]")
+        console = common.stdout_console()
+        console.print(f"created instance [bold]{escape(answer['id'])}[/bold]")
+        console.print(f"console: {escape(common.console_url(api, workflow=name, instance_id=answer['id']))}",
+                      soft_wrap=True)
 
 
 @instances.command("list")
@@ -220,7 +228,7 @@ def instances_list(api: http.Client, *, workflow: str | None, status: str | None
             _status_text(row.get("status", "?")),
             row.get("createdAt", ""),
         )
-    console = Console()
+    console = common.stdout_console()
     console.print(table)
     console.print(f"{len(rows)} instance(s)")
 
@@ -235,7 +243,7 @@ def _status(
     timeout: float | None,
     as_json: bool,
 ) -> None:
-    workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
+    workflow_uid, workflow_name = common.resolve_named(api, workflow, form="DurableWorkflow")
     answer = api.get_instance(workflow_uid, instance_id)
     if watch:
         answer = _watch(
@@ -259,7 +267,10 @@ def _status(
             last = (done[-1].get("attributes") or {}).get("name") if done else None
             if where:
                 detail = where + (f"; last completed step: {last!r}" if last else "")
-        _print_instance(Console(), answer, detail)
+        console = common.stdout_console()
+        _print_instance(console, answer, detail, diverged=divergence.divergence_text(events))
+        console.print(f"console: {escape(common.console_url(api, workflow=workflow_name, instance_id=instance_id))}",
+                      soft_wrap=True)
         cli_logs.print_failure(answer, events)
     if watch and answer.get("status") in _FAILED_ENDS:
         # --watch is for scripts too: an instance that ended badly is a failure (exit 1).
@@ -375,7 +386,7 @@ def instances_send_event(
     if as_json:
         common.emit_json({"accepted": True, "id": instance_id, "type": event_type})
     else:
-        Console().print(f"event [bold]{escape(event_type)}[/bold] accepted for {escape(instance_id)}")
+        common.stdout_console().print(f"event [bold]{escape(event_type)}[/bold] accepted for {escape(instance_id)}")
 
 
 @instances.command("terminate")
@@ -389,17 +400,44 @@ def instances_terminate(api: http.Client, *, workflow: str, instance_id: str, as
     if as_json:
         common.emit_json({"id": instance_id, **answer})
     else:
-        Console().print(f"{escape(instance_id)}: {_status_text(answer.get('status', '?'))}")
+        common.stdout_console().print(f"{escape(instance_id)}: {_status_text(answer.get('status', '?'))}")
 
 
 @instances.command("history")
 @click.argument("workflow")
 @click.argument("instance_id", metavar="ID")
+@click.option(
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write a replayable history file (takohost.testing.replay; docs/testing.md) to this path.",
+)
 @common.json_option
 @common.client_command
-def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_json: bool) -> None:
-    """Show the instance's event history (the audit trail of every state change), oldest first."""
-    events = list(api.iter_history(common.resolve(api, workflow, form="DurableWorkflow"), instance_id))
+def instances_history(
+    api: http.Client, *, workflow: str, instance_id: str, as_json: bool, export_path: str | None
+) -> None:
+    """Show the instance's event history (the audit trail of every state change), oldest first;
+    with ``--export FILE``, write it as a replayable history file instead."""
+    workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
+    events = list(api.iter_history(workflow_uid, instance_id))
+    if export_path is not None:
+        from takohost import testing  # here: the test kit costs every other command 0.1 s to import
+
+        status = api.get_instance(workflow_uid, instance_id)
+        exported = testing.HistoryFile(
+            events=events,
+            instance_id=instance_id,
+            workflow=workflow,
+            status={k: v for k, v in status.items() if k in ("status", "output", "error")},
+        )
+        pathlib.Path(export_path).write_text(deepjson.dumps(exported.to_json()) + "\n", encoding="utf-8")
+        if as_json:
+            common.emit_json({"exported": export_path, "events": len(events), "status": status.get("status")})
+        else:
+            Console().print(f"{len(events)} event(s) of {escape(instance_id)} written to {escape(export_path)}")
+        return
     if as_json:
         common.emit_json({"events": events})
         return
@@ -412,5 +450,5 @@ def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_j
             escape(str(event.get("eventType", ""))),
             escape(common.visible(common.compact(cli_logs.without_traceback(attributes)))) if attributes else "",
         )
-    Console().print(table)
+    common.stdout_console().print(table)
     cli_logs.print_tracebacks(events)

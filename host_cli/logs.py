@@ -70,7 +70,7 @@ def _follow(
     as_json: bool,
     done: Callable[[], bool] | None = None,
 ) -> None:
-    console = Console(highlight=False, soft_wrap=True)
+    console = common.stdout_console(highlight=False, soft_wrap=True)
     token: str | None = None
     collected: list[dict[str, Any]] = []
     first = True
@@ -212,12 +212,12 @@ def print_failure(answer: dict[str, Any], events: list[dict[str, Any]], *, conso
         return
     found = failure_frames(events)
     if found is not None:
-        _print_frames(console or Console(highlight=False), *found)
+        _print_frames(console or common.stdout_console(highlight=False), *found)
 
 
 def print_tracebacks(events: list[dict[str, Any]], *, console: Console | None = None) -> None:
     """After a history table: each failed attempt's and run's traceback, by event id."""
-    console = console or Console(highlight=False)
+    console = console or common.stdout_console(highlight=False)
     for event in events:
         attributes = event.get("attributes") or {}
         frames = attributes.get("traceback") or (attributes.get("error") or {}).get("traceback")

@@ -255,6 +255,12 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _check_sandbox(metrics_port)
     from services.celery_app import app
 
+    if validation:  # issue 24 item 3: several import checks at once, no Space takes them all
+        from core import config
+        from workers.engine import sandbox
+
+        pool, concurrency = "threads", max(2, config.load_settings().validation_concurrency)
+        sandbox.get_zygote()  # started before the first check, which then only forks
     if pool == "solo":
         if concurrency != 1:
             raise click.UsageError("a supervised solo process runs one task at a time (--concurrency 1)")
@@ -266,6 +272,10 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _start_control_process(loglevel)  # issue 15 item 6
     queue = (app.conf.takohost_control_queue if control
              else app.conf.takohost_validation_queue if validation else app.conf.task_default_queue)
+    if not (control or validation):  # its slots count in the live fleet the per-Space cap follows
+        from services import fleet
+
+        fleet.register(slots=concurrency)
     app.worker_main(["worker", f"--pool={pool}", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
                      "-Q", queue, "--without-gossip", "--without-mingle",
                      "--without-heartbeat"])
@@ -341,14 +351,27 @@ def token() -> None:
 
 @token.command("create")
 @click.option("--space", required=True, help="Space the token grants (created if needed).")
-def token_create(space: str) -> None:
+@click.option("--data-dir", default=None,
+              help="Make it in the database of the `takohost dev` running on this data dir (default: "
+                   "TAKOHOST_DATABASE_URL when set, else the `takohost dev` running in ./.takohost).")
+def token_create(space: str, data_dir: str | None) -> None:
     """Create a token for SPACE and print it alone on stdout."""
+    from host_cli import devinfo
+
+    database_url = None
+    if data_dir is not None or not os.environ.get("TAKOHOST_DATABASE_URL"):
+        dev = devinfo.find_running(data_dir or devinfo.DEFAULT_DATA_DIR)
+        if dev is not None:
+            database_url = dev.database_url
+        elif data_dir is not None:
+            raise click.ClickException(
+                f"no takohost dev is running on {data_dir}: start it (`takohost dev --data-dir {data_dir}`) first")
     from models import db as models_db
     from models.errors import DomainError
     from services import tokens
 
     try:
-        with models_db.session_scope() as session:
+        with models_db.session_scope(database_url) as session:
             value = tokens.create_token_txn(session, space=space)
     except DomainError as exc:
         raise click.ClickException(f"{exc.code}: {exc.message}") from None

@@ -15,7 +15,6 @@ import uuid
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -104,7 +103,7 @@ def workflows_list(api: http.Client, *, as_json: bool) -> None:
             escape(", ".join(f"{k} {v}" for k, v in counts.items() if v)) or "-",
             escape(str(row.get("phase", ""))),
         )
-    console = Console()
+    console = common.stdout_console()
     console.print(table)
     console.print(f"{len(rows)} workflow(s)")
 
@@ -133,7 +132,7 @@ def triggers_list(api: http.Client, *, as_json: bool) -> None:
             escape(row["name"]), row["uid"], escape(str((row.get("spec") or {}).get("cron", ""))),
             escape(str(observed.get("nextMatchAt", "-"))), escape(str(row.get("phase", ""))),
         )
-    console = Console()
+    console = common.stdout_console()
     console.print(table)
     console.print(f"{len(rows)} trigger(s)")
 
@@ -172,7 +171,7 @@ def resources_list(api: http.Client, *, form: str | None, as_json: bool) -> None
             short_form(row), escape(row["name"]), row["uid"], escape(str(row.get("phase", ""))),
             str(row.get("generation", "")),
         )
-    console = Console()
+    console = common.stdout_console()
     console.print(table)
     console.print(f"{len(rows)} resource(s)")
 

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from core import cron
+from models import cron as cron_models
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
@@ -130,6 +131,60 @@ def workflow_txn(session: orm.Session, *, space: str, uid: str) -> res_models.Re
     return instance_common.workflow_txn(session, space=space, workflow_uid=uid)
 
 
+def workflow_by_ref_txn(session: orm.Session, *, space: str, ref: str) -> res_models.Resource:
+    """The live DurableWorkflow of ``space`` whose UID, else whose name, is ``ref`` (console URLs
+    name a workflow, ``/ui/workflows/order-fulfilment``; UIDs keep working). One indexed query.
+
+    Raises DomainError ``not_found``.
+    """
+    rows = session.scalars(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.space == space,
+            res_models.Resource.form == "DurableWorkflow",
+            res_models.Resource.deleted_at.is_(None),
+            sa.or_(res_models.Resource.uid == ref, res_models.Resource.name == ref),
+        )
+    ).all()
+    for row in sorted(rows, key=lambda r: r.uid != ref):  # a UID match first
+        return row
+    raise DomainError("not_found", f"no DurableWorkflow named {ref!r} in this Space")
+
+
+class FoundInstance(TypedDict):
+    """An instance found by id across the Space's workflows (the console's "go to instance")."""
+
+    workflowName: str
+    workflowUid: str
+    id: str
+    status: str
+    createdAt: dt.datetime
+
+
+def find_instance_txn(session: orm.Session, *, space: str, instance_id: str) -> list[FoundInstance]:
+    """Every instance with id ``instance_id`` in any live DurableWorkflow of ``space``, by workflow
+    name: one query on the ``(workflow_uid, instance_id)`` unique index.
+
+    Raises DomainError ``invalid_request`` (not an instance id).
+    """
+    instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    table = inst_models.Instance.__table__
+    resource = res_models.Resource
+    rows = session.execute(
+        sa.select(resource.name, resource.uid, table.c.instance_id, table.c.status, table.c.created_at)
+        .join(table, table.c.workflow_uid == resource.uid)
+        .where(
+            resource.space == space,
+            resource.form == "DurableWorkflow",
+            resource.deleted_at.is_(None),
+            table.c.instance_id == instance_id,
+        )
+        .order_by(resource.name)
+    ).all()
+    return [
+        FoundInstance(workflowName=r[0], workflowUid=r[1], id=r[2], status=r[3], createdAt=r[4]) for r in rows
+    ]
+
+
 def status_counts_txn(session: orm.Session, *, workflow_uid: str) -> dict[str, int]:
     """Instances of ``workflow_uid`` per status (all seven, zeros included)."""
     counts = dict.fromkeys(inst_models.STATUSES, 0)
@@ -198,7 +253,9 @@ def instance_detail_txn(
 ) -> dict:
     """An instance as the console shows it: ``{"id", "status", "params"?, "output"?, "error"?,
     "createdAt", "updatedAt", "terminalAt"?, "lifetimeEndsAt", "versionUid"?, "inboxCount",
-    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut", "inbox": [...]}``
+    "stepCount", "nextEventId", "steps": [...], "history": [...], "historyCut", "inbox": [...],
+    "terminated"}`` (``terminated``: the ``InstanceTerminated`` attributes, ``{"reason"?, "by"?}``,
+    of a terminated instance, else None)
     (times are aware datetimes; ``steps`` are the step rows by first use: ``{"name", "kind", "state", "attempts",
     "config"?, "wakeAt"?, "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``; ``history`` the
     first ``history_cap`` history events as the API serves them, ``historyCut`` when more exist;
@@ -246,6 +303,15 @@ def instance_detail_txn(
     body["history"], body["historyCut"] = instance_history.events_txn(
         session, instance_pk=row.pk, after=0, size=history_cap
     )
+    body["terminated"] = None
+    if row.status == "terminated":  # who ended it and why: its InstanceTerminated (the last event)
+        event = inst_models.HistoryEvent
+        body["terminated"] = session.scalar(
+            sa.select(event.attributes)
+            .where(event.instance_pk == row.pk, event.event_type == "InstanceTerminated")
+            .order_by(event.event_id.desc())
+            .limit(1)
+        ) or {}
     body["inbox"] = []  # as GET …/events serves it (instance_events.inbox), from the same rows
     for event in session.scalars(
         sa.select(inst_models.InboxEvent)
@@ -317,7 +383,7 @@ def triggers_txn(session: orm.Session, *, space: str, now: dt.datetime) -> list[
     return [trigger_view(t, now=now) for t in rows]
 
 
-def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime) -> dict:
+def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime, upcoming: int = 1) -> dict:
     """One live WorkerCronTrigger of ``space`` as :func:`triggers_txn` lists it (``not_found``)."""
     row = session.scalar(
         sa.select(res_models.Resource).where(
@@ -329,17 +395,134 @@ def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime)
     )
     if row is None:
         raise DomainError("not_found", "no such WorkerCronTrigger in this Space")
-    return trigger_view(row, now=now)
+    return trigger_view(row, now=now, upcoming=upcoming)
 
 
-def trigger_view(row: res_models.Resource, *, now: dt.datetime) -> dict:
-    """``{"uid", "name", "cron", "phase", "nextMatchAt"?}`` of a WorkerCronTrigger row (pure)."""
+#: How a resource's ``phase`` reads on a page (the word ``phase`` is the API's, not a person's).
+PHASE_TEXT = {
+    "idle": "up to date",
+    "reconciling": "applying a change",
+    "failed": "its last change failed",
+    "deleting": "being deleted",
+}
+#: Matches listed ahead on a trigger's page.
+UPCOMING = 10
+#: A run that starts (or has not started) this long after its scheduled time is shown as late.
+LATE_SECONDS = 10.0
+
+
+def trigger_view(row: res_models.Resource, *, now: dt.datetime, upcoming: int = 1) -> dict:
+    """``{"uid", "name", "cron", "phase", "state", "nextMatchAt"?, "upcoming"}`` of a
+    WorkerCronTrigger row (pure): ``state`` the phase in words (:data:`PHASE_TEXT`),
+    ``upcoming`` the next ``upcoming`` matches strictly after ``now`` (aware datetimes)."""
     expression = row.spec.get("cron", "")
-    body: dict[str, Any] = {"uid": row.uid, "name": row.name, "cron": expression, "phase": row.phase}
-    try:
-        upcoming = cron.next_match(cron.parse(expression), now)
-    except cron.CronSyntaxError:
-        upcoming = None
-    if upcoming is not None:
-        body["nextMatchAt"] = upcoming
+    body: dict[str, Any] = {
+        "uid": row.uid, "name": row.name, "cron": expression, "phase": row.phase,
+        "state": PHASE_TEXT.get(row.phase, row.phase),
+    }
+    body["upcoming"] = upcoming_matches(expression, now=now, count=upcoming)
+    if body["upcoming"]:
+        body["nextMatchAt"] = body["upcoming"][0]
     return body
+
+
+def upcoming_matches(expression: str, *, now: dt.datetime, count: int) -> list[dt.datetime]:
+    """The next ``count`` matches of ``expression`` strictly after ``now`` (fewer when it stops
+    matching; none for an expression that does not parse). Pure."""
+    try:
+        schedule = cron.parse(expression)
+    except cron.CronSyntaxError:
+        return []
+    found: list[dt.datetime] = []
+    at = now
+    while len(found) < count:
+        following = cron.next_match(schedule, at)
+        if following is None:
+            break
+        found.append(following)
+        at = following
+    return found
+
+
+def last_runs_txn(session: orm.Session, *, trigger_uids: list[str]) -> dict[str, dict]:
+    """The latest run of each trigger: ``{uid: {"scheduledTime", "outcome"}}`` (``outcome``: its
+    last delivery's, ``pending`` before one, ``skipped`` for a skipped match). Two queries for
+    all the triggers (the ``(trigger_uid, scheduled_time)`` unique indexes, newest first)."""
+    if not trigger_uids:
+        return {}
+    match, delivery, skip = cron_models.CronMatch, cron_models.CronDelivery, cron_models.CronSkip
+    last_delivery = (
+        sa.select(delivery.outcome)
+        .where(delivery.match_pk == match.pk)
+        .order_by(delivery.pk.desc())
+        .limit(1)
+        .correlate(match)
+        .scalar_subquery()
+    )
+    found: dict[str, dict] = {}
+    for uid, at, outcome in session.execute(
+        sa.select(match.trigger_uid, match.scheduled_time, last_delivery)
+        .where(match.trigger_uid.in_(trigger_uids))
+        .distinct(match.trigger_uid)
+        .order_by(match.trigger_uid, match.scheduled_time.desc())
+    ):
+        found[uid] = {"scheduledTime": at, "outcome": outcome or "pending"}
+    for uid, at in session.execute(
+        sa.select(skip.trigger_uid, skip.scheduled_time)
+        .where(skip.trigger_uid.in_(trigger_uids))
+        .distinct(skip.trigger_uid)
+        .order_by(skip.trigger_uid, skip.scheduled_time.desc())
+    ):
+        if uid not in found or found[uid]["scheduledTime"] < at:
+            found[uid] = {"scheduledTime": at, "outcome": "skipped"}
+    return found
+
+
+def run_kind_txn(session: orm.Session, *, trigger_uid: str, scheduled_time: str) -> str | None:
+    """``"recorded"`` or ``"skipped"`` for the trigger's run at ``scheduled_time`` (RFC 3339, as
+    the ledger writes it), None when it has no run then (or the text is no instant)."""
+    try:
+        at = dt.datetime.fromisoformat(scheduled_time.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if at.tzinfo is None:
+        return None
+    for model, kind in ((cron_models.CronMatch, "recorded"), (cron_models.CronSkip, "skipped")):
+        if session.scalar(
+            sa.select(model.pk).where(model.trigger_uid == trigger_uid, model.scheduled_time == at)
+        ) is not None:
+            return kind
+    return None
+
+
+def lateness_text(run: dict, *, now: dt.datetime) -> str | None:
+    """Why a recorded run (a ledger entry: ``scheduledTime``, ``recordedAt``, ``deliveries``)
+    started late, or is late starting, in words; None when on time (within :data:`LATE_SECONDS`).
+    Pure. A match recorded late was late at the beat; one recorded on time but started late
+    waited in the queue for a free worker slot (every slot was running contexts or handlers)."""
+    def parse(text: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    scheduled = parse(run["scheduledTime"])
+    recorded = parse(run["recordedAt"])
+    deliveries = run.get("deliveries") or []
+    started = parse(deliveries[0]["startedAt"]) if deliveries else None
+    late = ((started or now) - scheduled).total_seconds()
+    if late < LATE_SECONDS:
+        return None
+    amount = duration_words(late)
+    if (recorded - scheduled).total_seconds() >= LATE_SECONDS:
+        why = f"the beat recorded it {duration_words((recorded - scheduled).total_seconds())} late (no beat was running on time)"
+    else:
+        why = "no free worker slot: every slot was busy running contexts or handlers"
+    return f"started {amount} late: {why}" if started else f"not started after {amount}: {why}"
+
+
+def duration_words(seconds: float) -> str:
+    """``42 s``, ``4 min 58 s``, ``2 h 5 min``. Pure."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"

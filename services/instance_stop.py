@@ -44,8 +44,14 @@ def terminate(
     instance_id: str,
     now: dt.datetime | None = None,
     wait_seconds: float = TERMINATE_WAIT_SECONDS,
+    reason: str | None = None,
+    by: str | None = None,
 ) -> dict:
     """Terminate an instance (seed 000 terminate(); CONTRACT §8); returns ``{"status"}``.
+
+    ``reason`` (at most :data:`MAX_REASON` characters) and ``by`` (who asked: ``"console (Space
+    S)"``, ``"API (Space S)"``) are recorded in the ``InstanceTerminated`` event's attributes
+    (issue 27 item 6), whichever call or sweep finishes the termination; the first call's are kept.
 
     1. one transaction: bump the epoch (fences the owner), mark ``stopping = 'terminate'``, cancel
        every timer (queued wakes are refused by the fence: a context starts only while ``stopping``
@@ -62,6 +68,9 @@ def terminate(
     deleted: the delete stops the instance itself), ``unknown_instance``, ``backend_unavailable``.
     """
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+        raise DomainError("invalid_request", f"reason must be a string of at most {MAX_REASON} characters")
+    note = {k: v for k, v in (("reason", reason or None), ("by", by)) if v}
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(
@@ -77,7 +86,11 @@ def terminate(
             session.execute(
                 sa.update(table)
                 .where(table.c.pk == pk)
-                .values(epoch=table.c.epoch + 1, stopping="terminate", updated_at=now or utcnow())
+                # The note rides in ``error`` until finish_termination moves it into the history:
+                # that column is null until an instance errs, a fenced instance can no longer err
+                # (its owner's commits are refused), and finishing clears it.
+                .values(epoch=table.c.epoch + 1, stopping="terminate", updated_at=now or utcnow(),
+                        error={_NOTE: note} if note else None)
             )
             session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == pk))
     stop_signals.publish([pk])
@@ -92,6 +105,12 @@ def terminate(
     return {"status": finish_termination(pk, now=now)}
 
 
+#: Longest terminate reason (characters).
+MAX_REASON = 1000
+#: Key of the terminate note (reason, actor) in a stopping instance's ``error`` column.
+_NOTE = "terminateNote"
+
+
 def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> str:
     """Publish ``terminated`` for an instance whose stop is proven (``stopping = 'terminate'``);
     returns the final status (an instance already terminal keeps its status)."""
@@ -104,6 +123,7 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
             raise DomainError("unknown_instance", "no such instance")
         if instance.status in inst_models.TERMINAL_STATUSES:
             return instance.status
+        note = instance.error.get(_NOTE) if isinstance(instance.error, dict) else None
         instance.status = "terminated"
         ended = {"space": instance.space, "workflow_uid": instance.workflow_uid, "instance_id": instance.instance_id}
         instance.stopping = None
@@ -115,7 +135,8 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
         instance.inbox_bytes = 0
         purge_continuations_txn(session, instance_pk=instance_pk)
         instance_history.append_history_txn(
-            session, instance=instance, now=now, events=[("InstanceTerminated", {})]
+            session, instance=instance, now=now,
+            events=[("InstanceTerminated", dict(note) if isinstance(note, dict) else {})]
         )
     lifecycle.terminated(**ended)
     return "terminated"
@@ -191,11 +212,4 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
             ).all()
             if not batch:
                 return True
-            for model in (
-                inst_models.HistoryEvent,
-                inst_models.Step,
-                inst_models.InboxEvent,
-                inst_models.Timer,
-            ):
-                session.execute(sa.delete(model).where(model.instance_pk.in_(batch)))
-            session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(batch)))
+            instance_common.delete_instances_txn(session, list(batch))

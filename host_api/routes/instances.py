@@ -138,7 +138,9 @@ def route_instances() -> flask.Response | None:
         return _json(instance_events.inbox(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("POST", "terminate"):
         _unknown_keys(_object_or_empty_body(), set())  # no body, or {}
-        return _json(instance_stop.terminate(space=space, workflow_uid=uid, instance_id=instance_id))
+        return _json(instance_stop.terminate(
+            space=space, workflow_uid=uid, instance_id=instance_id, by=f"API (Space {space})"
+        ))
     if key == ("GET", "progress"):
         return _json(instance_progress.progress(space=space, workflow_uid=uid, instance_id=instance_id))
     if key == ("GET", "logs"):

@@ -17,6 +17,9 @@ import datetime as dt
 
 #: Narrowest drawn segment, in percent of the chart width (a 2 ms attempt must still show).
 MIN_WIDTH_PCT = 0.6
+#: Narrowest failed attempt (percent): a failure is what a person looks for, so a sub-second one
+#: is drawn a few characters wide, never a 1-px sliver (issue 27 item 3).
+MIN_FAILED_PCT = 1.5
 
 
 @dataclasses.dataclass
@@ -197,6 +200,20 @@ def build(events: list[dict], *, now: dt.datetime, terminal: bool) -> Timeline:
     return timeline
 
 
+def add_in_flight(timeline: Timeline, *, name: str, attempt: int | None, since: dt.datetime, now: dt.datetime) -> None:
+    """Draw the attempt a context runs now (the progress service's ``step`` and ``since``: the
+    history records an attempt only when it ends) as an open segment in its step's lane, and lay
+    the chart out again. Pure."""
+    lane = next((lane for lane in timeline.lanes if lane.name == name), None)
+    if lane is None:
+        lane = Lane(name=name, kind="do")
+        timeline.lanes.append(lane)
+    label = f"attempt {attempt or '?'} running ({duration_text((now - since).total_seconds())} so far)"
+    lane.segments.append(Segment("attempt", since, max(now, since), "open", label))
+    timeline.end = max(timeline.end, now)
+    layout(timeline)
+
+
 def layout(timeline: Timeline) -> None:
     """Set every segment's ``x_pct``/``w_pct`` on the axis and the axis ticks (five labels)."""
     total = timeline.seconds or 1e-9
@@ -204,7 +221,7 @@ def layout(timeline: Timeline) -> None:
         for seg in lane.segments:
             x = (seg.start - timeline.start).total_seconds() / total * 100
             w = seg.seconds / total * 100
-            w = max(w, MIN_WIDTH_PCT)
+            w = max(w, MIN_FAILED_PCT if seg.outcome == "failed" and seg.kind == "attempt" else MIN_WIDTH_PCT)
             x = min(max(x, 0.0), 100 - w)
             seg.x_pct, seg.w_pct = round(x, 3), round(w, 3)
     timeline.ticks = [(i * 25.0, "+" + duration_text(timeline.seconds * i / 4)) for i in range(5)]

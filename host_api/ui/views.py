@@ -4,7 +4,8 @@ Thin like the rest of ``host_api``: each view resolves the signed-in Space
 (``host_api.ui.session``), reads through the services (``services.console`` for lists and
 counts the JSON API has no call for; the instance, event, progress, stop, tenant-log and cron-run
 services for the rest) and renders a Jinja template. Actions call the same service functions as the JSON
-routes, so their errors are the API's (``code: message``), shown on the page. Instance ids travel
+routes, so their errors are the API's (``code: message``), shown on the page. A workflow's URLs
+name it (``/ui/workflows/order-fulfilment``; its UID works too). Instance ids travel
 in the query string (``?id=``), where any Unicode id survives without the raw-path routing of the
 JSON instance routes.
 
@@ -12,10 +13,12 @@ JSON instance routes.
 | --- | --- |
 | ``GET /ui/`` | sign in with a Space token (``POST /ui/sign-in``; ``POST /ui/sign-out``) |
 | ``GET /ui/workflows`` | DurableWorkflows: ready, instance counts by status |
-| ``GET /ui/workflows/{uid}?status=&prefix=&page=`` | instances, newest first, keyset-paged |
-| ``GET /ui/workflows/{uid}/instance?id=`` | one instance; ``…/live`` for its live part |
-| ``GET /ui/workflows/{uid}/instance/history?id=&page=`` | its whole history, paged |
-| ``POST /ui/workflows/{uid}/instance/events?id=`` / ``…/terminate?id=`` | actions |
+| ``GET /ui/go?id=`` | go to the instance with that id, in whichever workflow has it |
+| ``GET /ui/workflows/{name}?status=&prefix=&page=`` | instances, newest first, keyset-paged |
+| ``GET /ui/workflows/{name}/instance?id=`` | one instance; ``…/live`` for its live part |
+| ``GET /ui/workflows/{name}/instance/history?id=&page=`` | its whole history, paged |
+| ``POST /ui/workflows/{name}/instances`` | start an instance (id, params) |
+| ``POST /ui/workflows/{name}/instance/events?id=`` / ``…/terminate?id=`` | actions (terminate with a reason) |
 | ``GET /ui/triggers``, ``GET /ui/triggers/{uid}?page=`` | cron triggers and a runs ledger |
 | ``GET /ui/triggers/{uid}/run?t=`` | one run's log lines |
 | ``GET /ui/operations?page=`` | Operations, newest first |
@@ -26,14 +29,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import urllib.parse
 
 import flask
+import markupsafe
 from werkzeug import exceptions as wz
 
 from host_api import errors
 from host_api.ui import logs as console_logs
 from host_api.ui import session as console_session
 from host_api.ui import timeline as console_timeline
+from host_api.ui import usage as console_usage
 from host_api.ui import where as console_where
 from models import db as models_db
 from models import instances as inst_models
@@ -47,8 +53,10 @@ from services import (
     instance_history,
     instance_progress,
     instance_stop,
+    instances,
+    quotas,
 )
-from takohost.domain import jsonstrict
+from takohost.domain import deepjson, divergence, jsonstrict
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +73,7 @@ HISTORY_PAGE = 500
 #: Step lanes drawn in the timeline (the most recent steps; the table below lists every segment).
 MAX_LANES = 60
 #: Notices after a successful action (Post/Redirect/Get), by the ``done`` query value.
-NOTICES = {"event": "Event sent.", "terminate": "Instance terminated."}
+NOTICES = {"event": "Event sent.", "terminate": "Instance terminated.", "start": "Instance started."}
 
 
 def _user() -> console_session.SignedIn:
@@ -84,14 +92,44 @@ def _when(value: dt.datetime | str | None) -> str:
     return console_where.when_text(value)
 
 
+@bp.app_template_filter("ago")
+def _ago(value: dt.datetime | str | None) -> markupsafe.Markup:
+    """An instant as ``<time>`` reading "3 min ago" / "in 2 h", its UTC instant (to the
+    millisecond) on hover; the console's script keeps the text current. ``""`` for none."""
+    if value is None or value == "":
+        return markupsafe.Markup("")
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return markupsafe.Markup("{}").format(value)
+    utc = value.astimezone(dt.UTC)
+    return markupsafe.Markup('<time datetime="{}" title="{}" data-rel>{}</time>').format(
+        utc.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        console_where.when_text(utc),
+        console_where.relative_text(utc, now=utcnow()),
+    )
+
+
 @bp.app_template_filter("pretty")
 def _pretty(value: object) -> str:
-    """A document as indented JSON (one line, through the app's JSON provider, when it nests too
-    deep for the standard encoder: documents have no depth limit, CONTRACT §8)."""
+    """A document as indented JSON (one compact line when it nests too deep for the standard
+    encoder: documents have no depth limit)."""
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
     except RecursionError:
-        return flask.current_app.json.dumps(value)
+        return deepjson.dumps(value)
+
+
+@bp.app_template_filter("json")
+def _json(value: object) -> str:
+    """A document as one line of JSON text, characters as they are (``<lambda>``, ``'``, ``é``):
+    Jinja's autoescape makes it safe in HTML, unlike ``tojson``, whose ``\\u003c`` escapes are for
+    a ``<script>`` and show as escape codes in a page (issue 27 item 1)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    except RecursionError:
+        return deepjson.dumps(value)
 
 
 @bp.app_template_filter("duration")
@@ -102,7 +140,7 @@ def _duration(seconds: float) -> str:
 @bp.app_template_global("instance_url")
 def instance_url(uid: str, instance_id: str, endpoint: str = "ui.instance_page", **extra) -> str:
     """The console URL of an instance page (or of one of its actions)."""
-    return flask.url_for(endpoint, uid=uid, id=instance_id, **extra)
+    return flask.url_for(endpoint, ref=uid, id=instance_id, **extra)
 
 
 @bp.after_request
@@ -125,9 +163,24 @@ def _headers(response: flask.Response) -> flask.Response:
 
 @bp.errorhandler(console_session.NotSignedIn)
 def _not_signed_in(exc: Exception) -> flask.Response:
+    """The sign-in page, which brings a GET back to the page asked for (``?next=``)."""
     if flask.request.endpoint == "ui.instance_live":
         return flask.make_response(flask.jsonify({"signedOut": True}), 401)
+    if flask.request.method == "GET" and flask.request.endpoint != "ui.index":
+        target = flask.request.full_path.rstrip("?")
+        return flask.redirect(flask.url_for("ui.index", next=target), 303)
     return flask.redirect(flask.url_for("ui.index"), 303)
+
+
+def _next_page(value: str | None) -> str:
+    """Where to go after signing in: ``value`` when it is a path of this console (``/ui/…``, no
+    scheme, host or backslash: never another site, an open redirect), else the workflows page."""
+    if value:
+        parts = urllib.parse.urlsplit(value)
+        if (not parts.scheme and not parts.netloc and parts.path.startswith("/ui/")
+                and "\\" not in value and not value.startswith("//")):
+            return value
+    return flask.url_for("ui.workflows")
 
 
 @bp.errorhandler(DomainError)
@@ -156,22 +209,24 @@ def _forbidden(exc: PermissionError) -> flask.Response:
 @bp.get("/", strict_slashes=False)
 def index() -> flask.Response:
     """The sign-in page, or the workflows page when already signed in."""
+    next_page = flask.request.args.get("next", "")
     try:
         _user()
     except console_session.NotSignedIn:
-        return _render("signin.html")
-    return flask.redirect(flask.url_for("ui.workflows"), 303)
+        return _render("signin.html", next_page=next_page)
+    return flask.redirect(_next_page(next_page), 303)
 
 
 @bp.post("/sign-in")
 def sign_in() -> flask.Response:
-    """Check the posted token; on success set the cookie and go to the workflows page (only a
-    form of this site: no login CSRF)."""
+    """Check the posted token; on success set the cookie and go to the page asked for before
+    signing in (``next``), else the workflows page (only a form of this site: no login CSRF)."""
     console_session.check_origin(allow_null=False)
     token = flask.request.form.get("token", "").strip()
-    response = flask.redirect(flask.url_for("ui.workflows"), 303)
+    next_page = flask.request.form.get("next", "")
+    response = flask.redirect(_next_page(next_page), 303)
     if not token or not console_session.sign_in(response, token):
-        return _render("signin.html", 401, error="That token is not valid for any Space.")
+        return _render("signin.html", 401, error="That token is not valid for any Space.", next_page=next_page)
     return response
 
 
@@ -195,34 +250,68 @@ def workflows() -> flask.Response:
     user = _user()
     with models_db.session_scope() as session:
         rows = console.workflows_txn(session, space=user.space)
-    return _render("workflows.html", workflows=rows)
+    usage_rows = console_usage.rows(quotas.usage(user.space))
+    return _render("workflows.html", workflows=rows, usage_rows=usage_rows)
 
 
-@bp.get("/workflows/<uid>")
-def instances_page(uid: str) -> flask.Response:
-    """A workflow's instances, newest first, filtered by ``status`` and ``prefix``, keyset-paged."""
+def _workflow_ids(user: console_session.SignedIn, ref: str) -> tuple[str, str]:
+    """``(uid, name)`` of the Space's DurableWorkflow named (or with UID) ``ref`` (``not_found``)."""
+    with models_db.session_scope() as session:
+        workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
+        return workflow.uid, workflow.name
+
+
+@bp.get("/go")
+def go_to_instance() -> flask.Response:
+    """"Go to instance": the instance with id ``?id=`` in any workflow of the Space (the header's
+    search box, ``/`` focuses it): its page when one workflow has it, a list to choose from when
+    several do, a 404 page saying so when none does."""
     user = _user()
+    instance_id = flask.request.args.get("id", "").strip()
+    if not instance_id:
+        return flask.redirect(flask.url_for("ui.workflows"), 303)
+    with models_db.session_scope() as session:
+        found = console.find_instance_txn(session, space=user.space, instance_id=instance_id)
+    if len(found) == 1:
+        return flask.redirect(instance_url(found[0]["workflowName"], found[0]["id"]), 303)
+    return _render("go.html", 200 if found else 404, instance_id=instance_id, found=found)
+
+
+@bp.get("/workflows/<ref>")
+def instances_page(ref: str) -> flask.Response:
+    """A workflow's instances, newest first, filtered by ``status`` and ``prefix``, keyset-paged."""
+    return _instances_response(_user(), ref)
+
+
+def _instances_response(
+    user: console_session.SignedIn, ref: str, *, status: int = 200, start_error: str | None = None,
+    start_form: dict | None = None,
+) -> flask.Response:
     args = flask.request.args
-    status = args.get("status") or None
+    status_filter = args.get("status") or None
     prefix = args.get("prefix") or None
     page = args.get("page") or None
     with models_db.session_scope() as session:
-        workflow = console.workflow_txn(session, space=user.space, uid=uid)
+        workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
+        uid, name = workflow.uid, workflow.name
         counts = console.status_counts_txn(session, workflow_uid=uid)
         rows, next_page = console.instance_page_txn(
-            session, space=user.space, workflow_uid=uid, status=status, prefix=prefix, page_token=page
+            session, space=user.space, workflow_uid=uid, status=status_filter, prefix=prefix, page_token=page
         )
-        name = workflow.name
     return _render(
         "instances.html",
-        uid=uid,
+        status,
+        uid=name,
+        workflow_uid=uid,
         name=name,
         counts=counts,
         instances=rows,
-        status=status or "",
+        status=status_filter or "",
         prefix=prefix or "",
         next_page=next_page,
         paged=page is not None,
+        start_error=start_error,
+        start_form=start_form or {},
     )
 
 
@@ -243,32 +332,40 @@ def _traceback(events: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-def _where(user: console_session.SignedIn, uid: str, instance_id: str, *, terminal: bool) -> str | None:
+def _progress(user: console_session.SignedIn, uid: str, instance_id: str, *, terminal: bool) -> dict:
+    """The progress body of a live instance (``{}`` for an ended one, or one gone since)."""
     if terminal:
-        return None
+        return {}
     try:
-        body = instance_progress.progress(space=user.space, workflow_uid=uid, instance_id=instance_id)
+        return dict(instance_progress.progress(space=user.space, workflow_uid=uid, instance_id=instance_id))
     except DomainError:  # gone since the page's other reads
-        return None
-    return console_where.where_text(dict(body))
+        return {}
 
 
-def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str) -> dict:
+def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str) -> dict:
+    """What the instance page shows; ``uid`` in it is the workflow's name (its URLs' reference)."""
     with models_db.session_scope() as session:
-        workflow = console.workflow_txn(session, space=user.space, uid=uid)
+        workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
+        uid, name = workflow.uid, workflow.name
         detail = console.instance_detail_txn(
             session, space=user.space, workflow_uid=uid, instance_id=instance_id
         )
-        name = workflow.name
     events, history_cut = detail["history"], detail["historyCut"]
     inbox = detail["inbox"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
-    chart = console_timeline.build(events, now=utcnow(), terminal=terminal)
+    now = utcnow()
+    chart = console_timeline.build(events, now=now, terminal=terminal)
     hidden_lanes = console_timeline.keep_recent_lanes(chart, MAX_LANES)
+    progress = _progress(user, uid, instance_id, terminal=terminal)
+    in_flight = console_where.in_flight(progress)
+    if in_flight is not None:
+        console_timeline.add_in_flight(chart, name=in_flight["name"], attempt=in_flight["attempt"],
+                                       since=in_flight["since"], now=now)
     logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)
     version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"])
     return {
-        "uid": uid,
+        "uid": name,
+        "workflow_uid": uid,
         "name": name,
         "instance": detail,
         "events": events[-HISTORY_SHOWN:],
@@ -279,7 +376,10 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
         "inbox": inbox,
         "timeline": chart,
         "traceback": _traceback(events),
-        "where": _where(user, uid, instance_id, terminal=terminal),
+        "diverged": divergence.divergence_text(events),
+        "where": console_where.where_text(progress) if progress else None,
+        "in_flight": in_flight,
+        "now": now,
         "logs": logs,
         "terminal": terminal,
         "version": version,
@@ -287,31 +387,32 @@ def _instance_context(user: console_session.SignedIn, uid: str, instance_id: str
     }
 
 
-@bp.get("/workflows/<uid>/instance")
-def instance_page(uid: str) -> flask.Response:
+@bp.get("/workflows/<ref>/instance")
+def instance_page(ref: str) -> flask.Response:
     """One instance: status, params, output or error, timeline, history, inbox, logs, actions."""
     user = _user()
     instance_id = flask.request.args.get("id", "")
-    context = _instance_context(user, uid, instance_id)
+    context = _instance_context(user, ref, instance_id)
     notice = NOTICES.get(flask.request.args.get("done", ""))
     return _render("instance.html", notice=notice, action_error=None, form={}, **context)
 
 
-@bp.get("/workflows/<uid>/instance/history")
-def history_page(uid: str) -> flask.Response:
+@bp.get("/workflows/<ref>/instance/history")
+def history_page(ref: str) -> flask.Response:
     """An instance's whole history, oldest first, :data:`HISTORY_PAGE` events a page (the history
     service of ``GET …/history``, with its page tokens)."""
     user = _user()
     instance_id = flask.request.args.get("id", "")
     page = flask.request.args.get("page") or None
     with models_db.session_scope() as session:
-        name = console.workflow_txn(session, space=user.space, uid=uid).name
+        workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
+        uid, name = workflow.uid, workflow.name
     body = instance_history.history(
         space=user.space, workflow_uid=uid, instance_id=instance_id, page_token=page, limit=HISTORY_PAGE
     )
     return _render(
         "history.html",
-        uid=uid,
+        uid=name,
         name=name,
         instance_id=instance_id,
         events=body["events"],
@@ -320,37 +421,39 @@ def history_page(uid: str) -> flask.Response:
     )
 
 
-@bp.get("/workflows/<uid>/instance/live")
-def instance_live(uid: str) -> flask.Response:
+@bp.get("/workflows/<ref>/instance/live")
+def instance_live(ref: str) -> flask.Response:
     """The live part of an instance page: ``204`` while ``v`` is still current, else
     ``{"v", "html", "terminal"}`` (the page's script swaps ``html`` in)."""
     user = _user()
     instance_id = flask.request.args.get("id", "")
     with models_db.session_scope() as session:
+        workflow_uid = console.workflow_by_ref_txn(session, space=user.space, ref=ref).uid
         version = console.instance_version_txn(
-            session, space=user.space, workflow_uid=uid, instance_id=instance_id
+            session, space=user.space, workflow_uid=workflow_uid, instance_id=instance_id
         )
     if version == flask.request.args.get("v"):
         return flask.make_response("", 204)
-    context = _instance_context(user, uid, instance_id)
+    context = _instance_context(user, ref, instance_id)
     html = flask.render_template("_instance_live.html", user=user, **context)
     return flask.jsonify({"v": context["version"], "html": html, "terminal": context["terminal"]})
 
 
 def _action_failed(
-    user: console_session.SignedIn, uid: str, instance_id: str, *, message: str, status: int, form: dict
+    user: console_session.SignedIn, ref: str, instance_id: str, *, message: str, status: int, form: dict
 ) -> flask.Response:
     """The instance page again, with the refusal shown plainly and the form as it was sent."""
-    context = _instance_context(user, uid, instance_id)
+    context = _instance_context(user, ref, instance_id)
     return _render("instance.html", status, notice=None, action_error=message, form=form, **context)
 
 
-@bp.post("/workflows/<uid>/instance/events")
-def send_event(uid: str) -> flask.Response:
+@bp.post("/workflows/<ref>/instance/events")
+def send_event(ref: str) -> flask.Response:
     """Send the form's event (type + JSON payload) through the sendEvent service."""
     user = _user()
     console_session.check_post(user)
     instance_id = flask.request.args.get("id", "")
+    uid, ref = _workflow_ids(user, ref)
     form = {"type": flask.request.form.get("type", ""), "payload": flask.request.form.get("payload", "")}
     payload = instance_common.ABSENT
     if form["payload"].strip():
@@ -358,31 +461,62 @@ def send_event(uid: str) -> flask.Response:
             payload = jsonstrict.loads_strict(form["payload"].encode("utf-8", "surrogatepass"))
         except ValueError as exc:
             message = f"invalid_json: the payload is not valid JSON ({exc})"
-            return _action_failed(user, uid, instance_id, message=message, status=400, form=form)
+            return _action_failed(user, ref, instance_id, message=message, status=400, form=form)
     try:
         instance_events.send_event(
             space=user.space, workflow_uid=uid, instance_id=instance_id, event_type=form["type"], payload=payload
         )
     except DomainError as exc:
         return _action_failed(
-            user, uid, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc), form=form
+            user, ref, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc), form=form
         )
-    return flask.redirect(instance_url(uid, instance_id, done="event"), 303)
+    return flask.redirect(instance_url(ref, instance_id, done="event"), 303)
 
 
-@bp.post("/workflows/<uid>/instance/terminate")
-def terminate(uid: str) -> flask.Response:
-    """Terminate the instance through the terminate service (waits until the stop is proven)."""
+@bp.post("/workflows/<ref>/instance/terminate")
+def terminate(ref: str) -> flask.Response:
+    """Terminate the instance through the terminate service (waits until the stop is proven), with
+    the form's reason and the console's Space as the actor, both recorded in ``InstanceTerminated``."""
     user = _user()
     console_session.check_post(user)
     instance_id = flask.request.args.get("id", "")
+    uid, ref = _workflow_ids(user, ref)
+    reason = flask.request.form.get("reason", "").strip() or None
     try:
-        instance_stop.terminate(space=user.space, workflow_uid=uid, instance_id=instance_id)
+        instance_stop.terminate(
+            space=user.space, workflow_uid=uid, instance_id=instance_id, reason=reason,
+            by=f"console (Space {user.space})",
+        )
     except DomainError as exc:
         return _action_failed(
-            user, uid, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc), form={}
+            user, ref, instance_id, message=f"{exc.code}: {exc.message}", status=_status(exc),
+            form={"reason": reason or ""},
         )
-    return flask.redirect(instance_url(uid, instance_id, done="terminate"), 303)
+    return flask.redirect(instance_url(ref, instance_id, done="terminate"), 303)
+
+
+@bp.post("/workflows/<ref>/instances")
+def start_instance(ref: str) -> flask.Response:
+    """Start an instance with the form's id (optional) and params (a JSON object, optional) through
+    the create service of ``POST …/instances``; its page on success, the list with the error and
+    the form as sent otherwise."""
+    user = _user()
+    console_session.check_post(user)
+    uid, name = _workflow_ids(user, ref)
+    form = {"id": flask.request.form.get("id", "").strip(), "params": flask.request.form.get("params", "")}
+    try:
+        params = instance_common.ABSENT
+        if form["params"].strip():
+            try:
+                params = jsonstrict.loads_strict(form["params"].encode("utf-8", "surrogatepass"))
+            except ValueError as exc:
+                raise DomainError("invalid_json", f"the params are not valid JSON ({exc})") from None
+        new_id = instances.create(space=user.space, workflow_uid=uid, instance_id=form["id"] or None, params=params)
+    except DomainError as exc:
+        return _instances_response(
+            user, name, status=_status(exc), start_error=f"{exc.code}: {exc.message}", start_form=form
+        )
+    return flask.redirect(instance_url(name, new_id, done="start"), 303)
 
 
 def _status(exc: DomainError) -> int:
@@ -399,7 +533,8 @@ def triggers() -> flask.Response:
     user = _user()
     with models_db.session_scope() as session:
         rows = console.triggers_txn(session, space=user.space, now=utcnow())
-    return _render("triggers.html", triggers=rows)
+        last = console.last_runs_txn(session, trigger_uids=[t["uid"] for t in rows])
+    return _render("triggers.html", triggers=rows, last=last)
 
 
 @bp.get("/triggers/<uid>")
@@ -407,9 +542,13 @@ def trigger_page(uid: str) -> flask.Response:
     """A trigger's runs ledger, newest first: deliveries, outcomes, errors, skip reasons, logs."""
     user = _user()
     page = flask.request.args.get("page") or None
+    now = utcnow()
     with models_db.session_scope() as session:
-        trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
+        trigger = console.trigger_txn(session, space=user.space, uid=uid, now=now, upcoming=console.UPCOMING)
         ledger = cron_runs.list_runs_txn(session, space=user.space, trigger_uid=uid, page_token=page)
+    for run in ledger["runs"]:
+        if run.get("outcome") != "skipped":
+            run["late"] = console.lateness_text(run, now=now)
     return _render(
         "trigger.html",
         trigger=trigger,
@@ -427,8 +566,11 @@ def run_page(uid: str) -> flask.Response:
     scheduled = flask.request.args.get("t", "")
     with models_db.session_scope() as session:
         trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
+        kind = console.run_kind_txn(session, trigger_uid=uid, scheduled_time=scheduled)
+    if kind is None:
+        raise DomainError("not_found", f"trigger {trigger['name']} has no run scheduled at {scheduled!r}")
     logs = console_logs.run_logs(space=user.space, trigger_uid=uid, scheduled_time=scheduled)
-    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs)
+    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs, kind=kind)
 
 
 @bp.get("/operations")

@@ -24,6 +24,33 @@ def when_text(value: dt.datetime | str | None) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
+def relative_text(value: dt.datetime, *, now: dt.datetime) -> str:
+    """``value`` relative to ``now``: ``just now``, ``42 s ago``, ``3 min ago``, ``in 2 h``,
+    ``5 d ago`` (the console's script keeps it current; the UTC instant is its tooltip)."""
+    seconds = (now - value).total_seconds()
+    ahead, seconds = seconds < 0, abs(seconds)
+    if seconds < 5:
+        return "just now"
+    for limit, unit, size in ((60, "s", 1), (3600, "min", 60), (86400, "h", 3600), (float("inf"), "d", 86400)):
+        if seconds < limit:
+            amount = f"{int(seconds // size)} {unit}"
+            return f"in {amount}" if ahead else f"{amount} ago"
+    raise AssertionError("unreachable")
+
+
+def in_flight(progress: dict) -> dict | None:
+    """``{"name", "attempt", "since"}`` (``since`` an aware datetime) of the step attempt a context
+    runs now, from the progress body; None when no attempt runs (or its start is unknown)."""
+    step = progress.get("step") or {}
+    if progress.get("activity") != "running" or not isinstance(step.get("name"), str) or not progress.get("since"):
+        return None
+    try:
+        since = dt.datetime.fromisoformat(str(progress["since"]).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return {"name": step["name"], "attempt": step.get("attempt"), "since": since}
+
+
 def where_text(progress: dict) -> str | None:
     """One sentence saying what a live instance does or waits for; None when there is nothing to
     say (``finished``, or a shape this console does not know)."""

@@ -120,28 +120,6 @@ return bad;
 """
 
 
-@pytest.fixture(scope="module")
-def stack():
-    with workflows.private_stack(workers=1, beat=True) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,900", "--force-device-scale-factor=1", "--lang=en-US"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(0)
-    yield driver
-    driver.quit()
-
-
 def _wait(predicate, timeout: float = 20.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -200,7 +178,7 @@ def _load_ms(driver) -> float:
 def test_console_in_a_browser(stack, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     base = stack.api_url
     space = "acme-shop"  # a readable Space for the screenshots (the stack's database is fresh)
@@ -246,8 +224,9 @@ def test_console_in_a_browser(stack, browser, tmp_path):
 
     # Sign in with the keyboard only: the token field has focus, Enter submits.
     browser.get(f"{base}/ui/")
+    # autofocus applies once the page has loaded, which a loaded machine may delay a little
+    WebDriverWait(browser, 10).until(lambda b: b.switch_to.active_element.get_attribute("id") == "token")
     active = browser.switch_to.active_element
-    assert active.get_attribute("id") == "token"
     _accessible(browser)
     active.send_keys("tko_not-a-token", Keys.ENTER)
     assert "not valid" in _text(browser, "[role=alert]")
@@ -354,7 +333,7 @@ def test_console_in_a_browser(stack, browser, tmp_path):
             break
         browser.switch_to.active_element.send_keys(Keys.TAB)
     browser.switch_to.active_element.send_keys(Keys.ENTER)
-    _wait(lambda: f"/ui/workflows/{wf}" in browser.current_url, what="instances page from the keyboard")
+    _wait(lambda: "/ui/workflows/order-fulfilment" in browser.current_url, what="instances page from the keyboard")
     ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
     assert ids[:3] == ["A-1002", "A-1001", "Z-0011"], ids
     Select(browser.find_element(By.ID, "f-status")).select_by_value("errored")

@@ -152,3 +152,31 @@ def test_only_the_most_recent_step_lanes_are_drawn():
     assert timeline.keep_recent_lanes(chart, 3) == 7
     assert [lane.name for lane in chart.lanes] == ["worker code", "s7", "s8", "s9"]
     assert timeline.keep_recent_lanes(chart, 3) == 0
+
+
+def test_a_failed_attempt_is_drawn_wider_than_any_instant():
+    events = [*RETRY_SLEEP_WAIT[:3], ev(4, 1.001, "StepAttemptFailed", name="charge", attempt=1,
+                                        error={"type": "E", "message": "m"})]
+    chart = timeline.build(events, now=T0 + dt.timedelta(days=2), terminal=False)
+    failed = [s for lane in chart.lanes for s in lane.segments if s.outcome == "failed"]
+    assert failed and all(s.w_pct >= timeline.MIN_FAILED_PCT for s in failed)
+
+
+def test_the_attempt_in_flight_is_drawn_open_in_its_lane():
+    chart = timeline.build(RETRY_SLEEP_WAIT[:2], now=T0 + dt.timedelta(seconds=10), terminal=False)
+    timeline.add_in_flight(chart, name="charge", attempt=1, since=T0 + dt.timedelta(seconds=2),
+                           now=T0 + dt.timedelta(seconds=12))
+    lane = next(lane for lane in chart.lanes if lane.name == "charge")
+    (seg,) = lane.segments
+    assert (seg.kind, seg.outcome, seg.label) == ("attempt", "open", "attempt 1 running (10 s so far)")
+    assert chart.end == T0 + dt.timedelta(seconds=12) and seg.x_pct + seg.w_pct == 100
+
+
+def test_relative_times():
+    from host_api.ui import where
+
+    assert where.relative_text(T0, now=T0 + dt.timedelta(seconds=2)) == "just now"
+    assert where.relative_text(T0, now=T0 + dt.timedelta(seconds=42)) == "42 s ago"
+    assert where.relative_text(T0, now=T0 + dt.timedelta(minutes=3, seconds=59)) == "3 min ago"
+    assert where.relative_text(T0 + dt.timedelta(hours=2, minutes=1), now=T0) == "in 2 h"
+    assert where.relative_text(T0, now=T0 + dt.timedelta(days=5)) == "5 d ago"

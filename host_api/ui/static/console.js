@@ -1,4 +1,5 @@
-// takohost console: the live instance page and the terminate confirmation. No framework, no build.
+// takohost console: the live instance page, the terminate confirmation, the go-to-instance
+// shortcut and copy-link. No framework, no build.
 "use strict";
 
 (function () {
@@ -45,6 +46,70 @@
     }
     schedule();
   }
+
+  // "/" focuses the header's go-to-instance box (unless typing in a field already).
+  function goShortcut(ev) {
+    if (ev.key !== "/" || ev.ctrlKey || ev.metaKey || ev.altKey) { return; }
+    var t = ev.target, tag = t && t.tagName;
+    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || (t && t.isContentEditable)) { return; }
+    var box = document.getElementById("goto");
+    if (box) { ev.preventDefault(); box.focus(); box.select(); }
+  }
+
+  // Copy link: the page's URL by workflow name, absolute, to the clipboard (a selected text field
+  // to copy by hand where the clipboard is refused).
+  function copyLink(button) {
+    var url = new URL(button.getAttribute("data-copy"), window.location.href).href;
+    var status = button.parentNode.querySelector("[role=status]");
+    function done(text) { if (status) { status.textContent = text; } }
+    function byHand() {
+      var field = document.createElement("input");
+      field.value = url; field.setAttribute("aria-label", "Link to this page"); field.readOnly = true;
+      button.parentNode.appendChild(field); field.select();
+      done(document.execCommand && document.execCommand("copy") ? "Link copied." : "Copy the selected link.");
+    }
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(url).then(function () { done("Link copied."); }, byHand);
+    } else { byHand(); }
+  }
+
+  // Times: "3 min ago" (the UTC instant is the tooltip) and "for 12 s" of a step in flight, kept
+  // current every second (the server wrote them at render time). Mirrors where.relative_text.
+  function duration(seconds) {
+    if (seconds < 10) { return seconds.toPrecision(3).replace(/\.?0+$/, "") + " s"; }
+    if (seconds < 60) { return Math.round(seconds) + " s"; }
+    if (seconds < 3600) { return Math.floor(seconds / 60) + " min " + Math.floor(seconds % 60) + " s"; }
+    if (seconds < 86400) { return Math.floor(seconds / 3600) + " h " + Math.floor(seconds % 3600 / 60) + " min"; }
+    return Math.floor(seconds / 86400) + " d " + Math.floor(seconds % 86400 / 3600) + " h";
+  }
+  function relative(seconds) {
+    var ahead = seconds < 0, s = Math.abs(seconds), units = [[60, "s", 1], [3600, "min", 60], [86400, "h", 3600], [Infinity, "d", 86400]];
+    if (s < 5) { return "just now"; }
+    for (var i = 0; i < units.length; i++) {
+      if (s < units[i][0]) {
+        var amount = Math.floor(s / units[i][2]) + " " + units[i][1];
+        return ahead ? "in " + amount : amount + " ago";
+      }
+    }
+  }
+  function refreshTimes() {
+    var now = Date.now();
+    Array.prototype.forEach.call(document.querySelectorAll("time[data-rel]"), function (t) {
+      var at = Date.parse(t.getAttribute("datetime"));
+      if (!isNaN(at)) { t.textContent = relative((now - at) / 1000); }
+    });
+    Array.prototype.forEach.call(document.querySelectorAll(".elapsed[data-since]"), function (e) {
+      var at = Date.parse(e.getAttribute("data-since"));
+      if (!isNaN(at)) { e.textContent = duration(Math.max(0, (now - at) / 1000)); }
+    });
+  }
+  window.setInterval(refreshTimes, 1000);
+
+  document.addEventListener("keydown", goShortcut);
+  document.addEventListener("click", function (ev) {
+    var button = ev.target.closest && ev.target.closest("button[data-copy]");
+    if (button) { copyLink(button); }
+  });
 
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");

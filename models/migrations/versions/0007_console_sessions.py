@@ -4,8 +4,8 @@ The console's cookie used to be the raw API token. Now it is a random session id
 keeps its SHA-256, the token it was made from (``ON DELETE CASCADE``: deleting a token ends its
 sessions), the session's CSRF token and its start and last use (idle timeout, absolute lifetime).
 
-Revision ID: 0004_console_sessions
-Revises: 0003_instance_list_keyset
+Revision ID: 0007_console_sessions
+Revises: 0006_space_usage_update_trigger
 Create Date: 2026-12-03 17:40:00
 """
 
@@ -16,8 +16,8 @@ from alembic import op
 
 import models.base
 
-revision = "0004_console_sessions"
-down_revision = "0003_instance_list_keyset"
+revision = "0007_console_sessions"
+down_revision = "0006_space_usage_update_trigger"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,30 @@
+"""The ``takohost`` console script: :func:`run` imports the command and runs it, so that a Ctrl-C
+at any moment — while the heavy modules import at start-up, inside a command, on the way out —
+ends the command with ``interrupted`` on stderr and exit status 130, never a traceback
+(issue 27 item 10). Kept tiny: the console script imports this module first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+INTERRUPTED = 130
+
+
+def run() -> None:
+    """Run ``takohost`` (``host_cli.main.main``); exit 130 on ``KeyboardInterrupt``."""
+    try:
+        from host_cli.main import main
+
+        main()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C on the way out: no traceback
+        try:
+            sys.stdout.flush()
+            sys.stderr.write("interrupted\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(INTERRUPTED)  # skip interpreter teardown, where another interrupt would print one
