@@ -48,6 +48,7 @@ class _SandboxChild:
         self.deadline = deadline
 
     def recv(self) -> dict[str, Any]:
+        """The child's next message but log and code frames; ``TimeoutError`` past the deadline."""
         while True:
             left = self.deadline - time.monotonic()
             if left <= 0:
@@ -57,6 +58,7 @@ class _SandboxChild:
                 return message
 
     def answer(self, message: dict[str, Any]) -> None:
+        """Send the answer to the child's pending request."""
         self.handle.send(message)
 
 
