@@ -224,19 +224,19 @@ def sign_in() -> flask.Response:
     console_session.check_origin(allow_null=False)
     token = flask.request.form.get("token", "").strip()
     next_page = flask.request.form.get("next", "")
-    if not token or console_session.space_of(token) is None:
-        return _render("signin.html", 401, error="That token is not valid for any Space.", next_page=next_page)
     response = flask.redirect(_next_page(next_page), 303)
-    console_session.sign_in(response, token)
+    if not token or not console_session.sign_in(response, token):
+        return _render("signin.html", 401, error="That token is not valid for any Space.", next_page=next_page)
     return response
 
 
 @bp.post("/sign-out")
 def sign_out() -> flask.Response:
-    """Clear the cookie (CSRF-checked, so another site cannot sign you out)."""
-    console_session.check_post(_user())
+    """End the session and clear the cookie (CSRF-checked, so another site cannot sign you out)."""
+    user = _user()
+    console_session.check_post(user)
     response = flask.redirect(flask.url_for("ui.index"), 303)
-    console_session.sign_out(response)
+    console_session.sign_out(response, user)
     return response
 
 
