@@ -37,7 +37,7 @@ def _ping_if_idle(engine: sa.Engine) -> None:
         if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
             return
         try:
-            engine.dialect.do_ping(dbapi_connection)
+            engine.dialect.do_ping(dbapi_connection)  # type: ignore[arg-type]
             dbapi_connection.rollback()  # type: ignore[attr-defined]
         except Exception as exc:  # noqa: BLE001 - any failure: the pool retries with a new connection
             raise sa.exc.DisconnectionError() from exc

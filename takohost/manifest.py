@@ -350,7 +350,11 @@ def _trigger(entry: dict[str, Any], where: str, check_cron: CronCheck | None) ->
 
 def _check_unique(manifest: Manifest) -> None:
     seen: dict[str, str] = {manifest.worker: "worker.name", manifest.deployment_name: "the Deployment"}
-    for kind, entries in (("workflows", manifest.workflows), ("triggers", manifest.triggers)):
+    families: tuple[tuple[str, tuple[WorkflowDecl | TriggerDecl, ...]], ...] = (
+        ("workflows", manifest.workflows),
+        ("triggers", manifest.triggers),
+    )
+    for kind, entries in families:
         for i, entry in enumerate(entries, start=1):
             where = f"{kind}[{i}].name"
             if entry.name in seen:

@@ -13,7 +13,9 @@ target_metadata = models.Base.metadata
 
 def run_migrations_online() -> None:
     """Run the migrations in one transaction."""
-    connectable = sa.create_engine(config.get_main_option("sqlalchemy.url"), poolclass=sa.pool.NullPool)
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None, "alembic.ini or the caller sets sqlalchemy.url"
+    connectable = sa.create_engine(url, poolclass=sa.pool.NullPool)
     with connectable.connect() as connection:
         context.configure(
             connection=connection,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
+from typing import Any
 
 from takohost.domain import decide, history
 
@@ -53,7 +55,7 @@ def attempt(
     name: str,
     attempt: int,
     new: bool,
-    policy: dict,
+    policy: Mapping[str, Any],
     started_at: dt.datetime,
     outcome: decide.Outcome,
     lifetime_ends_at: dt.datetime,

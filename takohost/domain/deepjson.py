@@ -38,9 +38,10 @@ __all__ = ["DEEP_MARKER", "dumps", "dumps_stored", "loads", "loads_stored", "loa
 #: Prefix of the string that stands for a value too deep for the C encoder (see module doc).
 DEEP_MARKER = "takohost:deep-json:v1:"
 
-_WS = re.compile(r"[ \t\n\r]*")
+#: Typed ``Any``: it matches at every position (zero width allowed), so ``.match`` is never None.
+_WS: Any = re.compile(r"[ \t\n\r]*")
 _NUMBER = json.scanner.NUMBER_RE
-_scanstring = json.decoder.scanstring
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # public, untyped in typeshed
 _encode_str = json.encoder.encode_basestring  # C version when available
 _encode_str_ascii = json.encoder.encode_basestring_ascii
 

@@ -196,7 +196,7 @@ def _children(container: dict | list, frames: list[list], token: str | int | Non
     """Snapshot a container's children; for a dict also check its keys and sort them."""
     if type(container) is list:
         return list(enumerate(container))
-    items = list(container.items())
+    items = list(container.items())  # type: ignore[union-attr]  # a dict: the exact-type test above
     if len(items) > MAX_KEYS:
         raise InvalidDocument(
             _pointer(frames, token), f"an object has {len(items)} keys; at most {MAX_KEYS} are allowed"
@@ -293,7 +293,7 @@ def _serialize(root: dict, snapshots: dict[int, _Children]) -> bytes:
 def _scalar_bytes(value: object, kind: type) -> bytes:
     """RFC 8785 bytes of a validated scalar."""
     if kind is str:
-        if _NEEDS_ESCAPE.search(value) is None:  # type: ignore[arg-type]
+        if _NEEDS_ESCAPE.search(value) is None:  # type: ignore[call-overload]
             # Nothing to escape: rfc8785 would write exactly the quoted UTF-8 (checked by tests).
             return b'"' + value.encode("utf-8") + b'"'  # type: ignore[attr-defined]
         return rfc8785.dumps(value)  # type: ignore[arg-type]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
+from typing import Any
 
 #: CONTRACT §6 history event types: the vocabulary of ``models.instances.HistoryEvent.event_type``.
 EVENT_TYPES = (
@@ -120,7 +122,9 @@ def event_accepted(sequence: int, event_type: str) -> Event:
     return Event("EventAccepted", {"sequence": sequence, "type": event_type})
 
 
-def attempt_started(name: str, attempt: int, *, at: dt.datetime, policy: dict | None = None) -> Event:
+def attempt_started(
+    name: str, attempt: int, *, at: dt.datetime, policy: Mapping[str, Any] | None = None
+) -> Event:
     """Attempt ``attempt`` (1-based) of ``step.do(name)`` started at ``at`` (written with its outcome)
     under the step's stored retry ``policy`` (``retry.RetryPolicy.to_json``; what replay checks)."""
     attributes: dict = {"name": name, "attempt": attempt}

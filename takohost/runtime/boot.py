@@ -23,6 +23,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 #: Where every context (and the zygote's own modules) find the packages: ``/takohost/sdk/<name>``.
@@ -85,7 +86,7 @@ class NeutralLoader(importlib.machinery.SourceFileLoader):
         """The bytes of a neutral path's real file (source or cached bytecode)."""
         return super().get_data(self.finder.to_real(path))
 
-    def path_stats(self, path: str) -> dict[str, Any]:
+    def path_stats(self, path: str) -> Mapping[str, Any]:
         """``mtime``/``size`` of a neutral path's real file (validates cached bytecode)."""
         return super().path_stats(self.finder.to_real(path))
 

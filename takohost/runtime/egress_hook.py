@@ -82,8 +82,8 @@ def install(*, rules: egress.SpaceRules, listen_ports: tuple[int, ...], test_pub
     connect.__doc__ = plain_connect.__doc__
     connect_ex.__doc__ = plain_connect_ex.__doc__
     getaddrinfo.__doc__ = plain_getaddrinfo.__doc__
-    base.connect = connect  # type: ignore[method-assign]
-    base.connect_ex = connect_ex  # type: ignore[method-assign]
+    base.connect = connect  # type: ignore[method-assign,assignment]
+    base.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
     socket.getaddrinfo = getaddrinfo
 
 

@@ -331,7 +331,7 @@ def _check_effect_result(m: dict[str, Any]) -> None:
         _traceback(m, error["traceback"])
 
 
-def _traceback(m: dict[str, Any], value: object) -> None:
+def _traceback(m: dict[str, Any], value: Any) -> None:
     """A ``traceback`` field: a list of frame objects (``tracebacks.clean_frames`` checks them
     fully on the host; here only the outer shape and size)."""
     _require(type(value) is list and len(value) <= 32, m, "traceback must be a list of at most 32 frames")

@@ -380,7 +380,7 @@ class ZygoteServer:
                 pid, _ = os.waitpid(-1, 0)
             except ChildProcessError:
                 break
-            pidfd = self.leaders.pop(pid, None)
+            pidfd = self.leaders.pop(pid, None)  # type: ignore[arg-type]
             if pidfd is not None:
                 os.close(pidfd)
         self.forker.close()
@@ -456,7 +456,7 @@ def _plain_loaders() -> None:
     for name, module in list(sys.modules.items()):
         spec = getattr(module, "__spec__", None)
         loader = getattr(spec, "loader", None)
-        if isinstance(loader, plain_type) and type(loader) is not plain_type and spec.origin:
+        if isinstance(loader, plain_type) and type(loader) is not plain_type and spec and spec.origin:
             plain = plain_type(name, spec.origin)
             spec.loader = plain
             module.__loader__ = plain

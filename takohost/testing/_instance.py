@@ -23,6 +23,9 @@ from takohost.runtime import bindings as runtime_bindings
 from takohost.runtime import parent, protocol, tracebacks
 from takohost.testing import _child
 
+#: ``history.Event`` under a name that the ``history`` property of :class:`Instance` cannot shadow.
+_Event = history.Event
+
 __all__ = ["TERMINAL", "Instance", "Workflow"]
 
 TERMINAL = ("complete", "errored", "terminated")
@@ -274,7 +277,7 @@ class Instance:
                 return  # START_CONTEXT's conditions
             _Context(self).run()
 
-    def _append(self, events: list[history.Event]) -> None:
+    def _append(self, events: list[_Event]) -> None:
         after = self._events[-1][2] if self._events else None
         for event, stamp in zip(events, history.stamps(events, now=self.now, after=after), strict=True):
             self._events.append((event.event_type, dict(event.attributes), stamp))

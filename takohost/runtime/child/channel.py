@@ -64,9 +64,9 @@ class Channel:
     def __init__(
         self, sock: socket.socket | None, *, buffer: protocol.FrameBuffer, watchdog_seconds: object
     ) -> None:
-        self._sock = sock
+        self._sock: socket.socket = sock  # type: ignore[assignment]  # None only until _read_loop connects
         self._buffer = buffer
-        self._watchdog = float(watchdog_seconds) if type(watchdog_seconds) in (int, float) else None
+        self._watchdog = float(watchdog_seconds) if type(watchdog_seconds) in (int, float) else None  # type: ignore[arg-type]
         self._replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._send_lock = threading.Lock()
         self._request_lock = threading.Lock()
@@ -171,7 +171,7 @@ class Channel:
                 if job.get("op") != "job":
                     hygiene.die()
                 watchdog = job.get("watchdogSeconds")
-                self._watchdog = float(watchdog) if type(watchdog) in (int, float) else None
+                self._watchdog = float(watchdog) if type(watchdog) in (int, float) else None  # type: ignore[arg-type]
                 self._last_seen = time.monotonic()
                 self._replies.put(job)
                 # A heartbeat ping may share the job's read (the pinger can start right after the

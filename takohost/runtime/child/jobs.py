@@ -54,6 +54,9 @@ class _WarmUpChannel:
             reply = {"op": "resolve", "result": message.get("result")}
         return protocol.FrameBuffer().feed(protocol.encode_frame(reply))[0]
 
+    def send(self, message: dict[str, Any]) -> None:
+        raise RuntimeError("no eager message in the warm-up")
+
     def final(self, message: dict[str, Any]) -> NoReturn:
         raise RuntimeError("no final message in the warm-up")
 
@@ -186,7 +189,7 @@ def is_workflow_class(value: object) -> bool:
 
 
 def _run_failed(
-    channel: channel_module.Channel,
+    channel: step.Channel,
     *,
     phase: str,
     exc: BaseException | None = None,
@@ -195,7 +198,8 @@ def _run_failed(
 ) -> NoReturn:
     text = step.exception_text(exc) if exc is not None else message
     final: dict[str, Any] = {"op": "run_failed", "reason": "run_threw", "message": text, "phase": phase}
-    frames = tracebacks.tenant_frames(exc or frames_of) if (exc or frames_of) is not None else []
+    cause = exc or frames_of
+    frames = tracebacks.tenant_frames(cause) if cause is not None else []
     if frames:
         final["traceback"] = frames
     channel.final(final)

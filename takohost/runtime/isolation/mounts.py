@@ -98,7 +98,7 @@ class Layout:
         directory on the host; default: ``policy``'s SDK directory alone)."""
         import sysconfig
 
-        mirrors = []
+        mirrors: list[tuple[str, str | None]] = []
         for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
                 mirrors.append((top, os.readlink(top)))
