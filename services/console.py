@@ -28,8 +28,9 @@ from core import cron
 from models import cron as cron_models
 from models import instances as inst_models
 from models import resources as res_models
+from models import tenant_logs as tenant_log_models
 from models.errors import DomainError
-from services import forms, instance_common, instance_history, operations
+from services import cron_runs, forms, instance_common, instance_history, operations
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50
@@ -267,6 +268,7 @@ def instance_detail_txn(
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
     body: dict[str, Any] = {
+        "pk": row.pk,
         "id": row.instance_id,
         "status": row.status,
         "stopping": row.stopping,
@@ -332,12 +334,75 @@ def instance_version_txn(session: orm.Session, *, space: str, workflow_uid: str,
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-    return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping)
+    return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping,
+                        latest_log_seq_txn(session, instance_pk=row.pk))
 
 
-def page_version(status: str, next_event_id: int, inbox_count: int, stopping: str | None) -> str:
-    """The version string of :func:`instance_version_txn` from those columns (pure)."""
-    return f"{status}:{next_event_id}:{inbox_count}:{stopping or ''}"
+def page_version(status: str, next_event_id: int, inbox_count: int, stopping: str | None, log_seq: int) -> str:
+    """The version string of :func:`instance_version_txn` from those columns and the latest log
+    line's ``seq`` (a new line changes it: the logs panel follows live). Pure."""
+    return f"{status}:{next_event_id}:{inbox_count}:{stopping or ''}:{log_seq}"
+
+
+def latest_log_seq_txn(session: orm.Session, *, instance_pk: int) -> int:
+    """The ``seq`` of the instance's newest log line (0 when none): one index probe."""
+    log = tenant_log_models.TenantLog
+    return session.scalar(
+        sa.select(log.seq).where(log.instance_pk == instance_pk).order_by(log.seq.desc()).limit(1)
+    ) or 0
+
+
+def step_names_txn(session: orm.Session, *, instance_pk: int) -> list[str]:
+    """The instance's step names by first use (the logs page's step filter)."""
+    step = inst_models.Step
+    return list(session.scalars(sa.select(step.name).where(step.instance_pk == instance_pk).order_by(step.pk)))
+
+
+#: Log lines the instance page shows (the newest); its logs page shows this many a page.
+LOG_TAIL = 300
+LOG_PAGE = 500
+
+
+def instance_log_tail_txn(
+    session: orm.Session,
+    *,
+    instance_pk: int,
+    limit: int = LOG_TAIL,
+    step: str | None = None,
+    attempt: int | None = None,
+    stream: str | None = None,
+    before: int | None = None,
+) -> dict:
+    """The newest ``limit`` log lines of an instance (before ``seq`` ``before`` when given),
+    optionally only those of ``step``, ``attempt`` and ``stream``: ``{"lines": [...] (oldest
+    first, as ``GET …/logs`` serves them, with ``seq``), "older": seq | None (the ``before`` of
+    the page of older lines), "latestSeq"}``. One backward scan of the ``(instance_pk, seq)``
+    index, whatever the instance's line count: the page of a 100,000-line instance costs what a
+    300-line one does."""
+    log = tenant_log_models.TenantLog
+    query = sa.select(log).where(log.instance_pk == instance_pk)
+    if step is not None:
+        query = query.where(log.step == step)
+    if attempt is not None:
+        query = query.where(log.attempt == attempt)
+    if stream is not None:
+        query = query.where(log.stream == stream)
+    if before is not None:
+        query = query.where(log.seq < before)
+    rows = session.scalars(query.order_by(log.seq.desc()).limit(limit + 1)).all()
+    page = list(reversed(rows[:limit]))
+    lines = [
+        {
+            "seq": r.seq, "time": cron_runs.rfc3339_ms(r.logged_at), "epoch": r.epoch, "step": r.step,
+            "attempt": r.attempt, "stream": r.stream, "message": r.message,
+        }
+        for r in page
+    ]
+    return {
+        "lines": lines,
+        "older": page[0].seq if len(rows) > limit and page else None,
+        "latestSeq": latest_log_seq_txn(session, instance_pk=instance_pk),
+    }
 
 
 def operations_page_txn(

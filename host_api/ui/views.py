@@ -17,6 +17,7 @@ JSON instance routes.
 | ``GET /ui/workflows/{name}?status=&prefix=&page=`` | instances, newest first, keyset-paged |
 | ``GET /ui/workflows/{name}/instance?id=`` | one instance; ``…/live`` for its live part |
 | ``GET /ui/workflows/{name}/instance/history?id=&page=`` | its whole history, paged |
+| ``GET /ui/workflows/{name}/instance/logs?id=&step=&attempt=&stream=&before=`` | its log lines, filtered, paged back |
 | ``POST /ui/workflows/{name}/instances`` | start an instance (id, params) |
 | ``POST /ui/workflows/{name}/instance/events?id=`` / ``…/terminate?id=`` | actions (terminate with a reason) |
 | ``GET /ui/triggers``, ``GET /ui/triggers/{uid}?page=`` | cron triggers and a runs ledger |
@@ -55,6 +56,7 @@ from services import (
     instances,
 )
 from takohost.domain import deepjson, divergence, jsonstrict
+from takohost.domain import tenant_logs as tenant_log_domain
 
 log = logging.getLogger(__name__)
 
@@ -347,6 +349,7 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
         detail = console.instance_detail_txn(
             session, space=user.space, workflow_uid=uid, instance_id=instance_id
         )
+        log_tail = console.instance_log_tail_txn(session, instance_pk=detail["pk"])
     events, history_cut = detail["history"], detail["historyCut"]
     inbox = detail["inbox"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
@@ -358,8 +361,8 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
     if in_flight is not None:
         console_timeline.add_in_flight(chart, name=in_flight["name"], attempt=in_flight["attempt"],
                                        since=in_flight["since"], now=now)
-    logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)
-    version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"])
+    version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"],
+                                   log_tail["latestSeq"])
     return {
         "uid": name,
         "workflow_uid": uid,
@@ -377,7 +380,8 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
         "where": console_where.where_text(progress) if progress else None,
         "in_flight": in_flight,
         "now": now,
-        "logs": logs,
+        "logs": log_tail,
+        "logs_text": "\n".join(console_logs.line_text(line) for line in log_tail["lines"]),
         "terminal": terminal,
         "version": version,
         "poll_ms": POLL_MS,
@@ -415,6 +419,44 @@ def history_page(ref: str) -> flask.Response:
         events=body["events"],
         next_page=body.get("nextPageToken"),
         paged=page is not None,
+    )
+
+
+@bp.get("/workflows/<ref>/instance/logs")
+def logs_page(ref: str) -> flask.Response:
+    """An instance's log lines, newest last, :data:`services.console.LOG_PAGE` a page, filtered by
+    ``step``, ``attempt`` and ``stream``; ``before`` (a line's ``seq``) pages back past any cap."""
+    user = _user()
+    args = flask.request.args
+    instance_id = args.get("id", "")
+    filters = {"step": args.get("step") or None, "stream": args.get("stream") or None}
+    try:
+        attempt = int(args["attempt"]) if args.get("attempt") else None
+        before = int(args["before"]) if args.get("before") else None
+    except ValueError:
+        raise DomainError("invalid_request", "attempt and before are whole numbers") from None
+    if filters["stream"] is not None and filters["stream"] not in tenant_log_domain.STREAMS:
+        raise DomainError("invalid_request", f"stream is one of {', '.join(tenant_log_domain.STREAMS)}")
+    with models_db.session_scope() as session:
+        workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
+        instance_id = instance_common.id_or_error(instance_id, what="instance id")
+        row = instance_common.instance_txn(session, workflow_uid=workflow.uid, instance_id=instance_id)
+        steps = console.step_names_txn(session, instance_pk=row.pk)
+        page = console.instance_log_tail_txn(
+            session, instance_pk=row.pk, limit=console.LOG_PAGE, attempt=attempt, before=before, **filters
+        )
+    return _render(
+        "logs.html",
+        uid=workflow.name,
+        name=workflow.name,
+        instance_id=instance_id,
+        steps=steps,
+        streams=tenant_log_domain.STREAMS,
+        filters={**filters, "attempt": attempt},
+        filter_args={k: v for k, v in {**filters, "attempt": attempt}.items() if v is not None},
+        page=page,
+        text="\n".join(console_logs.line_text(line) for line in page["lines"]),
+        paged=before is not None,
     )
 
 

@@ -36,6 +36,23 @@ class Ops:
         if p.get("random"):  # not deterministic: a new name on every replay
             step.do("r-%d" % random.randrange(10**9), lambda: {"n": 1})
             step.sleep("nap", 1)
+        if p.get("chatty"):
+            print("before the talk")
+
+            def talk():
+                for i in range(p["chatty"]):
+                    print("line", i)
+                return {"n": p["chatty"]}
+
+            step.do("talk", talk)
+        if p.get("ticks"):
+            def tick():
+                for i in range(p["ticks"]):
+                    print("tick", i, flush=True)
+                    time.sleep(0.5)
+                return {}
+
+            step.do("ticking", tick)
         if p.get("slow"):
             step.do("slow step", lambda: time.sleep(p["slow"]))
         return step.wait_for_event("go", {"type": "go", "timeoutSeconds": 3600})
@@ -375,3 +392,44 @@ def test_dark_mode_follows_the_system(stack, browser, ops):
     browser.get(f"{ops.url}/ui/workflows")
     assert browser.execute_script("return getComputedStyle(document.documentElement).backgroundColor") == \
         "rgb(255, 255, 255)"
+
+
+def test_logs_show_the_newest_lines_follow_live_filter_and_page_back(stack, browser, ops):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    ops.start("ops-flow", "chatty", {"chatty": 700})
+    ops.wait("ops-flow", "chatty", "waiting")
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=chatty")
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 300 and lines[-1].endswith("[talk #1] line 699") and lines[0].endswith("line 400"), lines[:2]
+    at_bottom = browser.execute_script(
+        "var p = document.querySelector('[data-testid=logs]'); return p.scrollTop + p.clientHeight >= p.scrollHeight - 2;")
+    assert at_bottom, "the panel shows its newest line"
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=all-logs]").click()
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 500 and lines[-1].endswith("line 699") and lines[0].endswith("line 200")
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=older]").click()
+    older = _text(browser, "[data-testid=logs]").splitlines()
+    assert older[0].endswith("before the talk") and older[-1].endswith("line 199"), (older[:2], older[-1:])
+    # Filters: step, attempt, stream.
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance/logs?id=chatty")
+    Select(browser.find_element(By.ID, "l-step")).select_by_value("talk")
+    browser.find_element(By.ID, "l-attempt").send_keys("1")
+    Select(browser.find_element(By.ID, "l-stream")).select_by_value("stdout")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    _wait(lambda: "step=talk" in browser.current_url, what="filtered")
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 500 and all("[talk #1]" in line for line in lines)
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=older]").click()
+    assert len(_text(browser, "[data-testid=logs]").splitlines()) == 200  # the talk's first lines, no other
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance/logs?id=chatty&stream=stderr")
+    assert _text(browser, "[data-testid=no-logs]") == "No line matches."
+
+    # Follow live: lines printed while the page is open appear without a reload.
+    ops.start("ops-flow", "ticker", {"ticks": 8})
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=ticker")
+    marker = browser.execute_script("window.__stay = 1; return 1;")
+    _wait(lambda: "tick 7" in _text(browser, "[data-testid=logs]"), timeout=45, what="lines followed live")
+    assert browser.execute_script("return window.__stay;") == marker

@@ -5,7 +5,15 @@
 (function () {
   // Live: while the instance is not terminal, ask every data-poll-ms whether it changed
   // (204: no), and swap in the new live part when it did. Focus inside it is kept by id.
+  // The logs panel shows its newest line (the bottom) unless the reader scrolled up in it.
+  function follow(root) {
+    Array.prototype.forEach.call(root.querySelectorAll("pre[data-follow]"), function (pre) {
+      pre.scrollTop = pre.scrollHeight;
+    });
+  }
+
   function startLive(live) {
+    follow(live);
     var url = live.getAttribute("data-live-url");
     var every = parseInt(live.getAttribute("data-poll-ms"), 10) || 1000;
     var busy = false;
@@ -31,6 +39,7 @@
             if (openDetails.indexOf(s.textContent) >= 0) { s.parentNode.open = true; }
           });
           live.setAttribute("data-version", data.v);
+          follow(live);
           live.setAttribute("data-terminal", data.terminal ? "true" : "false");
           if (data.terminal) {  // an ended instance takes no actions: say so instead of the forms
             Array.prototype.forEach.call(document.querySelectorAll(".action-forms"), function (f) { f.hidden = true; });
