@@ -53,12 +53,17 @@ class WorkflowRow(TypedDict):
 
 
 class InstanceRow(TypedDict):
-    """One line of an instance list: ``createdAt``/``updatedAt`` are aware UTC datetimes."""
+    """One line of an instance list: ``createdAt``/``updatedAt``/``terminalAt`` are aware UTC
+    datetimes; ``step`` the step it is at (its pending step row: ``{"name", "kind", "attempts",
+    "wakeAt"?, "timeoutAt"?, "error"?}``) or None; ``error`` an errored instance's."""
 
     id: str
     status: str
     createdAt: dt.datetime
     updatedAt: dt.datetime
+    terminalAt: dt.datetime | None
+    step: dict | None
+    error: dict | None
 
 
 def encode_token(values: list) -> str:
@@ -203,13 +208,17 @@ def instance_page_txn(
     *,
     space: str,
     workflow_uid: str,
-    status: str | None = None,
+    status: str | list[str] | None = None,
     prefix: str | None = None,
     page_token: str | None = None,
     limit: int = PAGE_SIZE,
+    created_after: dt.datetime | None = None,
+    created_before: dt.datetime | None = None,
 ) -> tuple[list[InstanceRow], str | None]:
     """One page of ``workflow_uid``'s instances, newest first (``createdAt``, then creation order),
-    optionally only ``status`` and ids starting with ``prefix``; returns ``(rows, next token)``.
+    optionally only those of ``status`` (one or several), ids starting with ``prefix``, created
+    in ``[created_after, created_before)``; returns ``(rows, next token)``. Each row carries the
+    step it is at (one more query for the page's pending steps, never one per row).
 
     Keyset paging on the ``(workflow_uid, created_at, pk)`` index: a page reads ``limit + 1`` rows
     whatever the instance count. Raises DomainError ``not_found`` (no such workflow in ``space``),
@@ -218,15 +227,21 @@ def instance_page_txn(
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     table = inst_models.Instance.__table__
     query = (
-        sa.select(table.c.pk, table.c.instance_id, table.c.status, table.c.created_at, table.c.updated_at)
+        sa.select(table.c.pk, table.c.instance_id, table.c.status, table.c.created_at, table.c.updated_at,
+                  table.c.terminal_at, table.c.error)
         .where(table.c.workflow_uid == workflow_uid)
         .order_by(table.c.created_at.desc(), table.c.pk.desc())
         .limit(limit + 1)
     )
-    if status:
-        if status not in inst_models.STATUSES:
+    statuses = [status] if isinstance(status, str) else list(status or [])
+    if statuses:
+        if any(s not in inst_models.STATUSES for s in statuses):
             raise DomainError("invalid_request", f"status must be one of {', '.join(inst_models.STATUSES)}")
-        query = query.where(table.c.status == status)
+        query = query.where(table.c.status.in_(statuses))
+    if created_after is not None:
+        query = query.where(table.c.created_at >= created_after)
+    if created_before is not None:
+        query = query.where(table.c.created_at < created_before)
     if prefix:
         prefix = instance_common.id_or_error(prefix[:MAX_PREFIX], what="id prefix")
         raw = prefix.encode("utf-8")
@@ -238,8 +253,12 @@ def instance_page_txn(
         us, pk = decode_token(page_token, shape=(int, int))
         query = query.where(sa.tuple_(table.c.created_at, table.c.pk) < sa.tuple_(_from_micros(us), pk))
     rows = session.execute(query).all()
+    steps = _pending_steps_txn(session, instance_pks=[r.pk for r in rows[:limit]])
     page = [
-        InstanceRow(id=r.instance_id, status=r.status, createdAt=r.created_at, updatedAt=r.updated_at)
+        InstanceRow(
+            id=r.instance_id, status=r.status, createdAt=r.created_at, updatedAt=r.updated_at,
+            terminalAt=r.terminal_at, step=steps.get(r.pk), error=r.error if r.status == "errored" else None,
+        )
         for r in rows[:limit]
     ]
     token = None
@@ -247,6 +266,20 @@ def instance_page_txn(
         last = rows[limit - 1]
         token = encode_token([_micros(last.created_at), last.pk])
     return page, token
+
+
+def _pending_steps_txn(session: orm.Session, *, instance_pks: list[int]) -> dict[int, dict]:
+    """The pending step of each instance (at most one at a time), by instance pk: one query."""
+    if not instance_pks:
+        return {}
+    step = inst_models.Step
+    found: dict[int, dict] = {}
+    for s in session.scalars(sa.select(step).where(step.instance_pk.in_(instance_pks), step.state == "pending")):
+        found[s.instance_pk] = {
+            "name": s.name, "kind": s.kind, "attempts": s.attempts, "wakeAt": s.wake_at,
+            "timeoutAt": s.timeout_at, "error": s.error,
+        }
+    return found
 
 
 def instance_detail_txn(

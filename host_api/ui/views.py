@@ -14,7 +14,7 @@ JSON instance routes.
 | ``GET /ui/`` | sign in with a Space token (``POST /ui/sign-in``; ``POST /ui/sign-out``) |
 | ``GET /ui/workflows`` | DurableWorkflows: ready, instance counts by status |
 | ``GET /ui/go?id=`` | go to the instance with that id, in whichever workflow has it |
-| ``GET /ui/workflows/{name}?status=&prefix=&page=`` | instances, newest first, keyset-paged |
+| ``GET /ui/workflows/{name}?status=…&status=…&prefix=&from=&to=&page=&at=`` | instances, newest first, keyset-paged, live |
 | ``GET /ui/workflows/{name}/instance?id=`` | one instance; ``…/live`` for its live part |
 | ``GET /ui/workflows/{name}/instance/history?id=&page=`` | its whole history, paged |
 | ``GET /ui/workflows/{name}/instance/logs?id=&step=&attempt=&stream=&before=`` | its log lines, filtered, paged back |
@@ -66,6 +66,8 @@ bp = flask.Blueprint(
 
 #: How often a live instance page asks whether something changed (milliseconds).
 POLL_MS = 1000
+#: How often an instance list's first page refreshes itself (milliseconds).
+LIST_REFRESH_MS = 5000
 #: History events listed on the instance page (the newest); the history page lists them all.
 HISTORY_SHOWN = 200
 #: History events per page of the history page.
@@ -287,16 +289,24 @@ def _instances_response(
     start_form: dict | None = None,
 ) -> flask.Response:
     args = flask.request.args
-    status_filter = args.get("status") or None
+    statuses = [s for s in args.getlist("status") if s]
     prefix = args.get("prefix") or None
     page = args.get("page") or None
+    since, until = _instant_arg("from"), _instant_arg("to")
+    try:
+        at = max(0, int(args.get("at") or 0)) if page else 0
+    except ValueError:
+        at = 0
     with models_db.session_scope() as session:
         workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
         uid, name = workflow.uid, workflow.name
         counts = console.status_counts_txn(session, workflow_uid=uid)
         rows, next_page = console.instance_page_txn(
-            session, space=user.space, workflow_uid=uid, status=status_filter, prefix=prefix, page_token=page
+            session, space=user.space, workflow_uid=uid, status=statuses, prefix=prefix, page_token=page,
+            created_after=since, created_before=until,
         )
+    filters = {"status": statuses, "prefix": prefix or "", "from": args.get("from") or "", "to": args.get("to") or ""}
+    total = None if (prefix or since or until) else sum(n for s, n in counts.items() if not statuses or s in statuses)
     return _render(
         "instances.html",
         status,
@@ -305,13 +315,32 @@ def _instances_response(
         name=name,
         counts=counts,
         instances=rows,
-        status=status_filter or "",
+        selected=statuses,
         prefix=prefix or "",
+        filters=filters,
+        filter_args={k: v for k, v in filters.items() if v},
+        filtered=bool(statuses or prefix or since or until),
         next_page=next_page,
         paged=page is not None,
+        at=at,
+        total=total,
+        now=utcnow(),
+        refresh_ms=LIST_REFRESH_MS,
         start_error=start_error,
         start_form=start_form or {},
     )
+
+
+def _instant_arg(name: str) -> dt.datetime | None:
+    """A ``datetime-local`` query value (``2026-12-01T16:20``, read as UTC) or an RFC 3339 one."""
+    text = flask.request.args.get(name) or ""
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise DomainError("invalid_request", f"{name} is not a date and time ({text!r})") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 def _traceback(events: list[dict]) -> tuple[str, str] | None:

@@ -433,3 +433,48 @@ def test_logs_show_the_newest_lines_follow_live_filter_and_page_back(stack, brow
     marker = browser.execute_script("window.__stay = 1; return 1;")
     _wait(lambda: "tick 7" in _text(browser, "[data-testid=logs]"), timeout=45, what="lines followed live")
     assert browser.execute_script("return window.__stay;") == marker
+
+
+def test_instance_lists_are_live_with_columns_filters_and_positions(stack, browser, ops):
+    from selenium.webdriver.common.by import By
+
+    for i in range(52):
+        ops.start("ops-other", f"bulk-{i:03d}")
+    ops.start("ops-other", "boom", {"crash": True})
+    ops.wait("ops-other", "boom", "errored")
+    ops.wait("ops-other", "bulk-051", "waiting")
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    row = browser.find_element(By.CSS_SELECTOR, "[data-instance=bulk-051]")
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=step]").text == "go wait"
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=wake]").text.startswith("times out in ")
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=duration]").text.endswith("so far")
+    boom = browser.find_element(By.CSS_SELECTOR, "[data-instance=boom] [data-col=error]").text
+    assert boom.startswith("step_failed: step failed after 1 attempt: ValueError"), boom
+    position = _text(browser, "[data-testid=position]")
+    assert position.startswith("Rows 1–50 of ") and "refreshes itself" in position, position
+    total = int(position.split(" of ")[1].split(",")[0])
+    browser.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
+    assert _text(browser, "[data-testid=position]").startswith(f"Rows 51–{total} of {total}")
+
+    # Several statuses at once; a time range.
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    browser.find_element(By.ID, "f-st-errored").click()
+    browser.find_element(By.ID, "f-st-terminated").click()
+    browser.find_element(By.ID, "f-prefix").submit()
+    _wait(lambda: "status=errored&status=terminated" in browser.current_url, what="two statuses")
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids == ["boom"], ids
+    browser.get(f"{ops.url}/ui/workflows/ops-other?from=2099-01-01T00:00")
+    assert _text(browser, "[data-testid=empty]").startswith("No instance matches this filter")
+    browser.get(f"{ops.url}/ui/workflows/ops-other?to=2099-01-01T00:00&prefix=bulk-05")
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids == ["bulk-051", "bulk-050"], ids
+
+    # The first page follows new instances without a reload.
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    browser.execute_script("window.__stay = 1;")
+    ops.start("ops-other", "newcomer")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-instance=newcomer]"), timeout=20,
+          what="the new instance listed live")
+    assert browser.execute_script("return window.__stay;") == 1

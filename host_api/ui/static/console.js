@@ -114,6 +114,23 @@
   }
   window.setInterval(refreshTimes, 1000);
 
+  // A list that refreshes itself (an instance list's first page): fetch the page again and swap
+  // in the same element of the answer, while the tab is visible and no field inside has focus.
+  function startRefresh(box) {
+    var every = parseInt(box.getAttribute("data-refresh-ms"), 10) || 5000;
+    window.setInterval(function () {
+      if (document.hidden || box.contains(document.activeElement)) { return; }
+      fetch(window.location.href, {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (!html) { return; }
+          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(box.id);
+          if (fresh) { box.innerHTML = fresh.innerHTML; refreshTimes(); }
+        })
+        .catch(function () { /* try again next time */ });
+    }, every);
+  }
+
   document.addEventListener("keydown", goShortcut);
   document.addEventListener("click", function (ev) {
     var button = ev.target.closest && ev.target.closest("button[data-copy]");
@@ -123,6 +140,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");
     if (live) { startLive(live); }
+    Array.prototype.forEach.call(document.querySelectorAll("[data-refresh-ms]"), startRefresh);
     Array.prototype.forEach.call(document.querySelectorAll("form[data-confirm]"), function (form) {
       form.addEventListener("submit", function (ev) {
         if (!window.confirm(form.getAttribute("data-confirm"))) { ev.preventDefault(); }
