@@ -27,6 +27,7 @@ from models.base import utcnow
 from services import operations
 from workers import cron_tasks
 from workers.engine import sweep, timers
+from workers.packages import sweep as package_sweep
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ Duty = Callable[..., int]
 #: Duties run on every tick, in order.
 TICK_DUTIES: tuple[Duty, ...] = (cron_recorder.record_due, timers.fire_due)
 #: Duties run every ``Settings.sweep_interval_s`` seconds.
-SWEEP_DUTIES: tuple[Duty, ...] = (sweep.sweep, operations.sweep, cron_tasks.sweep)
+SWEEP_DUTIES: tuple[Duty, ...] = (sweep.sweep, operations.sweep, cron_tasks.sweep, package_sweep.sweep)
 #: Longest sleep between ticks, in seconds.
 MAX_TICK_INTERVAL_S = 1.0
 #: Wake this long after a cron match instant, in seconds (so ``now`` is past it).

@@ -379,7 +379,11 @@ def run(args: argparse.Namespace) -> dict:
 
     CPU per instance of the burst is counted per process from ``/proc`` (``bench.proc_cpu``): the
     API's and each worker's process tree (supervisor or Celery main, worker/pool processes, zygotes
-    with their sandbox children) and the host's Postgres backends — not this load generator."""
+    with their sandbox children) and the host's Postgres backends — not this load generator.
+
+    One Space, as a single-tenant host runs it: every worker slot (``TAKOHOST_SPACE_RESERVED_SLOTS=0``
+    unless set; on the default a lone Space runs one context fewer than the fleet's slots)."""
+    os.environ.setdefault("TAKOHOST_SPACE_RESERVED_SLOTS", "0")
     from bench import proc_cpu
     from models import db as models_db
     from services import tokens

@@ -73,7 +73,7 @@ def roles(root: int) -> dict[str, list[int]]:
     pids = tree(root)
     sandbox: set[int] = set()
     for pid in pids:
-        if pid not in sandbox and "takohost.runtime.zygote" in _cmdline(pid):
+        if pid not in sandbox and _cmdline(pid).startswith("takohost-sandbox"):
             sandbox.update(tree(pid))
     return {
         "root": [root],

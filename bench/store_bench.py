@@ -84,7 +84,7 @@ def _store(variant: str, url: str, pk: int, lifetime: dt.datetime):
 
 
 def run(variant: str, url: str, steps: int) -> dict:
-    from workers.engine import decide
+    from takohost.domain import decide
 
     lifetime = dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
     timings = []

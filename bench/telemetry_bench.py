@@ -19,7 +19,8 @@ import tempfile
 import time
 
 from services.telemetry import metrics, tracing
-from workers.engine import decide, observe
+from takohost.domain import decide
+from workers.engine import observe
 
 
 class _Store:

@@ -28,13 +28,31 @@ class Settings:
         lease_ttl_ms: replay-context lease time-to-live in milliseconds (``15000``).
         sweep_interval_s: seconds between beat sweeps (``5``).
         validation_timeout_s: seconds a WorkerVersion import may take (``10``).
+        validation_concurrency: import checks the validation process of each ``takohost worker``
+            runs at once (``TAKOHOST_VALIDATION_CONCURRENCY``, ``4``, at least 2); one Space runs
+            at most this minus one of them in a process (``workers.operations_tasks``).
         scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
             ``wait_until`` work) may take before it is killed and recorded as a failed run
             (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
+        step_timeout_s: seconds one attempt of ``step.do`` may run, and code outside steps between
+            two step calls (``TAKOHOST_STEP_TIMEOUT_SECONDS``, ``600``; CONTRACT §8 "Attempt time
+            limit"): past it the context's child is killed and proven dead; an attempt is then a
+            failed attempt (``StepTimeout``, retried per its policy), code outside steps ends the
+            instance ``errored``/``run_threw`` (it is deterministic: a retry would run as long).
         space_max_contexts: how many replay contexts one Space may run at once across the whole
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
             same Space ends (``workers.engine.lease``; README "Production").
+        space_reserved_slots: slots of the live fleet one Space never takes
+            (``TAKOHOST_SPACE_RESERVED_SLOTS``, default ``1``; ``0``: the fixed cap alone): the
+            cap is ``max(1, min(space_max_contexts, live slots - this))``, the live slots being
+            what the workers register in Redis (``services.fleet``).
+        quota_live_instances, quota_stored_events, quota_log_bytes, quota_version_code_bytes,
+            quota_layer_bytes: what one Space may hold (``TAKOHOST_QUOTA_*``; ``0`` = no limit;
+            ``services.quotas``, README "Quotas"): instances not yet terminal (``10000``),
+            accepted unconsumed events (``100000``), bytes of stored log lines (``536870912``,
+            512 MiB), bytes of live WorkerVersions' module sources (``268435456``, 256 MiB) and
+            bytes of package layers (``2147483648``, 2 GiB).
     """
 
     database_url: str
@@ -45,7 +63,15 @@ class Settings:
     sweep_interval_s: float
     validation_timeout_s: float
     scheduled_timeout_s: float = 900.0
+    validation_concurrency: int = 4
+    step_timeout_s: float = 600.0
     space_max_contexts: int = 8
+    space_reserved_slots: int = 1
+    quota_live_instances: int = 10_000
+    quota_stored_events: int = 100_000
+    quota_log_bytes: int = 512 << 20
+    quota_version_code_bytes: int = 256 << 20
+    quota_layer_bytes: int = 2 << 30
     #: Test-only fault injection (``TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD``, a trigger UID): beat
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
@@ -72,6 +98,16 @@ def _optional_float(name: str) -> float | None:
     return None if raw in (None, "") else float(raw)
 
 
+def _count(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"{name} must be 0 (no limit) or a positive integer, not {raw!r}")
+    return value
+
+
 def load_settings() -> Settings:
     """Read :class:`Settings` from the environment (no caching: tests change it)."""
     redis_url = os.environ.get("TAKOHOST_REDIS_URL") or DEFAULT_REDIS_URL
@@ -84,7 +120,15 @@ def load_settings() -> Settings:
         sweep_interval_s=_float("TAKOHOST_SWEEP_INTERVAL_S", 5.0),
         validation_timeout_s=_float("TAKOHOST_VALIDATION_TIMEOUT_S", 10.0),
         space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
+        space_reserved_slots=max(0, int(_float("TAKOHOST_SPACE_RESERVED_SLOTS", 1))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
+        step_timeout_s=_float("TAKOHOST_STEP_TIMEOUT_SECONDS", 600.0),
+        validation_concurrency=max(2, int(_float("TAKOHOST_VALIDATION_CONCURRENCY", 4))),
+        quota_live_instances=_count("TAKOHOST_QUOTA_LIVE_INSTANCES", 10_000),
+        quota_stored_events=_count("TAKOHOST_QUOTA_STORED_EVENTS", 100_000),
+        quota_log_bytes=_count("TAKOHOST_QUOTA_LOG_BYTES", 512 << 20),
+        quota_version_code_bytes=_count("TAKOHOST_QUOTA_VERSION_CODE_BYTES", 256 << 20),
+        quota_layer_bytes=_count("TAKOHOST_QUOTA_LAYER_BYTES", 2 << 30),
         test_beat_exit_after_record=os.environ.get("TAKOHOST_TEST_BEAT_EXIT_AFTER_RECORD") or None,
         test_lifetime_seconds=_optional_float("TAKOHOST_TEST_LIFETIME_SECONDS"),
         test_retention_seconds=_optional_float("TAKOHOST_TEST_RETENTION_SECONDS"),

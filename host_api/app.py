@@ -7,13 +7,13 @@ import flask.json.provider
 
 from core import config
 from host_api import admission, auth, errors, telemetry
-from host_api.routes import instances, meta, resources, runs
+from host_api.routes import instances, meta, resources, runs, spaces
 from host_api.ui import views as ui_views
 from services import ids
 from takohost.domain import deepjson
 
 #: The API's blueprints, registered in this order.
-BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp, ui_views.bp)
+BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp, spaces.bp, ui_views.bp)
 
 #: Largest accepted request body: 16 MiB (a WorkerVersion may carry 4 MiB of sources,
 #: which JSON escaping can grow several-fold). Larger → 413.

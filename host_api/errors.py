@@ -37,6 +37,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "unsupported_media_type": 415,
     "idempotency_key_reused": 422,
     "event_queue_full": 429,
+    "quota_exceeded": 429,
     "internal_error": 500,
     "backend_unavailable": 503,
 }

@@ -119,6 +119,9 @@ SCHEMAS = {
         schemas.LogPage,
         schemas.RunLogLine,
         schemas.RunLogPage,
+        schemas.QuotaUse,
+        schemas.SpaceQuotas,
+        schemas.SpaceUsage,
         schemas.Empty,
         schemas.Health,
     )
@@ -201,6 +204,7 @@ def _paths() -> dict[str, dict]:
                         "reference_not_found",
                         "name_conflict",
                         "dependency_conflict",
+                        "quota_exceeded",
                     ),
                 },
             },
@@ -256,6 +260,13 @@ def _paths() -> dict[str, dict]:
                 "responses": {**accepted, **_errors(*MUTATION_ERRORS, "dependency_conflict")},
             },
         },
+        "/v2/spaces/{space}/usage": {
+            "parameters": [SPACE],
+            "get": {
+                "summary": "what the Space holds against each of its quotas",
+                "responses": {"200": _json("SpaceUsage", "usage and limits"), **_errors("invalid_request")},
+            },
+        },
         "/v2/spaces/{space}/operations/{op_id}": {
             "parameters": [SPACE, OP_ID],
             "get": {
@@ -308,6 +319,7 @@ def _paths() -> dict[str, dict]:
                         "invalid_params",
                         "document_too_large",
                         "instance_exists",
+                        "quota_exceeded",
                         "backend_unavailable",
                     ),
                 },
@@ -356,6 +368,7 @@ def _paths() -> dict[str, dict]:
                         "unknown_instance",
                         "instance_terminal",
                         "event_queue_full",
+                        "quota_exceeded",
                         "idempotency_key_reused",
                     ),
                 },

@@ -21,6 +21,7 @@ from core import cron, progress
 from models.errors import DomainError
 from services import forms, ids
 from takohost.domain import documents, identifiers
+from takohost.domain import requirements as pins
 
 MAX_MODULES = 64
 MAX_MODULE_BYTES = 1024 * 1024
@@ -77,7 +78,8 @@ class WorkerVersionSpec(_Closed):
     ``modules``: 1–64 files named ``^[A-Za-z_][A-Za-z0-9_]*\\.py$`` (optionally under package
     directories), each ≤ 1 MiB of UTF-8, total ≤ 4 MiB; ``mainModule`` one of them; ``vars``
     a document (CONTRACT §5) keyed by ``^[A-Z_][A-Z0-9_]*$``; binding names distinct and not
-    colliding with a var.
+    colliding with a var; ``requirements`` at most 64 exact pins ``name==version`` (optionally
+    `` --hash=sha256:<hex>``), each package once (``takohost.domain.requirements``).
     """
 
     worker = fields.Nested(Reference, required=True)
@@ -100,10 +102,27 @@ class WorkerVersionSpec(_Closed):
         }
     )
     workflowBindings = fields.List(fields.Nested(WorkflowBinding), validate=validate.Length(max=MAX_BINDINGS))
+    requirements = fields.List(
+        fields.String(validate=validate.Length(min=1, max=pins.MAX_PIN_CHARS)),
+        validate=validate.Length(max=pins.MAX_REQUIREMENTS),
+        metadata={
+            "description": "third-party packages the host installs from wheels onto the Version's "
+            "sys.path: exact pins 'name==version', optionally followed by ' --hash=sha256:<hex>'; "
+            "each package once (docs/packages.md)"
+        },
+    )
 
     @ma.validates_schema
     def _rules(self, data: dict, **kwargs: object) -> None:
         errors: dict = {}
+        if "requirements" in data:
+            try:
+                pins.parse_requirements(data["requirements"])
+            except pins.RequirementError as exc:
+                if exc.index is None:
+                    errors["requirements"] = [exc.message]
+                else:
+                    errors["requirements"] = {exc.index: [exc.message]}
         modules = data["modules"]
         if not 1 <= len(modules) <= MAX_MODULES:
             errors["modules"] = [f"must hold 1 to {MAX_MODULES} modules, not {len(modules)}"]
@@ -376,10 +395,12 @@ class ErrorBody(ma.Schema):
 
 
 class OperationError(ma.Schema):
-    """Why an Operation failed: ``{"code", "message"}``."""
+    """Why an Operation failed: ``{"code", "message", "details"?}`` (``details.package``: the
+    package a WorkerVersion's requirements could not install, docs/packages.md)."""
 
     code = fields.String(required=True)
     message = fields.String(required=True)
+    details = fields.Dict()
 
 
 class OperationView(ma.Schema):
@@ -621,6 +642,36 @@ class RunLogPage(ma.Schema):
     logs = fields.List(fields.Nested(RunLogLine), required=True)
     nextPageToken = fields.String(required=True)
     removedLines = fields.Integer(required=True)
+
+
+class QuotaUse(ma.Schema):
+    """One quota of a Space (``services.quotas``): what it holds and the limit (``0``: none)."""
+
+    used = fields.Integer(required=True)
+    limit = fields.Integer(required=True, metadata={"description": "0 means no limit"})
+
+
+class SpaceQuotas(ma.Schema):
+    """Every quota of a Space, by name."""
+
+    liveInstances = fields.Nested(QuotaUse, required=True, metadata={"description": "instances not yet terminal"})
+    storedEvents = fields.Nested(
+        QuotaUse, required=True, metadata={"description": "accepted sendEvent events not yet consumed"}
+    )
+    logBytes = fields.Nested(
+        QuotaUse, required=True, metadata={"description": "stored log lines: UTF-8 bytes + 64 per line"}
+    )
+    versionCodeBytes = fields.Nested(
+        QuotaUse, required=True, metadata={"description": "module sources of live WorkerVersions, bytes"}
+    )
+    layerBytes = fields.Nested(QuotaUse, required=True, metadata={"description": "package layers, bytes"})
+
+
+class SpaceUsage(ma.Schema):
+    """``{"space", "quotas"}``: what the Space holds against each quota (README "Quotas")."""
+
+    space = fields.String(required=True)
+    quotas = fields.Nested(SpaceQuotas, required=True)
 
 
 class Empty(ma.Schema):

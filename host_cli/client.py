@@ -29,6 +29,7 @@ import requests
 import tenacity
 
 from takohost.domain import deepjson
+from takohost.domain.forms import FORM_URLS
 
 __all__ = [
     "FORM_URLS",
@@ -40,13 +41,6 @@ __all__ = [
     "encode_segment",
 ]
 
-FORM_URLS: dict[str, str] = {
-    "ModuleWorker": "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/",
-    "WorkerVersion": "https://edge.forms.takoform.com/forms/WorkerVersion/0.5.0/",
-    "WorkerDeployment": "https://edge.forms.takoform.com/forms/WorkerDeployment/0.4.0/",
-    "DurableWorkflow": "https://edge.forms.takoform.com/forms/DurableWorkflow/0.3.0/",
-    "WorkerCronTrigger": "https://edge.forms.takoform.com/forms/WorkerCronTrigger/0.3.0/",
-}
 TERMINAL_STATUSES = frozenset({"complete", "errored", "terminated"})
 TERMINAL_OPERATION_STATES = frozenset({"succeeded", "failed"})
 
@@ -232,6 +226,10 @@ class Client:
         return self._request(
             "DELETE", self._space_path("resources", encode_segment(uid)), idempotency_key=idempotency_key
         )
+
+    def get_usage(self) -> dict[str, Any]:
+        """``GET /v2/spaces/{space}/usage`` → ``{"space", "quotas": {name: {"used", "limit"}}}``."""
+        return self._request("GET", self._space_path("usage"))
 
     def get_operation(self, operation_id: str) -> dict[str, Any]:
         """``GET …/operations/{id}`` → the Operation."""

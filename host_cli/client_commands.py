@@ -22,7 +22,9 @@ from host_cli import deploy as deploy_engine
 from host_cli import instances as cli_instances
 from host_cli import logs as cli_logs
 from host_cli import manifest as manifests
+from host_cli import spaces as cli_spaces
 from host_cli import undeploy as undeploy_engine
+from host_cli import versions as cli_versions
 from host_cli.errors import CommandFailed
 
 __all__ = ["register"]
@@ -147,6 +149,8 @@ _COMMANDS: tuple[click.Command, ...] = (
     resource_commands.workflows,
     resource_commands.triggers,
     resource_commands.resources,
+    cli_spaces.spaces,
+    cli_versions.versions,
 )
 
 

@@ -300,6 +300,8 @@ class Deployer:
             "vars": m.variables,
             "workflowBindings": bindings,
         }
+        if m.requirements:  # absent otherwise: the digests (names) of Versions without any stay as they were
+            spec["requirements"] = list(m.requirements)
         name = m.version_name(manifests.content_digest(spec))
         existing = self.by_name.get(name)
         if existing is not None and existing.get("spec") != spec:

@@ -11,6 +11,7 @@ the commands on the ``takohost`` group.
 from __future__ import annotations
 
 import datetime as dt
+import pathlib
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from host_cli import client as http
 from host_cli import common
 from host_cli import logs as cli_logs
 from host_cli.errors import CommandFailed
-from takohost.domain import divergence, jsonstrict
+from takohost.domain import deepjson, divergence, jsonstrict
 
 __all__ = ["instances", "status_alias"]
 
@@ -405,11 +406,38 @@ def instances_terminate(api: http.Client, *, workflow: str, instance_id: str, as
 @instances.command("history")
 @click.argument("workflow")
 @click.argument("instance_id", metavar="ID")
+@click.option(
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write a replayable history file (takohost.testing.replay; docs/testing.md) to this path.",
+)
 @common.json_option
 @common.client_command
-def instances_history(api: http.Client, *, workflow: str, instance_id: str, as_json: bool) -> None:
-    """Show the instance's event history (the audit trail of every state change), oldest first."""
-    events = list(api.iter_history(common.resolve(api, workflow, form="DurableWorkflow"), instance_id))
+def instances_history(
+    api: http.Client, *, workflow: str, instance_id: str, as_json: bool, export_path: str | None
+) -> None:
+    """Show the instance's event history (the audit trail of every state change), oldest first;
+    with ``--export FILE``, write it as a replayable history file instead."""
+    workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
+    events = list(api.iter_history(workflow_uid, instance_id))
+    if export_path is not None:
+        from takohost import testing  # here: the test kit costs every other command 0.1 s to import
+
+        status = api.get_instance(workflow_uid, instance_id)
+        exported = testing.HistoryFile(
+            events=events,
+            instance_id=instance_id,
+            workflow=workflow,
+            status={k: v for k, v in status.items() if k in ("status", "output", "error")},
+        )
+        pathlib.Path(export_path).write_text(deepjson.dumps(exported.to_json()) + "\n", encoding="utf-8")
+        if as_json:
+            common.emit_json({"exported": export_path, "events": len(events), "status": status.get("status")})
+        else:
+            Console().print(f"{len(events)} event(s) of {escape(instance_id)} written to {escape(export_path)}")
+        return
     if as_json:
         common.emit_json({"events": events})
         return

@@ -152,6 +152,16 @@ def db_upgrade() -> None:
     click.echo("database is at the latest revision")
 
 
+def _raise_fd_limit(want: int) -> None:
+    """Raise the soft ``RLIMIT_NOFILE`` to ``want`` descriptors (at most the hard limit): each
+    connection of a gunicorn worker is one (inherited by the workers it forks)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8080, show_default=True, type=int, help="Port to bind.")
@@ -159,9 +169,11 @@ def db_upgrade() -> None:
               help="gunicorn worker processes.")
 @click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds a client has to send a complete request head; then 408 and close.")
+@click.option("--body-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a client has to send a request body after its head; then 408 and close.")
 @_observability_options
-def api(host: str, port: int, num_workers: int, header_timeout: float, log_format: str | None,
-        metrics_port: int | None) -> None:
+def api(host: str, port: int, num_workers: int, header_timeout: float, body_timeout: float,
+        log_format: str | None, metrics_port: int | None) -> None:
     """Serve the HTTP API with gunicorn."""
     _host_process()
     _setup_logging(log_format)
@@ -172,7 +184,9 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
     from host_api.app import create_app
     from host_api.server import JsonErrorThreadWorker
 
-    worker_class = JsonErrorThreadWorker.with_header_timeout(header_timeout)
+    worker_class = JsonErrorThreadWorker.with_timeouts(header=header_timeout, body=body_timeout)
+    connections = 2 * worker_class.max_readers  # slow readers, plus as many served or kept alive
+    _raise_fd_limit(connections + 256)
 
     class _Server(BaseApplication):
         def load_config(self) -> None:
@@ -182,6 +196,7 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
             # gthread, with gunicorn's own error pages (414, 431, bad header…) as JSON (§2.4), and
             # request heads read in its main loop with a deadline (no thread per slow client).
             self.cfg.set("worker_class", worker_class)
+            self.cfg.set("worker_connections", connections)
             # gunicorn's maximum: a 256-character instance id percent-encodes to up to 3 KiB.
             self.cfg.set("limit_request_line", 8190)
             self.cfg.set("accesslog", None)
@@ -240,6 +255,12 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _check_sandbox(metrics_port)
     from services.celery_app import app
 
+    if validation:  # issue 24 item 3: several import checks at once, no Space takes them all
+        from core import config
+        from workers.engine import sandbox
+
+        pool, concurrency = "threads", max(2, config.load_settings().validation_concurrency)
+        sandbox.get_zygote()  # started before the first check, which then only forks
     if pool == "solo":
         if concurrency != 1:
             raise click.UsageError("a supervised solo process runs one task at a time (--concurrency 1)")
@@ -251,6 +272,10 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _start_control_process(loglevel)  # issue 15 item 6
     queue = (app.conf.takohost_control_queue if control
              else app.conf.takohost_validation_queue if validation else app.conf.task_default_queue)
+    if not (control or validation):  # its slots count in the live fleet the per-Space cap follows
+        from services import fleet
+
+        fleet.register(slots=concurrency)
     app.worker_main(["worker", f"--pool={pool}", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
                      "-Q", queue, "--without-gossip", "--without-mingle",
                      "--without-heartbeat"])

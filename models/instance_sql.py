@@ -26,18 +26,21 @@ FROM resources w LEFT JOIN LATERAL ({resource_sql.WORKFLOW_READINESS}) ready ON 
 WHERE w.uid = %(uid)s AND w.space = %(space)s AND w.form = 'DurableWorkflow' AND w.deleted_at IS NULL
 """
 
-#: ``(closed, pk)``: the ``queued`` instance, ``InstanceCreated`` and its ``lifetime`` timer, unless
-#: the UID is closed (``pk`` NULL also when the id exists).
+#: ``(closed, pk, live)``: the ``queued`` instance, ``InstanceCreated`` and its ``lifetime`` timer,
+#: unless the UID is closed or the Space's ``live`` instances (``space_usage``, locked by
+#: ``quota_sql.LOCK_USAGE`` just before) are at ``%(live_limit)s`` (0: no limit); ``pk`` NULL also
+#: when the id exists.
 INSERT_INSTANCE = """
 WITH closed AS (
-  SELECT EXISTS (SELECT 1 FROM workflow_closures WHERE workflow_uid = %(uid)s) AS closed
+  SELECT EXISTS (SELECT 1 FROM workflow_closures WHERE workflow_uid = %(uid)s) AS closed,
+         COALESCE((SELECT live_instances FROM space_usage WHERE space = %(space)s), 0) AS live
 ), ins AS (
   INSERT INTO instances (workflow_uid, space, instance_id, status, epoch, params, step_count, next_event_id,
                          next_sequence, inbox_count, inbox_bytes, created_at, updated_at, lifetime_ends_at,
                          last_event_at)
   SELECT %(uid)s, %(space)s, %(instance_id)s, 'queued', 0, CAST(%(params)s AS json), 0, 2, 1, 0, 0,
          %(now)s, %(now)s, %(lifetime)s, %(now)s
-  FROM closed WHERE NOT closed.closed
+  FROM closed WHERE NOT closed.closed AND (%(live_limit)s <= 0 OR closed.live < %(live_limit)s)
   ON CONFLICT (workflow_uid, instance_id) DO NOTHING
   RETURNING pk
 ), h AS (
@@ -47,7 +50,7 @@ WITH closed AS (
   INSERT INTO timers (instance_pk, kind, due_at, created_at)
   SELECT ins.pk, 'lifetime', %(lifetime)s, %(now)s FROM ins
 )
-SELECT (SELECT closed FROM closed), (SELECT pk FROM ins)
+SELECT (SELECT closed FROM closed), (SELECT pk FROM ins), (SELECT live FROM closed)
 """
 
 #: The instance row locked ``FOR UPDATE`` with its counters and the closure flag.

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, JSONText, ScalarText, UTCDateTime, utcnow
+from takohost.domain import history as domain_history
 
 #: The seed's seven statuses (DW-status), exactly.
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
@@ -61,6 +62,8 @@ class Instance(Base):
     next_sequence: Mapped[int] = mapped_column(sa.BigInteger, default=1)
     inbox_count: Mapped[int] = mapped_column(sa.Integer, default=0)
     inbox_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    #: Bytes of the instance's stored log lines (``models.usage``: counted toward the Space's quota).
+    log_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0, server_default="0")
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     lifetime_ends_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
@@ -96,27 +99,8 @@ class Step(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-#: CONTRACT §6 history event types: the vocabulary of ``HistoryEvent.event_type``.
-HISTORY_EVENT_TYPES = (
-    "InstanceCreated",
-    "ContextStarted",
-    "StepAttemptStarted",
-    "StepAttemptFailed",
-    "StepCompleted",
-    "StepFailed",
-    "SleepScheduled",
-    "SleepCompleted",
-    "WaitStarted",
-    "EventAccepted",
-    "EventConsumed",
-    "WaitTimedOut",
-    "ContextSuspended",
-    "InstanceCompleted",
-    "InstanceErrored",
-    "InstanceTerminated",
-    # Not in CONTRACT §6: a diagnostic of non-determinism (issue 13 item 7; workers.engine.replay_order).
-    "ReplayDiverged",
-)
+#: CONTRACT §6 history event types (defined with their builders in ``takohost.domain.history``).
+HISTORY_EVENT_TYPES = domain_history.EVENT_TYPES
 
 
 class HistoryEvent(Base):

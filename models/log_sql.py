@@ -9,45 +9,151 @@ context (``epoch = %(epoch)s``): a stale context's lines are dropped. Reads for 
 
 from __future__ import annotations
 
+#: What one stored line counts toward its Space's log quota beyond its UTF-8 bytes: roughly a row's
+#: own storage (header, columns, index entries), so that a flood of empty lines counts too.
+LINE_OVERHEAD_BYTES = 64
+
 _VALUES = """unnest(%(ats)s::timestamptz[], %(steps)s::bytea[], %(attempts)s::int[], %(streams)s::text[],
               %(messages)s::text[]) WITH ORDINALITY AS v(at, step, attempt, stream, message, ord)"""
 
+_BYTES = f"octet_length(message) + {LINE_OVERHEAD_BYTES}"
+
+#: The batch's lines with the running total of their bytes, and the longest prefix of them that fits
+#: in the Space's room: ``%(limit)s`` (the log quota in bytes; 0: none) minus the Space's
+#: ``log_bytes`` (``{space}``: a scalar subquery naming the owner's Space). Not locked: concurrent
+#: writers of one Space may pass the quota by at most a batch each (``services.quotas``).
+_KEPT = """v AS (
+  SELECT v.*, sum(octet_length(v.message) + {overhead}) OVER (ORDER BY v.ord) AS total FROM {values}
+), k AS (
+  SELECT v.* FROM v
+  WHERE %(limit)s <= 0
+     OR v.total <= %(limit)s - COALESCE((SELECT log_bytes FROM space_usage WHERE space = ({space})), 0)
+)"""
+
+_INSTANCE_SPACE = "SELECT space FROM instances WHERE pk = %(pk)s"
+_DELIVERY_SPACE = (
+    "SELECT m.space FROM cron_deliveries d JOIN cron_matches m ON m.pk = d.match_pk WHERE d.pk = %(delivery)s"
+)
+
 #: A batch of ``%(n)s`` lines of an instance under the context's token, numbered after the
-#: instance's highest ``seq`` and ``%(skip)s`` lines the cap removed before they were written,
-#: and the trim of the lines beyond ``%(cap)s``; one round trip.
-#: Returns how many lines were inserted (0 when fenced).
+#: instance's highest ``seq`` and ``%(skip)s`` lines the cap removed before they were written, as
+#: many as fit in the Space's log quota (the first ones), the trim of the lines beyond ``%(cap)s``,
+#: and the instance's ``log_bytes`` moved by both (which moves its Space's, by trigger); one round
+#: trip. Returns ``(inserted, accepted)``: how many lines were written, and whether the token held
+#: (``false``: fenced, nothing written).
 INSERT_INSTANCE_LINES = f"""
+WITH f AS (
+  SELECT 1 FROM instances WHERE pk = %(pk)s AND epoch = %(epoch)s
+), b AS (
+  SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE instance_pk = %(pk)s
+), {_KEPT.format(overhead=LINE_OVERHEAD_BYTES, values=_VALUES, space=_INSTANCE_SPACE)}, ins AS (
+  INSERT INTO tenant_logs (instance_pk, seq, logged_at, epoch, step, attempt, stream, message)
+  SELECT %(pk)s, b.m + %(skip)s + k.ord, k.at, %(epoch)s, k.step, k.attempt, k.stream, k.message
+  FROM f CROSS JOIN b CROSS JOIN k
+  ON CONFLICT (instance_pk, seq) WHERE instance_pk IS NOT NULL DO NOTHING
+  RETURNING {_BYTES} AS bytes
+), trim AS (
+  DELETE FROM tenant_logs
+  WHERE instance_pk = %(pk)s AND seq <= (SELECT m FROM b) + %(skip)s + (SELECT count(*) FROM k) - %(cap)s
+    AND EXISTS (SELECT 1 FROM f)
+  RETURNING {_BYTES} AS bytes
+), u AS (
+  UPDATE instances
+  SET log_bytes = log_bytes + COALESCE((SELECT sum(bytes) FROM ins), 0) - COALESCE((SELECT sum(bytes) FROM trim), 0)
+  WHERE pk = %(pk)s AND EXISTS (SELECT 1 FROM f) AND (EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM trim))
+)
+SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM f)
+"""
+
+#: The same for a cron delivery (its lease makes it the only writer); the Space's ``log_bytes``
+#: is moved directly (deliveries are never purged). Returns ``(inserted, true)``.
+INSERT_DELIVERY_LINES = f"""
+WITH b AS (
+  SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE delivery_pk = %(delivery)s
+), {_KEPT.format(overhead=LINE_OVERHEAD_BYTES, values=_VALUES, space=_DELIVERY_SPACE)}, ins AS (
+  INSERT INTO tenant_logs (delivery_pk, seq, logged_at, step, attempt, stream, message)
+  SELECT %(delivery)s, b.m + %(skip)s + k.ord, k.at, k.step, k.attempt, k.stream, k.message
+  FROM b CROSS JOIN k
+  ON CONFLICT (delivery_pk, seq) WHERE delivery_pk IS NOT NULL DO NOTHING
+  RETURNING {_BYTES} AS bytes
+), trim AS (
+  DELETE FROM tenant_logs
+  WHERE delivery_pk = %(delivery)s AND seq <= (SELECT m FROM b) + %(skip)s + (SELECT count(*) FROM k) - %(cap)s
+  RETURNING {_BYTES} AS bytes
+), d AS (
+  SELECT COALESCE((SELECT sum(bytes) FROM ins), 0) - COALESCE((SELECT sum(bytes) FROM trim), 0) AS bytes
+), u AS (
+  INSERT INTO space_usage AS s (space, log_bytes) SELECT ({_DELIVERY_SPACE}), d.bytes FROM d WHERE d.bytes <> 0
+  ON CONFLICT (space) DO UPDATE SET log_bytes = s.log_bytes + excluded.log_bytes
+)
+SELECT (SELECT count(*) FROM ins), true
+"""
+
+#: One ``host`` line of an instance written whatever its Space's log quota (the quota's own
+#: marker), fenced; returns its ``seq`` (no row: fenced).
+INSERT_INSTANCE_MARKER = f"""
 WITH f AS (
   SELECT 1 FROM instances WHERE pk = %(pk)s AND epoch = %(epoch)s
 ), b AS (
   SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE instance_pk = %(pk)s
 ), ins AS (
   INSERT INTO tenant_logs (instance_pk, seq, logged_at, epoch, step, attempt, stream, message)
-  SELECT %(pk)s, b.m + %(skip)s + v.ord, v.at, %(epoch)s, v.step, v.attempt, v.stream, v.message
-  FROM f CROSS JOIN b CROSS JOIN {_VALUES}
+  SELECT %(pk)s, b.m + 1, %(at)s, %(epoch)s, NULL, NULL, 'host', %(message)s FROM f CROSS JOIN b
   ON CONFLICT (instance_pk, seq) WHERE instance_pk IS NOT NULL DO NOTHING
-  RETURNING 1
-), trim AS (
-  DELETE FROM tenant_logs WHERE instance_pk = %(pk)s AND seq <= (SELECT m FROM b) + %(skip)s + %(n)s - %(cap)s
-    AND EXISTS (SELECT 1 FROM f)
+  RETURNING seq, {_BYTES} AS bytes
+), u AS (
+  UPDATE instances SET log_bytes = log_bytes + (SELECT bytes FROM ins) WHERE pk = %(pk)s AND EXISTS (SELECT 1 FROM ins)
 )
-SELECT count(*) FROM ins
+SELECT seq FROM ins
 """
 
-#: The same for a cron delivery (its lease makes it the only writer).
-INSERT_DELIVERY_LINES = f"""
+#: The same for a cron delivery.
+INSERT_DELIVERY_MARKER = f"""
 WITH b AS (
   SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE delivery_pk = %(delivery)s
 ), ins AS (
   INSERT INTO tenant_logs (delivery_pk, seq, logged_at, step, attempt, stream, message)
-  SELECT %(delivery)s, b.m + %(skip)s + v.ord, v.at, v.step, v.attempt, v.stream, v.message
-  FROM b CROSS JOIN {_VALUES}
+  SELECT %(delivery)s, b.m + 1, %(at)s, NULL, NULL, 'host', %(message)s FROM b
   ON CONFLICT (delivery_pk, seq) WHERE delivery_pk IS NOT NULL DO NOTHING
-  RETURNING 1
-), trim AS (
-  DELETE FROM tenant_logs WHERE delivery_pk = %(delivery)s AND seq <= (SELECT m FROM b) + %(skip)s + %(n)s - %(cap)s
+  RETURNING seq, {_BYTES} AS bytes
+), u AS (
+  INSERT INTO space_usage AS s (space, log_bytes) SELECT ({_DELIVERY_SPACE}), bytes FROM ins
+  ON CONFLICT (space) DO UPDATE SET log_bytes = s.log_bytes + excluded.log_bytes
 )
-SELECT count(*) FROM ins
+SELECT seq FROM ins
+"""
+
+#: A new text for an instance's marker line ``%(seq)s`` (its count grew), fenced, with the bytes it
+#: changed moved to the instance's ``log_bytes``; returns a row if it was rewritten (none: fenced, or
+#: the line gave way to the cap).
+UPDATE_INSTANCE_MARKER = """
+WITH f AS (
+  SELECT 1 FROM instances WHERE pk = %(pk)s AND epoch = %(epoch)s
+), old AS (
+  SELECT octet_length(message) AS bytes FROM tenant_logs WHERE instance_pk = %(pk)s AND seq = %(seq)s
+), up AS (
+  UPDATE tenant_logs SET message = %(message)s
+  WHERE instance_pk = %(pk)s AND seq = %(seq)s AND EXISTS (SELECT 1 FROM f)
+  RETURNING octet_length(message) AS bytes
+), u AS (
+  UPDATE instances SET log_bytes = log_bytes + (SELECT bytes FROM up) - (SELECT bytes FROM old)
+  WHERE pk = %(pk)s AND EXISTS (SELECT 1 FROM up)
+)
+SELECT 1 FROM up
+"""
+
+#: The same for a cron delivery's marker line.
+UPDATE_DELIVERY_MARKER = f"""
+WITH old AS (
+  SELECT octet_length(message) AS bytes FROM tenant_logs WHERE delivery_pk = %(delivery)s AND seq = %(seq)s
+), up AS (
+  UPDATE tenant_logs SET message = %(message)s WHERE delivery_pk = %(delivery)s AND seq = %(seq)s
+  RETURNING octet_length(message) AS bytes
+), u AS (
+  UPDATE space_usage SET log_bytes = log_bytes + (SELECT bytes FROM up) - (SELECT bytes FROM old)
+  WHERE space = ({_DELIVERY_SPACE}) AND EXISTS (SELECT 1 FROM up)
+)
+SELECT 1 FROM up
 """
 #: One page of an instance's lines after ``seq`` ``%(after)s``, and the lowest stored ``seq``.
 SELECT_INSTANCE_PAGE = """

@@ -14,6 +14,7 @@ import binascii
 import dataclasses
 import datetime as dt
 import json
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -302,29 +303,18 @@ def list_runs_txn(session: orm.Session, *, space: str, trigger_uid: str, page_to
     return body
 
 
+def _by_pk(session: orm.Session, model: type, pks: list[int]) -> dict[int, Any]:
+    """``{pk: row}`` of ``model`` for ``pks`` (no query when there are none)."""
+    if not pks:
+        return {}
+    return {row.pk: row for row in session.scalars(sa.select(model).where(model.pk.in_(pks)))}
+
+
 def _render(session: orm.Session, page: list) -> list[dict]:
     match_pks = [pk for _, kind, pk in page if kind == "m"]
     skip_pks = [pk for _, kind, pk in page if kind == "s"]
-    matches = (
-        {
-            m.pk: m
-            for m in session.scalars(
-                sa.select(cron_models.CronMatch).where(cron_models.CronMatch.pk.in_(match_pks))
-            )
-        }
-        if match_pks
-        else {}
-    )
-    skips = (
-        {
-            s.pk: s
-            for s in session.scalars(
-                sa.select(cron_models.CronSkip).where(cron_models.CronSkip.pk.in_(skip_pks))
-            )
-        }
-        if skip_pks
-        else {}
-    )
+    matches = _by_pk(session, cron_models.CronMatch, match_pks)
+    skips = _by_pk(session, cron_models.CronSkip, skip_pks)
     deliveries: dict[int, list[dict]] = {}
     if match_pks:
         for d in session.scalars(

@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from services import celery_app
+from services import celery_app, fleet
 from services.celery_app import app
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,14 @@ def validate_version(operation_id: str) -> None:
     _send(VALIDATE_VERSION, operation_id)
 
 
-def run_context(instance_pk: int) -> None:
-    """Ask a worker to run one replay context of instance ``instance_pk``."""
+def run_context(instance_pk: int, *, space: str | None = None) -> None:
+    """Ask a worker to run one replay context of instance ``instance_pk``. With its ``space``
+    (a create, an event): nothing is sent while that Space runs its cap of contexts already —
+    the instance is recorded as waiting for the next slot that Space releases
+    (``services.fleet.defer_dispatch``), so one Space's flood never fills the FIFO queue in front
+    of another Space's work."""
+    if space is not None and fleet.defer_dispatch(instance_pk, space=space):
+        return
     _send(RUN_CONTEXT, instance_pk)
 
 

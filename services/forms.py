@@ -31,14 +31,8 @@ from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import ids
+from takohost.domain.forms import FORM_URLS
 
-FORM_URLS: dict[str, str] = {
-    "ModuleWorker": "https://edge.forms.takoform.com/forms/ModuleWorker/0.3.0/",
-    "WorkerVersion": "https://edge.forms.takoform.com/forms/WorkerVersion/0.5.0/",
-    "WorkerDeployment": "https://edge.forms.takoform.com/forms/WorkerDeployment/0.4.0/",
-    "DurableWorkflow": "https://edge.forms.takoform.com/forms/DurableWorkflow/0.3.0/",
-    "WorkerCronTrigger": "https://edge.forms.takoform.com/forms/WorkerCronTrigger/0.3.0/",
-}
 #: Exact Form URL → short Form name (what ``resources.form`` stores). Anything else is unsupported.
 FORM_BY_URL: dict[str, str] = {url: form for form, url in FORM_URLS.items()}
 
@@ -293,6 +287,11 @@ def _check_workflow_class_txn(session: orm.Session, *, worker_uid: str, class_na
                 f"Deployment does not export a workflow class {class_name!r}",
                 {"pointer": "/spec/className", "resourceUid": version.uid},
             )
+    _refuse_unverified(unverified)
+
+
+def _refuse_unverified(unverified: list[res_models.Resource]) -> None:
+    """Raise ``resource_busy`` naming the first weighted Version still being validated, if any."""
     if unverified:
         raise DomainError(
             "resource_busy",
@@ -323,12 +322,7 @@ def _check_scheduled_handler_txn(session: orm.Session, *, worker_uid: str) -> No
                 f"weighted {label(version)} has no `scheduled` handler",
                 {"pointer": "/spec/worker/resourceUid", "resourceUid": version.uid},
             )
-    if unverified:
-        raise DomainError(
-            "resource_busy",
-            f"weighted {label(unverified[0])} is still being validated; retry shortly",
-            {"resourceUids": [v.uid for v in unverified]},
-        )
+    _refuse_unverified(unverified)
 
 
 # --- delete ---------------------------------------------------------------------------------------

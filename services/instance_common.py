@@ -17,7 +17,6 @@ Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Hel
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,7 +25,7 @@ from sqlalchemy import orm
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
-from takohost.domain import documents, identifiers
+from takohost.domain import documents, history, identifiers
 
 
 class _Absent:
@@ -40,9 +39,7 @@ class _Absent:
 ABSENT: Any = _Absent()
 
 
-def rfc3339(value: dt.datetime) -> str:
-    """``value`` as RFC 3339 UTC with milliseconds: ``2026-11-30T09:46:00.202Z``."""
-    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+rfc3339 = history.rfc3339
 
 
 def id_or_error(value: object, *, what: str) -> str:
@@ -103,3 +100,16 @@ def instance_txn(
     if instance is None:
         raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
     return instance
+
+
+def delete_instances_txn(session: orm.Session, pks: list[int]) -> None:
+    """Delete the instances ``pks`` and every row that hangs off them (history, steps, inbox,
+    timers), in ``session``'s transaction: retention's purge and a workflow's deletion share it."""
+    for model in (
+        inst_models.HistoryEvent,
+        inst_models.Step,
+        inst_models.InboxEvent,
+        inst_models.Timer,
+    ):
+        session.execute(sa.delete(model).where(model.instance_pk.in_(pks)))
+    session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(pks)))

@@ -28,14 +28,15 @@ from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import dispatch, instance_common
+from services import dispatch, instance_common, quotas
 from services import idempotency as idempotency_service
 from services.telemetry import lifecycle
-from takohost.domain import deepjson, documents
+from takohost.domain import deepjson
+from takohost.domain import inbox as inbox_rules
 
-#: Seed 000 sendEvent: at most 1024 unconsumed events and 1048576 canonical bytes of {type,payload?}.
-MAX_QUEUED_EVENTS = 1024
-MAX_QUEUED_BYTES = 1_048_576
+#: Seed 000 sendEvent limits (``takohost.domain.inbox``).
+MAX_QUEUED_EVENTS = inbox_rules.MAX_QUEUED_EVENTS
+MAX_QUEUED_BYTES = inbox_rules.MAX_QUEUED_BYTES
 
 
 def send_event(
@@ -60,19 +61,14 @@ def send_event(
 
     Raises DomainError: ``invalid_request`` (bad type), ``invalid_params`` / ``document_too_large``
     (payload), ``not_found`` (also while the DurableWorkflow is being deleted), ``unknown_instance``,
-    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``.
+    ``instance_terminal``, ``event_queue_full``, ``idempotency_key_reused``, ``quota_exceeded``
+    (the Space's ``storedEvents`` quota is reached; a direct delivery is never refused).
     """
     now = now or utcnow()
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     event_type = instance_common.id_or_error(event_type, what="event type")
     instance_common.document_or_error(payload, what="payload")
-    stored: dict[str, Any] = {"type": event_type}
-    if payload is not instance_common.ABSENT:
-        stored["payload"] = payload
-    try:
-        size = len(documents.canonical_document(stored, allow_none=False) or b"")
-    except documents.DocumentTooLargeError as exc:  # a 1 MiB payload plus its type: never queueable
-        size = exc.size
+    size = inbox_rules.event_size(event_type, payload, has_payload=payload is not instance_common.ABSENT)
     with models_db.session_scope() as session:
         if idempotency is not None:
             instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
@@ -98,29 +94,25 @@ def send_event(
             raise DomainError("not_found", "this DurableWorkflow is being deleted")
         if row.status in inst_models.TERMINAL_STATUSES:
             raise DomainError("instance_terminal", f"the instance is {row.status}; it takes no more events")
-        direct, wait_name = False, None
-        if row.status == "waiting" and row.stopping is None:
-            direct = (
-                wait is not None
-                and (wait.config or {}).get("type") == event_type
-                and (wait.timeout_at is None or now <= wait.timeout_at)
-            )
-            wait_name = bytes(wait.name).decode("utf-8") if direct else None
-        if not direct and (
-            row.inbox_count + 1 > MAX_QUEUED_EVENTS or row.inbox_bytes + size > MAX_QUEUED_BYTES
-        ):
-            raise DomainError(
-                "event_queue_full",
-                (
-                    f"the instance holds {row.inbox_count} unconsumed events of {row.inbox_bytes} bytes;"
-                    f" limits are {MAX_QUEUED_EVENTS} events and {MAX_QUEUED_BYTES} bytes"
-                ),
-            )
+        direct = inbox_rules.delivers_to_wait(
+            status=row.status,
+            stopping=row.stopping,
+            wait_type=None if wait is None else (wait.config or {}).get("type"),
+            wait_timeout_at=None if wait is None else wait.timeout_at,
+            event_type=event_type,
+            now=now,
+        )
+        wait_name = bytes(wait.name).decode("utf-8") if direct else None
+        full = None if direct else inbox_rules.queue_full(count=row.inbox_count, total_bytes=row.inbox_bytes, size=size)
+        if full is not None:
+            raise DomainError("event_queue_full", full)
+        if not direct:
+            quotas.check_stored_events_txn(session, space=space)
         _accept_event_txn(
             session, row=row, event_type=event_type, payload=payload, size=size, now=now, wait_name=wait_name
         )
     if direct:
-        dispatch.run_context(row.pk)
+        dispatch.run_context(row.pk, space=space)
     lifecycle.event_sent(
         space=space, workflow_uid=workflow_uid, instance_id=instance_id, event_type=event_type, woke=direct, at=now
     )

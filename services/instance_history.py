@@ -21,6 +21,7 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instances as inst_models
 from services import instance_common, instance_pages
+from takohost.domain import history as domain_history
 
 
 def append_history_txn(
@@ -52,7 +53,8 @@ def append_history_txn(
 def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int) -> tuple[list[dict], bool]:
     """Up to ``size`` history events of instance ``instance_pk`` with ``eventId > after``, oldest
     first, as the API serves them (``StepCompleted`` of a ``do``/``wait`` step carries the recorded
-    ``result`` from the step row), and whether more follow. Runs in the caller's transaction."""
+    ``result`` from the step row, ``InstanceCreated`` the instance's ``params``), and whether more
+    follow. Runs in the caller's transaction."""
     event = inst_models.HistoryEvent
     rows = session.execute(  # plain rows, not ORM objects: a page may hold a thousand events
         sa.select(event.event_id, event.event_type, event.attributes, event.event_timestamp)
@@ -70,19 +72,20 @@ def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int)
                 )
             ).all()
         )
-    events = []
-    for row in rows[:size]:
-        attributes = dict(row.attributes)
-        if row.event_type == "StepCompleted" and results.get(attributes.get("name")) is not None:
-            attributes["result"] = results[attributes["name"]]
-        events.append(
-            {
-                "eventId": row.event_id,
-                "eventTimestamp": instance_common.rfc3339(row.event_timestamp),
-                "eventType": row.event_type,
-                "attributes": attributes,
-            }
+    params = None
+    if any(row.event_type == "InstanceCreated" for row in rows[:size]):
+        params = session.scalar(sa.select(inst_models.Instance.params).where(inst_models.Instance.pk == instance_pk))
+    events = [
+        domain_history.served(
+            event_id=row.event_id,
+            event_type=row.event_type,
+            attributes=row.attributes,
+            timestamp=row.event_timestamp,
+            results=results,
+            params=params,
         )
+        for row in rows[:size]
+    ]
     return events, len(rows) > size
 
 

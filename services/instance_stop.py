@@ -212,11 +212,4 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
             ).all()
             if not batch:
                 return True
-            for model in (
-                inst_models.HistoryEvent,
-                inst_models.Step,
-                inst_models.InboxEvent,
-                inst_models.Timer,
-            ):
-                session.execute(sa.delete(model).where(model.instance_pk.in_(batch)))
-            session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(batch)))
+            instance_common.delete_instances_txn(session, list(batch))

@@ -26,16 +26,16 @@ from sqlalchemy import orm
 
 from core import config
 from models import db as models_db
-from models import instance_sql
+from models import instance_sql, quota_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import dispatch, forms, instance_common, instance_pages
+from services import dispatch, forms, instance_common, instance_pages, quotas
 from services.telemetry import lifecycle
-from takohost.domain import deepjson
+from takohost.domain import decide, deepjson, history
 
 #: Seed 000: "instance寿命は作成から31536000秒".
-LIFETIME_SECONDS = 31_536_000
+LIFETIME_SECONDS = decide.LIFETIME_SECONDS
 
 
 def lifetime_seconds(settings: config.Settings | None = None) -> float:
@@ -55,19 +55,24 @@ def status_document(instance: inst_models.Instance) -> dict:
 
 
 def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None, forms.Readiness]:
-    """``(closed, pk, readiness)`` from two statements sent in one round trip with the
+    """``(closed, pk, readiness)`` from three statements sent in one round trip with the
     transaction's ``BEGIN`` (a psycopg pipeline). A shared advisory lock pairs with the exclusive
     one ``instance_stop.purge_workflow`` closes the UID under, so a create either commits before
     the close (and is purged with it) or sees the closure: the closure is read by the insert, a
-    statement of its own whose snapshot is taken after the lock was granted. ``pk`` ``None``: the
-    id exists. The lock's row also brings the workflow's readiness facts (checked after the
-    insert). Raises ``DomainError`` ``not_found`` when no live DurableWorkflow of the Space has the
-    UID (the insert, sent before that is known, is rolled back with the transaction)."""
+    statement of its own whose snapshot is taken after the lock was granted. The Space's usage row
+    is locked next (``services.quotas``), so the insert's count of live instances is exact.
+    ``pk`` ``None``: the id exists. The lock's row also brings the workflow's readiness facts
+    (checked after the insert). Raises ``DomainError`` ``not_found`` when no live DurableWorkflow
+    of the Space has the UID (the insert, sent before that is known, is rolled back with the
+    transaction), ``quota_exceeded`` (``liveInstances``) when the Space's live instances are at
+    the limit (nothing inserted)."""
     connection = session.connection().connection.driver_connection
+    live_limit = quotas.limits().live_instances
     with connection.pipeline():
         live_rows = connection.execute(
             instance_sql.LOCK_WORKFLOW_SHARED, {"uid": values["workflow_uid"], "space": values["space"]}
         )
+        connection.execute(quota_sql.LOCK_USAGE, {"space": values["space"]})
         inserted = connection.execute(
             instance_sql.INSERT_INSTANCE,
             {
@@ -77,14 +82,17 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
                 "params": None if values["params"] is None else deepjson.dumps_stored(values["params"]),
                 "now": values["now"],
                 "lifetime": values["lifetime"],
-                "attributes": json.dumps({"instanceId": values["instance_id"]}),
+                "attributes": json.dumps(history.instance_created(values["instance_id"]).attributes),
+                "live_limit": live_limit,
             },
         )
     live = live_rows.fetchone()
     if live is None:
         raise DomainError("not_found", "no such DurableWorkflow in this Space")
     readiness = forms.readiness_of(values["workflow_uid"], tuple(live)[1:])
-    closed, pk = inserted.fetchone()
+    closed, pk, live_count = inserted.fetchone()
+    if not closed and pk is None and live_limit > 0 and live_count >= live_limit:
+        raise quotas.exceeded(quotas.LIVE_INSTANCES, current=live_count, limit=live_limit)
     return bool(closed), pk, readiness
 
 
@@ -121,7 +129,8 @@ def create(
     (params), ``not_found`` (no live DurableWorkflow of ``space``, or one being deleted: it is
     going away), ``instance_exists`` (a retained id, terminal ones included),
     ``dependency_conflict`` (the workflow is not ``ready``: no applied Deployment whose every
-    weighted Version exports the class; nothing is written).
+    weighted Version exports the class; nothing is written), ``quota_exceeded`` (the Space's
+    ``liveInstances`` quota is reached; nothing is written; ``services.quotas``).
     """
     now = now or utcnow()
     if instance_id is not None:
@@ -149,7 +158,7 @@ def create(
                 raise DomainError("backend_unavailable", "generated instance id collided; retry")
             raise DomainError("instance_exists", "an instance with this id exists (ids are retained)")
     lifecycle.created(space=space, workflow_uid=workflow_uid, instance_id=instance_id, at=now)
-    dispatch.run_context(pk)
+    dispatch.run_context(pk, space=space)
     return instance_id
 
 

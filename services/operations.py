@@ -105,6 +105,8 @@ def set_state(
     op.state = target
     op.effect = effect
     op.error = None if error is None else {"code": error.code, "message": error.message}
+    if error is not None and error.details:
+        op.error["details"] = error.details
     op.updated_at = now
     if target in (SUCCEEDED, FAILED):
         op.next_attempt_at = None

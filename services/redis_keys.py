@@ -36,3 +36,9 @@ def space_waiting_key(namespace: str, space: str) -> str:
     """The Redis ZSET of a Space's deferred instance pks (score: milliseconds since the epoch
     when first deferred): ``{namespace}:space-waiting:{space}``."""
     return f"{namespace}:space-waiting:{space}"
+
+
+def fleet_slots_key(namespace: str) -> str:
+    """The Redis ZSET of the live fleet's tenant-work slots (``services.fleet``): member
+    ``{owner}|{slots}``, score the millisecond time the entry lapses: ``{namespace}:fleet-slots``."""
+    return f"{namespace}:fleet-slots"

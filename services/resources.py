@@ -26,7 +26,7 @@ from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
-from services import cron_schedules, forms, idempotency, ids, operations
+from services import cron_schedules, forms, idempotency, ids, operations, quotas
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
@@ -70,17 +70,17 @@ def accept_create_txn(
 
     Raises:
         DomainError: ``idempotency_key_reused``, ``reference_not_found``, ``dependency_conflict``,
-            ``resource_busy``, ``name_conflict``.
+            ``resource_busy``, ``name_conflict``, ``quota_exceeded`` (a WorkerVersion whose sources
+            do not fit in the Space's ``versionCodeBytes`` quota; ``services.quotas``).
     """
-    op_id = ids.new_id()
-    claim = idempotency.claim_txn(
-        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
-    )
-    if not claim.new:
-        return _replay_txn(session, claim)
+    op_id, replay = _claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    if replay is not None:
+        return replay
     refs = forms.references(form, spec)
     resolved = forms.resolve_refs_txn(session, space=space, refs=refs)
     forms.check_create_txn(session, form=form, spec=spec, resolved=resolved)
+    if form == "WorkerVersion":
+        quotas.charge_version_txn(session, space=space, spec=spec)
     uid = ids.new_id()
     resource = res_models.Resource(
         uid=uid,
@@ -137,12 +137,9 @@ def accept_update_txn(
         DomainError: ``not_found``, ``idempotency_key_reused``, ``invalid_spec``, ``immutable_field``,
             ``reference_not_found``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id = ids.new_id()
-    claim = idempotency.claim_txn(
-        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
-    )
-    if not claim.new:
-        return _replay_txn(session, claim)
+    op_id, replay = _claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    if replay is not None:
+        return replay
     resource = _live_txn(session, space=space, uid=uid, lock="no_key_update")
     form = resource.form
     spec = validate(body, form)
@@ -192,12 +189,9 @@ def accept_delete_txn(
     Raises:
         DomainError: ``not_found``, ``idempotency_key_reused``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id = ids.new_id()
-    claim = idempotency.claim_txn(
-        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
-    )
-    if not claim.new:
-        return _replay_txn(session, claim)
+    op_id, replay = _claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    if replay is not None:
+        return replay
     resource = _live_txn(session, space=space, uid=uid, lock="update")
     forms.check_delete_txn(session, resource=resource)
     op = operations.new_operation(
@@ -221,6 +215,22 @@ def accept_delete_txn(
         cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
     _flush(session)
     return Accepted(operation=op, new=True)
+
+
+def _claim_txn(
+    session: orm.Session, *, space: str, key: str, request_hash: str, now: dt.datetime
+) -> tuple[str, Accepted | None]:
+    """Claim the Idempotency-Key for a new Operation: ``(operation id, None)``, or ``(…, the
+    earlier call's Accepted)`` when the key already answered (CONTRACT §2.3).
+
+    Raises:
+        DomainError: ``idempotency_key_reused``.
+    """
+    op_id = ids.new_id()
+    claim = idempotency.claim_txn(
+        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
+    )
+    return op_id, (None if claim.new else _replay_txn(session, claim))
 
 
 def _replay_txn(session: orm.Session, claim: idempotency.Claim) -> Accepted:

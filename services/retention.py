@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from core import config
 from models import db as models_db
 from models import instances as inst_models
+from services import instance_common
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,7 @@ def purge_retired(*, now: dt.datetime, settings: config.Settings | None = None) 
             query = _retired(cutoff)
             batch = session.scalars(query.with_for_update(skip_locked=True)).all()
             if batch:
-                for model in (
-                    inst_models.HistoryEvent,
-                    inst_models.Step,
-                    inst_models.InboxEvent,
-                    inst_models.Timer,
-                ):
-                    session.execute(sa.delete(model).where(model.instance_pk.in_(batch)))
-                session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(batch)))
+                instance_common.delete_instances_txn(session, list(batch))
         purged += len(batch)
         if len(batch) < BATCH:
             break

@@ -11,6 +11,7 @@ the pytest controller and shared by the xdist workers.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 
 import pytest
@@ -37,6 +38,13 @@ os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
 # The test-only "internet" (README "Test-only settings"): tests serve it on loopback addresses of
 # this range (tests/support/egress.py); 127.0.0.1 and the host's services stay refused.
 os.environ.setdefault("TAKOHOST_TEST_EGRESS_PUBLIC_CIDRS", "127.0.0.0/24")
+# Package layers of this run (docs/packages.md): outside the test-only directory every sandbox
+# shares read-write, so a context sees only the read-only layers mount. Removed at the end.
+# The wheelhouse the run's host processes install from (tests add wheels they build to it; no
+# registry): integration tests that install in-process point TAKOHOST_WHEELHOUSE at their own.
+if _CONTROLLER:
+    os.environ["TAKOHOST_PACKAGE_DIR"] = tempfile.mkdtemp(prefix="takohost-test-packages-")
+    os.environ["TAKOHOST_WHEELHOUSE"] = tempfile.mkdtemp(prefix="takohost-test-wheelhouse-")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -50,6 +58,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The controller stops what it started (the workers are gone by then)."""
     if _CONTROLLER:
         servers.stop_for_run()
+        from workers.packages import layers
+
+        for variable, prefix in (
+            ("TAKOHOST_PACKAGE_DIR", "takohost-test-packages-"),
+            ("TAKOHOST_WHEELHOUSE", "takohost-test-wheelhouse-"),
+        ):
+            path = os.environ.get(variable, "")
+            if os.path.basename(path).startswith(prefix):
+                layers.discard(path)
 
 
 # Scheduling (tests/support/schedule.py): longest files first, from the last run's durations.

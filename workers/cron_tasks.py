@@ -172,12 +172,11 @@ def deliver(
             space = cron_runs.match_space_txn(session, match_pk=match_pk)
         if space is None:
             return "done"
-    lease = lease_mod.store_for(
-        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
-    ).admit_delivery(
+    lease = lease_mod.store_for_settings(settings).admit_delivery(
         match_pk,
         space=space,
         cap=settings.space_max_contexts,
+        reserved=settings.space_reserved_slots,
         renew_every_s=settings.lease_ttl_ms * heartbeat.RENEW_FRACTION / 1000,
     )
     if lease == lease_mod.BUSY:

@@ -10,9 +10,11 @@ and applies only while it is still unfinished.
 Per Form (create/update → apply the accepted spec; delete → remove):
 
 * ModuleWorker — nothing to apply.
-* WorkerVersion — import the code in the sandbox (``workers.sandbox_host.validate_spec``), record
-  ``observed``; a failed import fails the Operation (``effect: partial``: the record exists with
-  ``phase: failed``).
+* WorkerVersion — install its ``requirements`` as a layer (``workers.packages``; a pin that cannot
+  be installed fails the Operation with the package error's code, e.g. ``sdist_only``, and
+  ``details.package``), import the code in the sandbox against that layer
+  (``workers.sandbox_host.validate_spec``), record ``observed`` and the layer it uses; a failed
+  import fails the Operation (``effect: partial``: the record exists with ``phase: failed``).
 * WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
   every DurableWorkflow of the Worker is re-observed (``ready``).
 * DurableWorkflow — ``observed`` from ``workflow_observer.observe_workflow_txn``; DELETE purges
@@ -32,6 +34,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import logging
+import threading
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -42,11 +45,12 @@ from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import cron_schedules, dispatch, forms, instance_stop, operations, workflow_observer
+from services import cron_schedules, dispatch, forms, instance_stop, operations, quotas, workflow_observer
+from services import packages as package_records
 from services import resources as resource_service
 from services.celery_app import app
 from services.telemetry import lifecycle
-from workers import cron_tasks, sandbox_host
+from workers import cron_tasks, packages, sandbox_host
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +80,90 @@ def reconcile_operation(self, operation_id: str) -> str:  # noqa: ANN001 - Celer
 @app.task(name=dispatch.VALIDATE_VERSION, bind=True, ignore_result=True)
 def validate_version(self, operation_id: str) -> str:  # noqa: ANN001 - Celery's bound task
     """Reconcile WorkerVersion Operation ``operation_id``, its import check included (the
-    validation process: ``services.celery_app.VALIDATION_TASKS``)."""
-    started = utcnow()
-    outcome = reconcile(operation_id, validate=True)
+    validation process: ``services.celery_app.VALIDATION_TASKS``), under the per-Space share of
+    the process's import checks (:class:`ValidationShare`): over it, ``deferred`` — the message
+    is sent again after ``DEFER_DELAY_S`` and nothing runs now."""
+    space = _operation_space(operation_id)
+    settings = config.load_settings()
+    if space is not None and not SHARE.enter(space, operation_id, slots=settings.validation_concurrency):
+        # A message with an ETA is a deferred (or retried) one coming back: it keeps its chain going.
+        if self.request.eta is not None or SHARE.defer(operation_id):
+            self.apply_async(args=[operation_id], countdown=DEFER_DELAY_S)
+        return DEFERRED
+    try:
+        started = utcnow()
+        outcome = reconcile(operation_id, validate=True)
+    finally:
+        if space is not None:
+            SHARE.leave(space, operation_id)
     lifecycle.operation_reconciled(operation_id, since=started)
     if outcome == RETRY:
         self.apply_async(args=[operation_id], countdown=RETRY_DELAY_S)
     return outcome
+
+
+#: Outcome of a validation over its Space's share (sent again after ``DEFER_DELAY_S``).
+DEFERRED = "deferred"
+#: Seconds before a deferred validation's message comes back (a Celery countdown: short).
+DEFER_DELAY_S = 0.5
+
+
+class ValidationShare:
+    """Fair share of one validation process's import checks between Spaces (issue 24 item 3).
+
+    The process runs ``slots`` checks at once (``settings.validation_concurrency``, Celery's
+    threads pool); one Space runs at most ``slots - 1`` of them, so another Space's Version is
+    checked at once beside a Space's slow imports (each bounded by ``TAKOHOST_VALIDATION_TIMEOUT_S``)
+    instead of after them, first come first served. Per process, which is enough: every process
+    keeps a check free for other Spaces. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, set[str]] = {}
+        self._deferred: set[str] = set()
+
+    def enter(self, space: str, operation_id: str, *, slots: int) -> bool:
+        """Count ``operation_id``'s check against ``space``; False (nothing counted) when ``space``
+        runs ``max(1, slots - 1)`` checks already."""
+        with self._lock:
+            running = self._running.setdefault(space, set())
+            if len(running) >= max(1, slots - 1) and operation_id not in running:
+                return False
+            running.add(operation_id)
+            self._deferred.discard(operation_id)
+            return True
+
+    def defer(self, operation_id: str) -> bool:
+        """Note ``operation_id`` as deferred; False when a deferred message of it is already under
+        way (this one is dropped: one chain per Operation, the sweep re-sends a lost one)."""
+        with self._lock:
+            if operation_id in self._deferred:
+                return False
+            self._deferred.add(operation_id)
+            return True
+
+    def leave(self, space: str, operation_id: str) -> None:
+        """The check of ``operation_id`` is over."""
+        with self._lock:
+            running = self._running.get(space)
+            if running is not None:
+                running.discard(operation_id)
+                if not running:
+                    del self._running[space]
+
+
+#: This process's share (the validation process's threads).
+SHARE = ValidationShare()
+
+
+def _operation_space(operation_id: str) -> str | None:
+    """The Space of Operation ``operation_id``'s resource (``None``: no such Operation)."""
+    with models_db.session_scope() as session:
+        return session.scalar(
+            sa.select(res_models.Resource.space)
+            .join(res_models.Operation, res_models.Operation.resource_uid == res_models.Resource.uid)
+            .where(res_models.Operation.id == operation_id)
+        )
 
 
 def reconcile(operation_id: str, *, validate: bool = False) -> str:
@@ -136,13 +217,49 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
     log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
     if kind == "delete":
         return _apply_delete(operation_id, form=form, uid=uid)
-    validation = sandbox_host.validate_spec(spec, space=space) if form == "WorkerVersion" else None
+    layer: packages.installer.Layer | None = None
+    refused: packages.PackageError | DomainError | None = None
+    if form == "WorkerVersion":
+        try:
+            layer = packages.layer_for_spec(spec)
+        except packages.PackageError as exc:
+            refused = exc
+    if layer is not None and not package_records.space_uses_layer(space, layer.key):
+        try:
+            quotas.check_layer_bytes(space, adding=layer.size_bytes)
+        except DomainError as exc:  # the layer stays installed (shared, swept when unused)
+            layer, refused = None, exc
+    validation = None
+    if form == "WorkerVersion" and refused is None:
+        validation = sandbox_host.validate_spec(
+            spec, space=space, packages=None if layer is None else layer.name
+        )
     with models_db.session_scope() as session:
         loaded = _running_txn(session, operation_id)
         if loaded is None:
             return DONE
         op, resource = loaded
         now = utcnow()
+        if refused is not None:  # nothing was installed: the Version is failed, like a bad import
+            resource.observed = {"validated": False, "error": refused.message}
+            resource.observed_at, resource.phase, resource.updated_at = now, "failed", now
+            if isinstance(refused, DomainError):  # a quota
+                error = refused
+            else:
+                details = {"package": refused.package} if refused.package else None
+                error = DomainError(refused.code, refused.message, details)
+            operations.set_state(op, operations.FAILED, now=now, effect="partial", error=error)
+            return DONE
+        if layer is not None:
+            package_records.record_version_layer_txn(
+                session,
+                version_uid=resource.uid,
+                space=resource.space,
+                key=layer.key,
+                requirements=list(layer.requirements),
+                packages=list(layer.packages),
+                size_bytes=layer.size_bytes,
+            )
         if validation is not None and validation.error is not None:
             resource.observed, resource.observed_at, resource.phase = validation.observed, now, "failed"
             resource.updated_at = now
@@ -195,6 +312,8 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
         if form == "WorkerCronTrigger":
             cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
         resource.deleted_at, resource.updated_at = now, now
+        if form == "WorkerVersion":
+            quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
         session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == uid))
         operations.set_state(op, operations.SUCCEEDED, now=now)
         if form == "WorkerDeployment":

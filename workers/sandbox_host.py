@@ -32,6 +32,7 @@ from services import instance_bindings
 from takohost import errors
 from takohost.runtime import bindings as runtime_bindings
 from takohost.runtime import protocol
+from workers import packages
 from workers.engine import heartbeat, sandbox
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,10 @@ def job_message(
     ``env`` gets exactly the Version's ``vars`` and its binding names (CONTRACT §4.1).
     ``code``: the Version's compiled modules (:func:`code_for`); ``want_code``: ask the child to
     send them (PROTOCOL.md "Compiled modules").
-    Raises ``ValueError`` for another kind or a workflow job without ``class_name``.
+    ``packages``: the name of the Version's package layer when it has ``requirements``
+    (:func:`packages_name`).
+    Raises ``ValueError`` for another kind or a workflow job without ``class_name``;
+    ``packages.PackageError`` when the Version's layer cannot be installed on this machine.
     """
     if kind not in ("workflow", "scheduled"):
         raise ValueError(f"job kind must be workflow or scheduled, not {kind!r}")
@@ -221,7 +225,33 @@ def job_message(
         message["code"] = code
     elif want_code:
         message["wantCode"] = True
+    if version.spec.get("requirements"):
+        message["packages"] = packages_name(version)
     return message
+
+
+_packages: collections.OrderedDict[str, str] = collections.OrderedDict()
+
+
+def packages_name(version: VersionChoice) -> str:
+    """The name of ``version``'s package layer (the job's ``packages``; docs/packages.md),
+    installed on this machine first if it is not here yet (a Version validated on another
+    machine). Kept per process by Version uid (a Version's pins never change).
+
+    Raises:
+        packages.PackageError: the layer cannot be installed here (the context fails and is retried).
+    """
+    with _cache_lock:
+        path = _packages.get(version.uid)
+    if path is not None:
+        return path
+    layer = packages.layer_for_spec(version.spec)
+    assert layer is not None
+    with _cache_lock:
+        _packages[version.uid] = layer.name
+        while len(_packages) > VERSION_CACHE_SIZE:
+            _packages.popitem(last=False)
+    return layer.name
 
 
 def error_name(exc: DomainError) -> str:
@@ -282,7 +312,13 @@ class Validation:
     error: str | None
 
 
-def validate_spec(spec: dict, *, space: str | None = None, settings: config.Settings | None = None) -> Validation:
+def validate_spec(
+    spec: dict,
+    *,
+    space: str | None = None,
+    settings: config.Settings | None = None,
+    packages: str | None = None,
+) -> Validation:
     """Import ``spec["mainModule"]`` (with ``spec["modules"]`` beside it) in a sandbox child.
 
     Success → ``observed = {"validated": true, "workflowClasses": [...], "handlers": [...]}``
@@ -293,7 +329,8 @@ def validate_spec(spec: dict, *, space: str | None = None, settings: config.Sett
     The main module is imported in a fresh sandbox child (job kind ``validate``) with a parent-side
     time limit of ``settings.validation_timeout_s`` seconds: an import error, ``sys.exit``,
     ``os._exit``, a signal or an endless loop becomes a failed validation with a clear message,
-    and the child is killed and proven dead before this returns (CONTRACT §3.2).
+    and the child is killed and proven dead before this returns (CONTRACT §3.2). ``packages``:
+    the name of the Version's installed layer (``workers.packages``), put on its ``sys.path``.
 
     Raises:
         sandbox.ZygoteUnavailable: no child could be started (a host problem: retried).
@@ -305,6 +342,7 @@ def validate_spec(spec: dict, *, space: str | None = None, settings: config.Sett
         modules=spec["modules"],
         time_limit_seconds=settings.validation_timeout_s,
         space=space,
+        packages=packages,
     )
     if outcome.ok:
         return Validation(

@@ -11,6 +11,11 @@ step nor write a ``host`` line. Lines are buffered and written in batches of up 
 child with :meth:`LogCollector.wait_timeout`), and before the context publishes a status. A write
 that fails drops its batch with a warning: logs never fail a context. Instance batches are fenced
 (``models.log_sql``).
+
+Over the Space's log quota (``services.quotas``, ``logBytes``) a batch keeps the lines that fit
+and drops the rest; the collector counts them in **one** ``host`` line of its own,
+``N lines dropped: the Space's log quota``, written whatever the quota and rewritten with the new
+count at each later write that drops more (one marker per context or delivery, never one per line).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import psycopg
 
 from models import log_sql
 from models.base import utcnow
+from services import quotas
 from services.telemetry import metrics
 from takohost.domain import tenant_logs
 from takohost.runtime import protocol
@@ -88,6 +94,10 @@ class LogCollector:
         self._host_dropped = 0
         self._child_dropped = 0
         self._host_dropped_total = 0
+        self._log_quota = quotas.limits().log_bytes
+        #: Lines dropped over the Space's log quota, and the ``seq`` of the marker line counting them.
+        self.quota_dropped = 0
+        self._marker_seq: int | None = None
         self.written = 0
 
     # -- lines in ----------------------------------------------------------------------------
@@ -239,6 +249,7 @@ class LogCollector:
             "n": len(batch),
             "skip": skip,
             "cap": cap,
+            "limit": self._log_quota,
         }
         if self.instance_pk is not None:
             params.update(pk=self.instance_pk, epoch=self.epoch)
@@ -246,4 +257,22 @@ class LogCollector:
         else:
             params.update(delivery=self.delivery_pk)
             row = conn.execute(log_sql.INSERT_DELIVERY_LINES, params).fetchone()
-        self.written += row[0] if row else 0
+        inserted, accepted = (row[0], row[1]) if row else (0, False)
+        self.written += inserted
+        if accepted and inserted < len(batch):
+            self.quota_dropped += len(batch) - inserted
+            self._write_marker(conn)
+
+    def _write_marker(self, conn: psycopg.Connection) -> None:
+        """Write (or rewrite with the new count) this context's one log-quota marker line."""
+        owner: dict[str, Any] = (
+            {"pk": self.instance_pk, "epoch": self.epoch} if self.instance_pk is not None else {"delivery": self.delivery_pk}
+        )
+        text = quotas.dropped_text(self.quota_dropped)
+        if self._marker_seq is not None:
+            update = log_sql.UPDATE_INSTANCE_MARKER if self.instance_pk is not None else log_sql.UPDATE_DELIVERY_MARKER
+            if conn.execute(update, {**owner, "seq": self._marker_seq, "message": text}).fetchone():
+                return
+        insert = log_sql.INSERT_INSTANCE_MARKER if self.instance_pk is not None else log_sql.INSERT_DELIVERY_MARKER
+        row = conn.execute(insert, {**owner, "at": self._wall(), "message": text}).fetchone()
+        self._marker_seq = row[0] if row else None

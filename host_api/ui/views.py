@@ -40,6 +40,7 @@ from host_api import errors
 from host_api.ui import logs as console_logs
 from host_api.ui import session as console_session
 from host_api.ui import timeline as console_timeline
+from host_api.ui import usage as console_usage
 from host_api.ui import where as console_where
 from models import db as models_db
 from models import instances as inst_models
@@ -54,6 +55,7 @@ from services import (
     instance_progress,
     instance_stop,
     instances,
+    quotas,
 )
 from takohost.domain import deepjson, divergence, jsonstrict
 from takohost.domain import tenant_logs as tenant_log_domain
@@ -252,7 +254,8 @@ def workflows() -> flask.Response:
     user = _user()
     with models_db.session_scope() as session:
         rows = console.workflows_txn(session, space=user.space)
-    return _render("workflows.html", workflows=rows)
+    usage_rows = console_usage.rows(quotas.usage(user.space))
+    return _render("workflows.html", workflows=rows, usage_rows=usage_rows)
 
 
 def _workflow_ids(user: console_session.SignedIn, ref: str) -> tuple[str, str]:

@@ -1,9 +1,11 @@
 """The fork server ("zygote"): a small pre-started process that forks sandbox children.
 
-Started by ``workers.engine.sandbox.Zygote.start()`` as ``python -I -B -m takohost.runtime.zygote
---control-fd N --ready-fd N`` with a scrubbed environment and only those two pipe descriptors; its
-settings (the socket's path, the ``isolation.policy.Policy``) arrive as JSON on its standard input
-(``read_settings``), so that no child finds them in its command line. It imports the standard
+Started by ``workers.engine.sandbox.Zygote.start()`` as ``takohost-sandbox -s -P -B /dev/fd/N
+--control-fd N --ready-fd N`` (the interpreter under a neutral name, running ``boot.py``, which
+names the SDK's modules by their place in a context, then calls :func:`main`) with a scrubbed
+environment and only those pipe descriptors; its settings (the socket's path, the
+``isolation.policy.Policy``) arrive as JSON on its standard input (``read_settings``), so that no
+child finds them in its command line. It imports the standard
 library and the SDK only, pre-imports what children commonly need, freezes the GC generations,
 and then forks in about 0.4 ms instead of the 1.7–5 ms a fork of a Celery worker costs
 (bench/ANCHORS.md). A child forgets the zygote's pids and paths (``_forget_in_child``).
@@ -357,8 +359,7 @@ class ZygoteServer:
                 self._forget_idle(pid)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            if self.forker.memory is not None:
-                self.forker.memory.release(pid)
+            self.forker.release(pid)
             if pidfd is not None and not self.isolated:
                 _remove_workdir(os.path.join(self.children_dir, str(pid)))
 
@@ -382,8 +383,7 @@ class ZygoteServer:
             pidfd = self.leaders.pop(pid, None)
             if pidfd is not None:
                 os.close(pidfd)
-        if self.forker.memory is not None:
-            self.forker.memory.close()
+        self.forker.close()
         with contextlib.suppress(OSError):
             os.unlink(self.socket_path)
         with contextlib.suppress(OSError):  # the starter's private directory, if now empty
@@ -446,6 +446,22 @@ def _preload() -> None:
     gc.freeze()  # keep the preloaded objects out of the children's collections (copy-on-write)
 
 
+def _plain_loaders() -> None:
+    """Give every SDK module loaded through the boot's finder (``takohost.runtime.boot``) a plain
+    loader of its neutral path: the finder's loaders know the SDK's directory on the host, and
+    every context inherits each module's ``__loader__`` and ``__spec__.loader``."""
+    import importlib.machinery
+
+    plain_type = importlib.machinery.SourceFileLoader
+    for name, module in list(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        loader = getattr(spec, "loader", None)
+        if isinstance(loader, plain_type) and type(loader) is not plain_type and spec.origin:
+            plain = plain_type(name, spec.origin)
+            spec.loader = plain
+            module.__loader__ = plain
+
+
 def _set_subreaper() -> None:
     child.hygiene.prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
@@ -453,7 +469,8 @@ def _set_subreaper() -> None:
 def read_settings(fd: int = 0) -> dict[str, Any]:
     """The zygote's settings, one JSON object read from ``fd`` (its standard input) to EOF:
     ``socket`` (the path to listen on, required), ``policy`` (``isolation.policy.Policy.to_json()``
-    text; absent: the defaults), ``keepChildStderr`` (bool) and ``poolSize`` (int, default 2).
+    text; absent: the defaults), ``keepChildStderr`` (bool), ``poolSize`` (int, default 2) and
+    ``packages`` (``takohost.runtime.boot.package_dirs()``: what each context's root copies).
     They come on a pipe, not the command line, because every child inherits the zygote's memory:
     its command line would show tenant code the socket's path (``/proc/self/cmdline``,
     ``sys.orig_argv``). Raises ``ValueError`` for anything else."""
@@ -489,7 +506,11 @@ def main(argv: list[str] | None = None) -> int:
     isolation.identity.set_dumpable(False)  # nothing may read the zygote's memory through /proc or ptrace
     _set_subreaper()
     policy = isolation.policy.Policy.from_json(settings["policy"]) if settings.get("policy") else isolation.policy.Policy()
-    layout = isolation.mounts.Layout.compute(policy)
+    layout = isolation.mounts.Layout.compute(policy, packages=settings.get("packages"))
+    # Where a job's package layer is found: the read-only mount, or (no isolation) the host's directory.
+    child.importer.PACKAGES_ROOT = (
+        isolation.mounts.PACKAGE_MOUNT if policy.mode == "namespaces" else policy.packages_dir
+    )
     children_dir = _make_children_dir()
     try:
         isolation.forking.probe(layout, root=children_dir)
@@ -504,6 +525,12 @@ def main(argv: list[str] | None = None) -> int:
         os.write(args.ready_fd, f"error {message}\n".encode())
         return 78
     _preload()
+    _plain_loaders()
+    # What a context's code finds as its interpreter: a link in its root to the host's binary
+    # (``isolation.mounts.INTERPRETER``), not the host's virtualenv (without isolation, the binary).
+    sys.executable = sys._base_executable = (  # type: ignore[attr-defined]
+        isolation.mounts.INTERPRETER if forker.isolated else os.readlink("/proc/self/exe")
+    )
     server = ZygoteServer(
         socket_path=settings["socket"],
         control_fd=args.control_fd,
@@ -515,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     os.write(args.ready_fd, b"ready\n")
     os.close(args.ready_fd)
     # Every child is forked from below this frame: nothing of the host in its locals.
-    del args, settings, children_dir, policy
+    del args, settings, children_dir, policy, layout
     server.serve()
     return 0
 

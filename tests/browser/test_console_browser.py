@@ -178,6 +178,7 @@ def _load_ms(driver) -> float:
 def test_console_in_a_browser(stack, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
 
     base = stack.api_url
     space = "acme-shop"  # a readable Space for the screenshots (the stack's database is fresh)
@@ -223,8 +224,9 @@ def test_console_in_a_browser(stack, browser, tmp_path):
 
     # Sign in with the keyboard only: the token field has focus, Enter submits.
     browser.get(f"{base}/ui/")
+    # autofocus applies once the page has loaded, which a loaded machine may delay a little
+    WebDriverWait(browser, 10).until(lambda b: b.switch_to.active_element.get_attribute("id") == "token")
     active = browser.switch_to.active_element
-    assert active.get_attribute("id") == "token"
     _accessible(browser)
     active.send_keys("tko_not-a-token", Keys.ENTER)
     assert "not valid" in _text(browser, "[role=alert]")

@@ -240,3 +240,126 @@ def test_deploy_reports_the_failed_operation(cli: Cli, tmp_path: pathlib.Path) -
     )
     line = cli.fails("deploy", str(bad_manifest))
     assert line.startswith("error: invalid_manifest: ") and "worker.mian: unknown key" in line
+
+
+RETRYING = textwrap.dedent(
+    """
+    from takohost import StepFailed, WaitTimeout
+
+
+    def flaky():
+        raise RuntimeError("every attempt fails")
+
+
+    class Exported:
+        def __init__(self, env):
+            self.env = env
+
+        def run(self, event, step):
+            try:
+                first = step.do("flaky", flaky, {"maxAttempts": 2, "initialDelaySeconds": 0})
+            except StepFailed as failure:
+                first = {"failed": failure.message}
+            step.sleep("nap", 1)
+            try:
+                got = step.wait_for_event("go", {"type": "go", "timeoutSeconds": 3600})
+            except WaitTimeout:
+                got = None
+            return {"first": first, "got": got, "n": event["params"]["n"]}
+    """
+)
+EXPORTED_TOML = """
+    [worker]
+    name = "exported"
+    [[workflows]]
+    name = "exported-flow"
+    class = "Exported"
+"""
+
+
+def test_an_exported_history_replays_against_the_code_and_shows_a_renamed_step(
+    cli: Cli, tmp_path: pathlib.Path
+) -> None:
+    """issue 28 item 2: ``instances history --export`` writes a replayable file from the real host;
+    ``takohost.testing.replay`` replays it against the deployed directory (compatible) and against
+    a candidate that renamed a step (the divergence, at its index)."""
+    from takohost import testing
+
+    project = write_project(tmp_path / "exported", toml=EXPORTED_TOML, modules={"main.py": RETRYING})
+    cli.ok("deploy", str(project))
+    cli.ok("instances", "create", "exported-flow", "--id", "x-1", "--params", '{"n": 5}')
+    cli.wait_status("exported-flow", "x-1", "waiting", timeout=90)
+    waiting_file = tmp_path / "waiting.json"
+    answer = cli.json("instances", "history", "exported-flow", "x-1", "--export", str(waiting_file))
+    assert answer["exported"] == str(waiting_file) and answer["status"] == "waiting"
+    exported = json.loads(waiting_file.read_text())
+    assert exported["format"] == testing.FORMAT and exported["instanceId"] == "x-1"
+    assert exported["events"][0]["attributes"] == {"instanceId": "x-1", "params": {"n": 5}}
+    assert "StepAttemptFailed" in [e["eventType"] for e in exported["events"]]  # the retry is recorded
+
+    result = testing.replay(project, waiting_file)
+    assert result.ok and result.replayed == 2 and result.stopped_at == "go", result.message
+    renamed = tmp_path / "renamed"
+    write_project(renamed, toml=EXPORTED_TOML, modules={"main.py": RETRYING.replace('"nap"', '"rest"')})
+    divergence = testing.replay(renamed, waiting_file).divergence
+    assert divergence is not None and divergence.index == 2
+    assert (divergence.expected["name"], divergence.found["name"]) == ("nap", "rest")
+
+    cli.json("instances", "send-event", "exported-flow", "x-1", "go", "--payload", '{"ok": true}')
+    cli.wait_status("exported-flow", "x-1", "complete", timeout=90)
+    done_file = tmp_path / "done.json"
+    assert "written to" in cli.ok("instances", "history", "exported-flow", "x-1", "--export", str(done_file)).stdout
+    done = testing.replay(project, done_file)
+    assert done.ok and done.stopped_at is None, done.message
+    failed = "step failed after 2 attempts: RuntimeError: every attempt fails"
+    assert done.outcome == {"status": "complete", "output": {"first": {"failed": failed}, "got": {"ok": True}, "n": 5}}
+
+
+def test_versions_check_replays_a_candidate_against_every_live_instance(cli: Cli, tmp_path: pathlib.Path) -> None:
+    """issue 28 item 3 (the CLI's part): ``takohost versions check DIR`` replays DIR's code against
+    the history of each live instance (and ``--terminal N`` ended ones): compatible, diverged at
+    step K, or error (an endless run under the per-instance time limit); exit 1 unless all replay."""
+    project = write_project(tmp_path / "exported", toml=EXPORTED_TOML, modules={"main.py": RETRYING})
+    cli.ok("deploy", str(project))
+    for instance_id in ("live-1", "live-2", "done-1"):
+        cli.ok("instances", "create", "exported-flow", "--id", instance_id, "--params", '{"n": 1}')
+    for instance_id in ("live-1", "live-2", "done-1"):
+        cli.wait_status("exported-flow", instance_id, "waiting", timeout=90)
+    cli.ok("instances", "send-event", "exported-flow", "done-1", "go")
+    cli.wait_status("exported-flow", "done-1", "complete", timeout=90)
+
+    same = cli.json("versions", "check", str(project))
+    assert same["totals"] == {"compatible": 2, "diverged": 0, "error": 0, "not_checked": 0}
+    assert sorted(r["id"] for r in same["instances"]) == ["live-1", "live-2"]
+    with_ended = cli.json("versions", "check", str(project), "--terminal", "1")
+    assert with_ended["totals"]["compatible"] == 3
+
+    added = write_project(
+        tmp_path / "added",
+        toml=EXPORTED_TOML,
+        modules={"main.py": RETRYING.replace('        return {"first"', '        step.do("audit", dict)\n        return {"first"')},
+    )
+    assert 'step.do("audit"' in (added / "main.py").read_text()
+    assert cli.json("versions", "check", str(added))["totals"]["compatible"] == 2
+
+    renamed = write_project(tmp_path / "renamed", toml=EXPORTED_TOML, modules={"main.py": RETRYING.replace('"nap"', '"rest"')})
+    result = cli.run("versions", "check", str(renamed), "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    body = json.loads(result.stdout)
+    assert body["totals"]["diverged"] == 2
+    first = body["instances"][0]
+    assert (first["result"], first["step"], first["expected"]["name"], first["found"]["name"]) == ("diverged", 2, "nap", "rest")
+    assert "error: incompatible: 2 instance(s) diverged" in result.stderr
+    shown = cli.run("versions", "check", str(renamed))
+    assert "diverged at step 2" in shown.stderr and "0 compatible, 2 diverged" in shown.stderr
+
+    endless = write_project(
+        tmp_path / "endless",
+        toml=EXPORTED_TOML,
+        modules={"main.py": RETRYING.replace("    def run(self, event, step):\n", "    def run(self, event, step):\n        while True:\n            pass\n")},
+    )
+    assert "while True" in (endless / "main.py").read_text()
+    hung = cli.run("versions", "check", str(endless), "--json", "--instance-timeout", "0.5")
+    assert hung.returncode == 1
+    results = json.loads(hung.stdout)["instances"]
+    assert {r["result"] for r in results} == {"error"} and "time limit" in results[0]["message"]

@@ -44,10 +44,19 @@ HOG = textwrap.dedent(
 
 
 def test_a_put_is_applied_while_every_slot_runs_tenant_code(
-    api_server, worker, beat_process, space_token, tmp_path: pathlib.Path
+    api_server, worker, beat_process, space_token, db_url, tmp_path: pathlib.Path
 ) -> None:
+    from models import db as models_db
+    from services import tokens
+
     space, token = space_token
     cli = Cli(url=api_server.extra["url"], space=space, token=token)
+    # One Space never holds every slot (fair share: the live slots minus one), so the hogs of two
+    # Spaces fill both.
+    space_b = f"s{uuid.uuid4().hex[:12]}"
+    with models_db.session_scope(db_url) as session:
+        token_b = tokens.create_token_txn(session, space=space_b)
+    cli_b = Cli(url=api_server.extra["url"], space=space_b, token=token_b)
     toml = f"""
         [worker]
         name = "hogs"
@@ -60,9 +69,12 @@ def test_a_put_is_applied_while_every_slot_runs_tenant_code(
         name = "yearly"
         cron = "0 0 1 1 *"
     """
-    cli.ok("deploy", str(write_project(tmp_path / "hogs", toml=toml, modules={"main.py": HOG})))
-    for index in range(4):  # two hold both slots; two more wait behind them in the tenant queue
-        cli.ok("instances", "create", "hog", "--id", f"hog-{index}")
+    project = str(write_project(tmp_path / "hogs", toml=toml, modules={"main.py": HOG}))
+    cli.ok("deploy", project)
+    cli_b.ok("deploy", project)
+    hogs = [(c, f"hog-{name}-{index}") for c, name in ((cli, "a"), (cli_b, "b")) for index in range(2)]
+    for owner, hog in hogs:  # two hold both slots; two more wait behind them
+        owner.ok("instances", "create", "hog", "--id", hog)
     deadline = time.monotonic() + 60
     while len([p for p in tmp_path.iterdir() if p.name.startswith("hog-")]) < 2:
         assert time.monotonic() < deadline, "the two hogs never started"
@@ -92,8 +104,8 @@ def test_a_put_is_applied_while_every_slot_runs_tenant_code(
         print(f"\nPUT-to-applied with both slots busy and 2 contexts queued: {applied * 1000:.0f} ms")
         assert applied < 10
     finally:
-        for index in range(4):
-            cli.run("instances", "terminate", "hog", f"hog-{index}")
+        for owner, hog in hogs:
+            owner.run("instances", "terminate", "hog", hog)
 
 
 SLOW_IMPORT = """

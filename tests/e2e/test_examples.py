@@ -138,7 +138,9 @@ def test_approvals_notifications_reach_a_public_webhook(cli: Cli, tmp_path: path
     address = net.public_address()
     with net.http_server(address) as seen:
         project = copy_example(
-            "approvals", tmp_path, {'NOTIFY_WEBHOOK_URL = ""': f'NOTIFY_WEBHOOK_URL = "http://{address}/hook"'}
+            "approvals",
+            tmp_path,
+            {'NOTIFY_WEBHOOK_URL = ""': f'NOTIFY_WEBHOOK_URL = "http://{address}/hook"'},
         )
         cli.ok("deploy", str(project))
         params = {"requestId": "CR-8", "title": "Rotate the keys", "requester": "ada", "approvers": ["grace"]}
@@ -153,8 +155,10 @@ def test_approvals_notifications_reach_a_public_webhook(cli: Cli, tmp_path: path
     assert any((r.get("result") or {}).get("delivered") is True for r in results), results
     logs = cli.json("instances", "logs", "approval-request", "CR-8")
     lines = logs["logs"] if isinstance(logs, dict) else logs
-    assert any(line["stream"] == "host" and line["message"].startswith(f"egress {address}:80: sent ")
-               for line in lines), lines
+    assert any(
+        line["stream"] == "host" and line["message"].startswith(f"egress {address}:80: sent ")
+        for line in lines
+    ), lines
 
 
 def test_approvals_rejection(cli: Cli) -> None:
@@ -218,3 +222,67 @@ def test_nightly_report_cron_starts_a_workflow(cli: Cli, tmp_path: pathlib.Path)
     again = cli.json("deploy", str(EXAMPLES / "nightly-report"))
     assert again["triggers"][0]["uid"] == summary["triggers"][0]["uid"]
     assert again["triggers"][0]["cron"] == "0 2 * * *"
+
+
+def test_rate_alert_calls_an_http_api_with_a_pinned_package(cli: Cli, tmp_path: pathlib.Path) -> None:
+    """A Version that pins ``requests`` (installed by the host from a wheelhouse: the installed
+    ``requests`` and its dependencies repacked by the test, no registry) runs a step that calls an
+    HTTP API with it, through the egress proxy (a server on an address the test setting makes
+    public); README "Writing a workflow", docs/packages.md."""
+    import os
+
+    from tests.support import egress as net
+    from tests.support import wheels
+
+    versions = wheels.requests_wheelhouse(os.environ["TAKOHOST_WHEELHOUSE"])
+    address = net.public_address()
+    body = json.dumps({"base": "EUR", "date": "2026-12-03", "rates": {"USD": 1.0842}}).encode()
+    route = {"/latest?from=EUR&to=USD": (200, {"Content-Type": "application/json"}, body)}
+    with net.http_server(address, routes=route) as seen:
+        project = copy_example(
+            "rate-alert",
+            tmp_path,
+            {
+                'requirements = ["requests==2.34.2"]': f'requirements = ["requests=={versions["requests"]}"]',
+                'RATES_API_URL = "https://api.frankfurter.app/latest"': f'RATES_API_URL = "http://{address}/latest"',
+            },
+        )
+        summary = cli.json("deploy", str(project))
+        version = json.loads(cli.ok("resources", "get", summary["version"]["uid"]).stdout)
+        assert version["spec"]["requirements"] == [f"requests=={versions['requests']}"]
+        params = {"base": "EUR", "quote": "USD", "above": 1.05}
+        cli.ok("instances", "create", "rate-alert", "--id", "eur-usd", "--params", json.dumps(params))
+        final = json.loads(
+            cli.ok("status", "rate-alert", "eur-usd", "--watch", "--timeout", "90", "--json").stdout
+        )
+    assert final["status"] == "complete", final
+    assert final["output"] == {
+        "base": "EUR",
+        "quote": "USD",
+        "rate": 1.0842,
+        "date": "2026-12-03",
+        "above": 1.05,
+        "alert": True,
+    }
+    assert seen == [f"{address}/latest?from=EUR&to=USD"]
+    logs = cli.json("instances", "logs", "rate-alert", "eur-usd")
+    lines = logs["logs"] if isinstance(logs, dict) else logs
+    assert any(
+        line["stream"] == "host" and line["message"].startswith(f"egress {address}:80: ") for line in lines
+    )
+
+
+def test_a_deploy_whose_pin_cannot_install_fails_naming_it_and_leaves_nothing(
+    cli: Cli, tmp_path: pathlib.Path
+) -> None:
+    project = copy_example(
+        "rate-alert",
+        tmp_path,
+        {'requirements = ["requests==2.34.2"]': 'requirements = ["tako-absent==9.9.9"]'},
+    )
+    result = cli.run("deploy", str(project))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "package_not_found" in result.stderr and "tako-absent" in result.stderr, result.stderr
+    # The Worker, Workflow and failed Version this deploy created are deleted again.
+    assert cli.json("resources", "list")["resources"] == []

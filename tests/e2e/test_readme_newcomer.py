@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import textwrap
 import time
 
@@ -209,17 +210,23 @@ def test_readme_first_command_tour_examples_and_restart(tmp_path: pathlib.Path) 
     inner_env = {k: v for k, v in env.items() if not k.startswith(("TAKOHOST_", "PYTEST_"))}
     inner_env["PYTEST_DEBUG_TEMPROOT"] = str(tmp_path / "inner-tmp")  # not this run's basetemp
     (tmp_path / "inner-tmp").mkdir()
-    before = _embedded_servers(str(repo), test_runs=True)  # e.g. this run's own embedded servers
-    out = _run(f"{second} -q -p no:cacheprovider tests/unit tests/integration/test_cron_http.py",
-               cwd=repo, env=inner_env, timeout=1500)
-    summary = out.strip().splitlines()[-1]
-    assert re.search(r"\d+ passed", summary) and "failed" not in summary and "error" not in summary, out[-3000:]
-    assert _embedded_servers(str(repo), test_runs=True) <= before, "the suite stopped its embedded servers"
+    # The inner run's temporary directory is its own (short: a Unix socket path lives below it),
+    # so counting the servers below it counts the inner run's only, never another run's.
+    inner_tmp = tempfile.mkdtemp(prefix="thn-", dir="/tmp")
+    inner_env["TMPDIR"] = inner_tmp
+    try:
+        out = _run(f"{second} -q -p no:cacheprovider tests/unit tests/integration/test_cron_http.py",
+                   cwd=repo, env=inner_env, timeout=1500)
+        summary = out.strip().splitlines()[-1]
+        assert re.search(r"\d+ passed", summary) and "failed" not in summary and "error" not in summary, out[-3000:]
+        assert not _embedded_servers(inner_tmp), "the suite stopped its embedded servers"
+    finally:
+        shutil.rmtree(inner_tmp, ignore_errors=True)
 
 
-def _embedded_servers(under: str, *, test_runs: bool = False) -> set[int]:
+def _embedded_servers(under: str) -> set[int]:
     """Pids of running ``postgres`` / ``redis-server`` processes whose working directory (their
-    data directory) is below ``under`` (or, with ``test_runs``, a test run's ``takohost-test-*``)."""
+    data directory) is below ``under``."""
     found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -229,6 +236,6 @@ def _embedded_servers(under: str, *, test_runs: bool = False) -> set[int]:
             cwd = os.readlink(f"/proc/{entry}/cwd")
         except OSError:
             continue
-        if exe in ("postgres", "redis-server") and (cwd.startswith(under) or (test_runs and "/takohost-test-" in cwd)):
+        if exe in ("postgres", "redis-server") and cwd.startswith(under):
             found.add(int(entry))
     return found

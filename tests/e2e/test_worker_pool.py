@@ -148,7 +148,7 @@ def test_solo_pool_kill_one_process_restart_finish_then_sigterm_leaves_nothing(t
         assert len([pid for pid, cmd in tree.items() if "--control-plane" in cmd]) == 1, tree
         assert len([pid for pid, cmd in tree.items() if "--validation" in cmd]) == 1, tree
         zygotes = [pid for top in solo for pid, cmd in _descendants(top).items()
-                   if "takohost.runtime.zygote" in cmd and _parent(pid) == top]
+                   if cmd.startswith("takohost-sandbox") and _parent(pid) == top]
         assert len(solo) == 2 and len(zygotes) == 2, tree
         deployed = workflows.deploy(stack.db_url, space=stack.space, source=STEPS, class_name="Steps")
         http = stack.instances(deployed.workflow)

@@ -15,8 +15,9 @@ from models import instances as inst_models
 from models.base import utcnow
 from services import instance_history, instance_stop, instances
 from services import leases as lease_service
+from takohost.domain import decide
 from tests.support import workflows
-from workers.engine import context, decide, heartbeat, store
+from workers.engine import context, heartbeat, store
 from workers.engine import lease as lease_mod
 
 BLOCKING = """

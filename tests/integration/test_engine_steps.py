@@ -264,6 +264,35 @@ def test_WF_03_caught_wait_timeout_completes(deploy, driver):
     assert run.status("wf03") == {"status": "complete", "output": {"timedOut": "wait_timeout"}}
 
 
+REPLAYED_TIMEOUT = """
+from takohost import WaitTimeout
+class Replayed:
+    def __init__(self, env): self.env = env
+    def run(self, event, step):
+        try:
+            step.wait_for_event("w", {"type": "never", "timeoutSeconds": 1})
+        except WaitTimeout as e:
+            first = e.message
+        step.sleep("later", 5)
+        try:
+            step.wait_for_event("w", {"type": "never", "timeoutSeconds": 1})
+        except WaitTimeout as e:
+            return {"first": first, "replayed": e.message}
+"""
+
+
+def test_a_replayed_wait_timeout_raises_the_message_its_first_context_saw(deploy, driver):
+    """The recorded outcome replays as it was (seed 000): the row kept another text than the one
+    raised in the context that timed out, so code that returned the message changed on replay."""
+    run = deploy(REPLAYED_TIMEOUT, "Replayed")
+    run.create("r")
+    driver.run()
+    driver.advance(1)  # times out in this context, then sleeps
+    assert driver.advance(5) == ["complete"]  # a fresh context replays the timeout from the row
+    text = "no 'never' event arrived within 1 s"
+    assert run.status("r") == {"status": "complete", "output": {"first": text, "replayed": text}}
+
+
 def test_an_event_accepted_at_the_timeout_instant_wins_and_a_later_one_does_not(deploy, driver):
     run = deploy(WF_03, "Caught")
     run.create("at")

@@ -12,8 +12,9 @@ import pytest
 
 from models.base import utcnow
 from services import dispatch, instance_events, instance_history, instances
+from takohost.domain import decide
 from tests.support import workflows
-from workers.engine import decide, store
+from workers.engine import store
 
 SOURCE = """
 class W:
@@ -26,7 +27,7 @@ class W:
 @pytest.fixture()
 def started(db_url, space_token, monkeypatch):
     """A context store that took the token of a fresh instance (no child: the store alone)."""
-    monkeypatch.setattr(dispatch, "run_context", lambda pk: None)
+    monkeypatch.setattr(dispatch, "run_context", lambda pk, **_: None)
     monkeypatch.setattr(dispatch, "run_contexts", len)
     space = space_token[0]
     deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name="W")

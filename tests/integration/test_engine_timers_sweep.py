@@ -28,7 +28,7 @@ class Nap:
 @pytest.fixture()
 def dispatched(monkeypatch, db_url):
     sent: list[int] = []
-    monkeypatch.setattr(dispatch, "run_context", sent.append)
+    monkeypatch.setattr(dispatch, "run_context", lambda pk, **_: sent.append(pk))
     monkeypatch.setattr(dispatch, "run_contexts", lambda pks: sent.extend(pks) or len(pks))
     yield sent
     workflows.clear_timers(db_url)
@@ -93,7 +93,7 @@ def test_fire_due_sends_a_batch_of_woken_instances_in_one_bulk_send(db_url, depl
         _set(db_url, pk, status="sleeping")
         _timer(db_url, pk, "wake", now - dt.timedelta(seconds=1))
     calls: list[list[int]] = []
-    monkeypatch.setattr(dispatch, "run_context", lambda pk: pytest.fail("one message at a time"))
+    monkeypatch.setattr(dispatch, "run_context", lambda pk, **_: pytest.fail("one message at a time"))
     monkeypatch.setattr(dispatch, "run_contexts", lambda batch: calls.append(list(batch)) or len(batch))
     monkeypatch.setattr(timers, "BATCH", 4)
     assert timers.fire_due(now=now) == 7

@@ -49,14 +49,14 @@ def descendants(root: int, table: dict[int, dict] | None = None) -> list[int]:
 
 def sandbox_processes(uid_base: int, table: dict[int, dict] | None = None) -> dict[int, dict]:
     """Live (non-zombie) processes whose uid is a sandbox identity of ``uid_base``
-    (``uid_base + the context's host pid``; pids stay below ``pid_max``)."""
-    with open("/proc/sys/kernel/pid_max") as f:
-        pid_max = int(f.read())
+    (``uid_base`` + a slot of ``isolation.uids``)."""
+    from takohost.runtime.isolation import uids
+
     table = table or proc_table()
     return {
         pid: info
         for pid, info in table.items()
-        if uid_base <= info["uid"] < uid_base + pid_max and info["state"] not in ("Z", "X")
+        if uid_base <= info["uid"] < uid_base + uids.SLOTS and info["state"] not in ("Z", "X")
     }
 
 

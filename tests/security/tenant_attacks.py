@@ -891,14 +891,14 @@ def attack_host_state(p):
     modules or ``argparse``, three levels deep; ``threading``'s record of the main thread,
     ``tempfile``'s name sequence, ``sys.orig_argv``, ``/proc/self/cmdline``; and the kernel's
     view of its place (``/proc/self/cgroup``, ``mountinfo``, ``status``, ``stat``). The pids come masked (``pid ^ mask``)
-    so that the attack's own parameters never match; its own host pid (its uid minus the base)
-    is not the host's."""
+    so that the attack's own parameters never match (its own host pid among them: its uid comes
+    from a pool and no longer tells it)."""
     import gc
     import tempfile
     import threading
 
     mask = p["mask"]
-    pids = set(p["masked_pids"]) - {(os.getuid() - p["uid_base"]) ^ mask}
+    pids = set(p["masked_pids"])
     paths = _pattern(p["paths_hex"])
     hits, seen = [], set()
 

@@ -60,7 +60,7 @@ def test_tick_runs_every_duty_and_logs_failures(
     assert any("boom failed" in r.getMessage() for r in caplog.records)
 
 
-def test_the_production_duties_are_the_engine_cron_and_operations_functions() -> None:
+def test_the_production_duties_are_the_engine_cron_operations_and_packages_functions() -> None:
     names = [host_scheduler.duty_name(d) for d in host_scheduler.TICK_DUTIES + host_scheduler.SWEEP_DUTIES]
     assert names == [
         "beat.cron_recorder.record_due",
@@ -68,6 +68,7 @@ def test_the_production_duties_are_the_engine_cron_and_operations_functions() ->
         "workers.engine.sweep.sweep",
         "services.operations.sweep",
         "workers.cron_tasks.sweep",
+        "workers.packages.sweep.sweep",
     ]
 
 

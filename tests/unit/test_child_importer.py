@@ -42,8 +42,10 @@ def test_load_makes_the_module_importlib_makes(finder, name):
     imported = importlib.import_module(name)
     assert loaded is not imported
     assert _attributes(loaded) == _attributes(imported)
-    assert loaded.__spec__.origin == imported.__spec__.origin == f"{importer.VIRTUAL_ROOT}/{name}" + (
-        "/__init__.py" if name == "pkgmain" else ".py"
+    assert (
+        loaded.__spec__.origin
+        == imported.__spec__.origin
+        == f"{importer.VIRTUAL_ROOT}/{name}" + ("/__init__.py" if name == "pkgmain" else ".py")
     )
 
 
@@ -96,7 +98,13 @@ def test_import_version_loads_a_top_level_main_module_and_imports_a_dotted_one(f
 
 
 def test_module_paths_that_are_not_modules_or_take_a_reserved_name_are_refused():
-    for bad in ({"../x.py": ""}, {"main.txt": ""}, {"__init__.py": ""}, {"takohost/x.py": ""}, {"sys.py": ""}):
+    for bad in (
+        {"../x.py": ""},
+        {"main.txt": ""},
+        {"__init__.py": ""},
+        {"takohost/x.py": ""},
+        {"sys.py": ""},
+    ):
         with pytest.raises(ImportError):
             importer.SourceModules(bad)
 
@@ -120,3 +128,35 @@ def test_a_valid_blob_of_the_module_is_used_and_one_naming_another_file_is_not()
         finally:
             sys.meta_path.remove(finder)
             sys.modules.pop("main", None)
+
+
+def test_a_jobs_package_layer_is_appended_to_sys_path_after_the_standard_library(tmp_path, monkeypatch):
+    layer = tmp_path / ("ab" * 20)
+    layer.mkdir()
+    (layer / "tako_layered.py").write_text("WORD = 'layered'\n")
+    monkeypatch.setattr(importer, "PACKAGES_ROOT", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert importer.add_packages({}) is None
+    assert importer.add_packages({"packages": "ab" * 20}) == str(layer)
+    assert sys.path[-1] == str(layer)
+    importer.add_packages({"packages": "ab" * 20})
+    assert sys.path.count(str(layer)) == 1
+    job = {"modules": {"main.py": "import tako_layered\nWORD = tako_layered.WORD\n"}, "mainModule": "main.py"}
+    module, _ = importer.import_version({**job, "packages": "ab" * 20})
+    assert module.WORD == "layered"
+    sys.modules.pop("tako_layered", None)
+
+
+@pytest.mark.parametrize("name", ["../" + "a" * 37, "/etc", "A" * 40, "a" * 41, 7, "cd" * 20])
+def test_a_malformed_or_missing_layer_is_an_import_error(tmp_path, monkeypatch, name):
+    monkeypatch.setattr(importer, "PACKAGES_ROOT", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(ImportError, match="package layer"):
+        importer.add_packages({"packages": name})
+    assert not any(str(tmp_path) in entry for entry in sys.path)
+
+
+def test_no_layer_root_means_no_layer(monkeypatch):
+    monkeypatch.setattr(importer, "PACKAGES_ROOT", None)
+    with pytest.raises(ImportError, match="not available"):
+        importer.add_packages({"packages": "ab" * 20})

@@ -1,11 +1,10 @@
-"""Commit plans (workers/engine/commits.py): what each fenced commit records, without I/O."""
+"""Commit plans (takohost/domain/commits.py): what each fenced commit records, without I/O."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from takohost.domain import retry
-from workers.engine import commits, decide
+from takohost.domain import commits, decide, retry
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 LIFE = NOW + dt.timedelta(days=365)

@@ -1,4 +1,4 @@
-"""Pure step decisions (workers/engine/decide.py): seed 000 "Class ABI、replay、step", no I/O."""
+"""Pure step decisions (takohost/domain/decide.py): seed 000 "Class ABI、replay、step", no I/O."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from takohost.domain import retry
-from workers.engine import context, decide, history
+from takohost.domain import decide, history, retry
+from workers.engine import context
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 LIFE = NOW + dt.timedelta(days=365)

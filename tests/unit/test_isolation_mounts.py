@@ -15,7 +15,9 @@ def test_layout_hides_site_packages_and_keeps_only_stdlib_and_sdk_on_sys_path():
     layout = mounts.Layout.compute(policy.Policy())
     assert all("site-packages" not in path for path in layout.sys_path)
     assert sysconfig.get_path("stdlib") in layout.sys_path
-    assert layout.sys_path[-1] == layout.policy.sdk_dir.rsplit("/", 1)[0]
+    assert layout.sys_path[-1] == mounts.SDK_ROOT == "/takohost/sdk"  # the SDK's copy, not its host place
+    assert layout.packages == (("takohost", layout.policy.sdk_dir),)
+    assert all(not target.startswith("/takohost") for _, target in layout.binds)
     assert any(path.endswith("site-packages") for path in layout.hidden) or sys.base_prefix.startswith("/usr")
 
 

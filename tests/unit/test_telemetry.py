@@ -11,7 +11,8 @@ import re
 import pytest
 
 from services.telemetry import logs, metrics, tracing
-from workers.engine import decide, observe
+from takohost.domain import decide
+from workers.engine import observe
 
 
 def _logger(fmt: str) -> tuple[logging.Logger, io.StringIO]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from takohost.domain import tenant_logs
+from takohost.domain import replay_order, tenant_logs
 from takohost.runtime import capture, tracebacks
-from workers.engine import replay_order
 
 
 def test_budget_bursts_then_refills_at_its_rate():

@@ -26,20 +26,10 @@ from core import config
 from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, instance_stop
-from takohost.domain import documents, identifiers, retry
-from takohost.runtime import protocol, tracebacks
+from takohost.domain import commits, decide, history, replay_order
+from takohost.runtime import parent, protocol, tracebacks
 from workers import sandbox_host, tenant_logs
-from workers.engine import (
-    children,
-    commits,
-    decide,
-    heartbeat,
-    history,
-    observe,
-    replay_order,
-    sandbox,
-    store,
-)
+from workers.engine import children, heartbeat, observe, sandbox, store
 from workers.engine import lease as lease_mod
 
 log = logging.getLogger(__name__)
@@ -63,6 +53,16 @@ class _Stop(Exception):
 
 class _Violation(Exception):
     """The child broke the protocol (it is untrusted: the instance ends ``run_threw``)."""
+
+
+class _Overtime(Exception):
+    """Internal: the child ran past ``settings.step_timeout_s`` (an attempt of ``step.do``, or
+    code outside steps between two step calls) without its next frame (CONTRACT §8 "Attempt time
+    limit")."""
+
+
+#: The name of the attempt time limit's setting, as its errors name it.
+STEP_TIMEOUT_SETTING = "TAKOHOST_STEP_TIMEOUT_SECONDS"
 
 
 #: Re-exported for callers that pick a Version uid without loading it (tests of the weights).
@@ -108,6 +108,9 @@ class ReplayContext:
         self.eager_granted = False  # PROTOCOL.md "Eager first attempts"
         self.want_code = False  # PROTOCOL.md "Compiled modules": this context's job asked for them
         self.asking = ""  # the step name of the request being answered
+        #: Monotonic deadline of the code the child runs outside steps (reset by every answer to a
+        #: step call; ``None`` before the job is sent): ``settings.step_timeout_s`` after it.
+        self.outside_deadline: float | None = None
         self.observer = observe.ContextObserver(instance_pk)  # metrics, trace, log fields
 
     # -- the whole context --------------------------------------------------------------------------
@@ -127,7 +130,12 @@ class ReplayContext:
 
     def _run_admitted(self) -> str:
         self.lease_taken = time.monotonic()
-        admitted = self.leases.admit(self.pk, space=self.space, cap=self.settings.space_max_contexts)
+        admitted = self.leases.admit(
+            self.pk,
+            space=self.space,
+            cap=self.settings.space_max_contexts,
+            reserved=self.settings.space_reserved_slots,
+        )
         if not isinstance(admitted, lease_mod.Lease):
             return admitted  # "busy", or "deferred": the Space runs its cap of contexts (lease.py)
         self.lease = admitted
@@ -208,6 +216,7 @@ class ReplayContext:
             with self.observer.spawn():
                 self.child = children.take_child(self.zygote, self._job(snapshot, version), space=snapshot.space)
             self.job_sent = time.monotonic()
+            self.outside_deadline = self.job_sent + self.settings.step_timeout_s
         # The lifetime ends the instance even when no Version can run it (no code runs for that).
         if not self.store.start(version_uid=None if version is None else version.uid, now=self.clock()):
             return "not_runnable"
@@ -265,20 +274,30 @@ class ReplayContext:
         sandbox_host.remember_code(self.version.uid, message["modules"])
 
     # -- the message loop --------------------------------------------------------------------------
-    def _recv(self) -> dict:
+    def _recv(self, deadline: float | None = None) -> dict:
         """The child's next message but ``log`` frames, which go to :attr:`logs` (written at
-        most ``tenant_logs.FLUSH_SECONDS`` after they arrived, while waiting here)."""
+        most ``tenant_logs.FLUSH_SECONDS`` after they arrived, while waiting here).
+
+        ``deadline`` (monotonic seconds; default :attr:`outside_deadline`): no frame but logs by
+        then raises :class:`_Overtime` (the attempt time limit)."""
         assert self.child is not None
+        if deadline is None:
+            deadline = self.outside_deadline
         while True:
             try:
                 self._take_egress()
                 # With egress its records are taken at least every flush interval, too.
                 limit = None if self.child.egress is None else tenant_logs.FLUSH_SECONDS
                 timeout = limit if self.logs is None else self.logs.wait_timeout(limit)
+                if deadline is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    timeout = left if timeout is None else min(timeout, left)
                 message = protocol.check_child_message(self.child.recv(timeout))
             except TimeoutError:
                 if self.logs is not None:
                     self.logs.flush_due()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _Overtime from None
                 continue
             except protocol.ProtocolError as exc:
                 raise _Violation(str(exc)) from None
@@ -377,6 +396,15 @@ class ReplayContext:
             return self._end_errored(
                 "run_threw", "the workflow process exited without a result (os._exit or a crash)"
             )
+        except _Overtime:
+            # Code outside steps is deterministic (seed 000): a fresh context would run as long.
+            limit = self.settings.step_timeout_s
+            log.warning("code outside steps ran past the limit", extra={"instance": self.pk, "seconds": limit})
+            return self._end_errored(
+                "run_threw",
+                f"StepTimeout: code outside steps ran past {STEP_TIMEOUT_SETTING}={limit:g} "
+                "without calling a step",
+            )
 
     def _fenced_meanwhile(self) -> bool:
         try:
@@ -386,14 +414,8 @@ class ReplayContext:
             return False
 
     def _failure(self, message: dict) -> tuple[str, str]:
-        """``(reason, message)`` of a ``run_failed``: ``step_failed`` only when its ``step`` names a
-        ``do`` step recorded as failed (the child is untrusted, PROTOCOL.md); else ``run_threw``."""
-        if message["reason"] == "step_failed":
-            record = self.steps.get(message.get("step", ""))
-            if record is None or record.kind != "do" or record.state != "failed":
-                text = f"the workflow process reported step_failed for a step that did not fail: {message['message']}"
-                return "run_threw", text
-        return message["reason"], message["message"]
+        """``(reason, message)`` of a ``run_failed`` (``parent.run_failure``)."""
+        return parent.run_failure(message, self.steps)
 
     def _send(self, message: dict) -> None:
         """Send a frame to the child; the first answer to a step once replay has asked for every
@@ -404,6 +426,9 @@ class ReplayContext:
             if grant is not None:
                 message = {**message, "eager": grant}
                 self.eager_granted = True
+        if message["op"] in _STEP_ANSWERS and message["op"] != "run_effect":
+            # The child's code outside steps runs again from here, until its next step call.
+            self.outside_deadline = time.monotonic() + self.settings.step_timeout_s
         try:
             self.child.send(message)
         except sandbox.ChildGone:
@@ -427,26 +452,10 @@ class ReplayContext:
 
     # -- steps --------------------------------------------------------------------------------------
     def _request(self, message: dict) -> decide.Request:
-        kind, name = message["op"], message["name"]
-        if "argsError" in message:
-            return decide.Request(kind=kind, name=name, args_error=message["argsError"])
         try:
-            if kind == "do":
-                return decide.Request(
-                    kind=kind, name=name, policy=retry.parse_retry_policy(message["policy"])
-                )
-            if kind == "sleep":
-                return decide.Request(
-                    kind=kind, name=name, seconds=identifiers.validate_sleep_seconds(message["seconds"])
-                )
-            return decide.Request(
-                kind=kind,
-                name=name,
-                event_type=message["type"],
-                timeout_seconds=identifiers.validate_timeout_seconds(message["timeoutSeconds"]),
-            )
-        except TypeError as exc:  # the child validated these: it is lying
-            raise _Violation(f"invalid {kind} arguments: {exc}") from None
+            return parent.step_request(message)
+        except parent.ProtocolViolation as exc:
+            raise _Violation(str(exc)) from None
 
     def _step(self, message: dict) -> None:
         request = self._request(message)
@@ -507,19 +516,33 @@ class ReplayContext:
             self.logs.step, self.logs.attempt = name, decision.attempt
         if not eager:  # an eager child already runs it
             self._send({"op": "run_effect", "attempt": decision.attempt})
+        deadline = time.monotonic() + self.settings.step_timeout_s
         died = False
         while True:
             try:
-                message = self._recv()
-            except sandbox.ChildGone:  # the effect took its process down: a failed attempt
+                message = self._recv(deadline)
+            except _Overtime:  # past the attempt time limit: the child is killed below, then recorded
                 died = True
+                limit = self.settings.step_timeout_s
+                log.warning(
+                    "step attempt ran past the limit",
+                    extra={"instance": self.pk, "step": name, "attempt": decision.attempt, "seconds": limit},
+                )
                 outcome = decide.decide_outcome(
                     attempt=decision.attempt,
                     policy=decision.policy,
                     ok=False,
                     now=self.clock(),
-                    error={"type": "ProcessDied", "message": "the process running the effect died"},
+                    error={
+                        "type": "StepTimeout",
+                        "message": f"step {name!r} attempt {decision.attempt} exceeded "
+                        f"{STEP_TIMEOUT_SETTING}={limit:g}",
+                    },
                 )
+                break
+            except sandbox.ChildGone:  # the effect took its process down: a failed attempt
+                died = True
+                outcome = parent.died_outcome(decision, now=self.clock())
                 break
             if message["op"] == "binding":
                 self._binding(message)
@@ -556,20 +579,11 @@ class ReplayContext:
         ):  # the last attempt died with its process: step_failed is recorded, a fresh context replays it
             dispatch.run_context(self.pk)
             raise _Stop("restart")
+        assert isinstance(outcome, decide.AttemptSucceeded | decide.AttemptFailedFinal)
+        self.steps[name] = parent.record_after_attempt(name, decision=decision, outcome=outcome)
         if isinstance(outcome, decide.AttemptSucceeded):
-            self.steps[name] = decide.StepRecord(
-                name=name, kind="do", state="succeeded", attempts=decision.attempt, result=outcome.result
-            )
             self._send({"op": "resolve", "result": outcome.result})
         else:
-            assert isinstance(outcome, decide.AttemptFailedFinal)
-            self.steps[name] = decide.StepRecord(
-                name=name,
-                kind="do",
-                state="failed",
-                attempts=decision.attempt,
-                error={"message": outcome.message},
-            )
             self._send({"op": "raise", "error": "step_failed", "message": outcome.message})
 
     def _log_attempt(self, name: str, attempt: int, outcome: decide.Outcome) -> None:
@@ -585,30 +599,8 @@ class ReplayContext:
         self.logs.step, self.logs.attempt = None, None
 
     def _outcome(self, message: dict, decision: decide.RunEffect) -> decide.Outcome:
-        """The attempt's outcome from the child's ``effect_result``; the result is validated as a
-        document here too (the child is untrusted; CONTRACT §5: a non-document is a failed attempt).
-        A failure's ``traceback`` is re-checked (``tracebacks.clean_frames``) and kept for history."""
-        ok, result, error = message["ok"], message.get("result"), message.get("error")
-        if not ok and error is not None:
-            error = {"type": error["type"], "message": error["message"]}
-            frames = tracebacks.clean_frames(message["error"].get("traceback"))
-            if frames:
-                error["traceback"] = frames
-        if ok:
-            try:
-                documents.canonical_document(result, allow_none=True)
-            except documents.InvalidDocument as exc:
-                ok, error = False, {"type": "InvalidDocument", "message": str(exc)}
-            except documents.DocumentTooLargeError as exc:
-                ok, error = False, {"type": "DocumentTooLarge", "message": str(exc)}
-        return decide.decide_outcome(
-            attempt=decision.attempt,
-            policy=decision.policy,
-            ok=ok,
-            result=result if ok else None,
-            error=error,
-            now=self.clock(),
-        )
+        """The attempt's outcome from the child's ``effect_result`` (``parent.attempt_outcome``)."""
+        return parent.attempt_outcome(message, decision=decision, now=self.clock())
 
     def _complete_sleep(self, request: decide.Request, decision: decide.CompleteSleep) -> None:
         assert self.store is not None
@@ -632,7 +624,7 @@ class ReplayContext:
             self._send({"op": "resolve", "result": payload})
             return
         if result == "timed_out":
-            message = f"no {decision.event_type!r} event arrived within {decision.timeout_seconds} s"
+            message = parent.wait_timeout_message(decision)
             self.steps[name] = decide.StepRecord(
                 name=name, kind="wait", state="failed", error={"message": message}
             )
@@ -681,10 +673,9 @@ class ReplayContext:
 
     # -- ends -----------------------------------------------------------------------------------------
     def _returned(self, output: object) -> str:
-        try:
-            documents.canonical_document(output, allow_none=True)
-        except (documents.InvalidDocument, documents.DocumentTooLargeError) as exc:
-            return self._end_errored("run_threw", f"run returned a value that is not a document: {exc}")
+        problem = parent.output_problem(output)
+        if problem is not None:
+            return self._end_errored("run_threw", problem)
         self._stop_child(release=False)
         assert self.store is not None
         self.store.commit_terminal(status="complete", output=output, now=self.clock())  # type: ignore[arg-type]
@@ -701,9 +692,7 @@ class ReplayContext:
         )
         self._stop_child(release=False)
         assert self.store is not None
-        error = {"reason": reason}
-        if message:
-            error["message"] = protocol.safe_text(message)
+        error = parent.errored_error(reason, message)
         details = {"traceback": frames} if frames else None
         self.store.commit_terminal(status="errored", error=error, now=self.clock(), details=details)
         return "errored"
@@ -766,9 +755,7 @@ def run_context(
     ``space`` (the instance's Space) puts the context under ``settings.space_max_contexts``:
     that Space at its cap → ``"deferred"`` at once (``lease.LeaseStore.admit``)."""
     settings = settings or config.load_settings()
-    leases = lease_mod.store_for(
-        redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
-    )
+    leases = lease_mod.store_for_settings(settings)
     started = time.perf_counter()
     context = ReplayContext(
         instance_pk=instance_pk,

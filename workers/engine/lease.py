@@ -48,7 +48,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
-from services import dispatch, redis_client, redis_keys
+from core import config
+from services import dispatch, fleet, redis_client, redis_keys
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,7 @@ log = logging.getLogger(__name__)
 BUSY = "busy"
 DEFERRED = "deferred"
 
-#: How long (ms) a Space's contexts SET and waiting ZSET live after their last write: a Space
-#: that went idle leaves no keys behind for long; a live one refreshes them at every admission.
-SPACE_KEYS_TTL_MS = 86_400_000
+SPACE_KEYS_TTL_MS = fleet.SPACE_KEYS_TTL_MS
 
 # KEYS[1] = lease key, ARGV[1] = expected value, ARGV[2] = ttl ms.
 _RENEW = """
@@ -78,18 +77,13 @@ return 0
 # ARGV[1] = lease value, ARGV[2] = ttl ms, ARGV[3] = cap, ARGV[4] = pk, ARGV[5] = now ms,
 # ARGV[6] = lease key prefix, ARGV[7] = SPACE_KEYS_TTL_MS.  1 = taken, 0 = busy, -1 = deferred.
 # A member is an instance pk (its lease: ARGV[6] .. pk) or ``cron:{match_pk}`` (its delivery
-# lease: the cron prefix .. match_pk); prepended to the scripts that count members.
-_LIVE = """
-local function live_member(member, lease_prefix, cron_prefix)
-  if string.sub(member, 1, 5) == 'cron:' then
-    return redis.call('EXISTS', cron_prefix .. string.sub(member, 6)) == 1
-  end
-  return redis.call('EXISTS', lease_prefix .. member) == 1
-end
-"""
-# ... ARGV[8] = the delivery lease key prefix.
-_ADMIT = _LIVE + """
+# lease: the cron prefix .. match_pk): ``fleet.LIVE_LUA``; the cap follows the live fleet's slots:
+# ``fleet.CAP_LUA`` (fixed = TAKOHOST_SPACE_MAX_CONTEXTS, reserved = TAKOHOST_SPACE_RESERVED_SLOTS).
+_LIVE = fleet.LIVE_LUA
+# ... ARGV[8] = the delivery lease key prefix, ARGV[9] = reserved slots; KEYS[4] = the fleet's ZSET.
+_ADMIT = _LIVE + fleet.CAP_LUA + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local cap = space_cap(tonumber(ARGV[3]), tonumber(ARGV[9]), KEYS[4], tonumber(ARGV[5]))
 local live = 0
 for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if member ~= ARGV[4] and live_member(member, ARGV[6], ARGV[8]) then
@@ -98,7 +92,7 @@ for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     redis.call('SREM', KEYS[2], member)
   end
 end
-if live >= tonumber(ARGV[3]) then
+if live >= cap then
   redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[4])
   redis.call('PEXPIRE', KEYS[3], ARGV[7])
   return -1
@@ -220,7 +214,7 @@ class LeaseStore:
         return None
 
     def admit(
-        self, instance_pk: int, *, space: str | None, cap: int, owner: str | None = None
+        self, instance_pk: int, *, space: str | None, cap: int, reserved: int = 0, owner: str | None = None
     ) -> Lease | str:
         """Take ``instance_pk``'s lease and a slot of ``space`` in one round trip.
 
@@ -229,22 +223,32 @@ class LeaseStore:
         already runs ``cap`` contexts with live leases — nothing is taken and the pk is added to
         the Space's waiting ZSET (kept at its first deferral time), from which a release hands it
         the next free slot. ``space`` ``None`` or ``cap`` ≤ 0 → a plain :meth:`acquire` (no cap).
+        ``cap`` is ``settings.space_max_contexts`` and ``reserved`` ``settings.space_reserved_slots``:
+        the cap applied is ``services.fleet.space_cap`` of the live fleet's slots, read in the same
+        script.
         """
         if space is None or cap <= 0:
             held = self.acquire(instance_pk, owner=owner)
             return BUSY if held is None else held
         value = f"{owner or process_owner()}:{uuid.uuid4().hex}"
         key = self.key(instance_pk)
-        answer = self._take_slot(key=key, value=value, space=space, cap=cap, member=str(instance_pk))
+        answer = self._take_slot(
+            key=key, value=value, space=space, cap=cap, reserved=reserved, member=str(instance_pk)
+        )
         if answer == 1:
             return Lease(instance_pk=instance_pk, key=key, value=value, space=space)
         return BUSY if answer == 0 else DEFERRED
 
-    def _take_slot(self, *, key: str, value: str, space: str, cap: int, member: str) -> int:
+    def _take_slot(self, *, key: str, value: str, space: str, cap: int, reserved: int, member: str) -> int:
         """Run ``_ADMIT`` for lease ``key`` and ``member`` of ``space``: 1 taken, 0 busy, -1 deferred."""
         return int(
             self._admit(
-                keys=[key, self.contexts_key(space), self.waiting_key(space)],
+                keys=[
+                    key,
+                    self.contexts_key(space),
+                    self.waiting_key(space),
+                    redis_keys.fleet_slots_key(self.namespace),
+                ],
                 args=[
                     value,
                     self.ttl_ms,
@@ -254,12 +258,13 @@ class LeaseStore:
                     self.key_prefix(),
                     SPACE_KEYS_TTL_MS,
                     self.delivery_key_prefix(),
+                    reserved,
                 ],
             )
         )
 
     def admit_delivery(
-        self, match_pk: int, *, space: str | None, cap: int, renew_every_s: float
+        self, match_pk: int, *, space: str | None, cap: int, renew_every_s: float, reserved: int = 0
     ) -> DeliveryLease | str:
         """Take cron match ``match_pk``'s delivery lease and a slot of ``space`` in one round trip
         (the same script and cap as :meth:`admit`; the slot's member is ``cron:{match_pk}``).
@@ -278,7 +283,7 @@ class LeaseStore:
         value = f"{process_owner()}:{uuid.uuid4().hex}"
         member = f"{CRON_MEMBER}{match_pk}"
         started = time.monotonic()
-        answer = self._take_slot(key=key, value=value, space=space, cap=cap, member=member)
+        answer = self._take_slot(key=key, value=value, space=space, cap=cap, reserved=reserved, member=member)
         if answer != 1:
             return BUSY if answer == 0 else DEFERRED
         return DeliveryLease.start(
@@ -340,6 +345,15 @@ class LeaseStore:
             except Exception:  # noqa: BLE001 - the sweep dispatches it
                 log.warning("hand-off failed; left to the sweep", extra={"space": space}, exc_info=True)
         return bool(int(answer[0]))
+
+    def space_cap(self, fixed: int, *, reserved: int) -> int:
+        """The per-Space cap now, from ``fixed`` (``settings.space_max_contexts``), ``reserved``
+        (``settings.space_reserved_slots``) and the live fleet's slots (``services.fleet.space_cap``;
+        what :meth:`admit` applies). Raises ``redis.RedisError``."""
+        if fixed <= 0 or reserved <= 0:
+            return fixed
+        slots = fleet.live_slots(self.client, namespace=self.namespace)
+        return fleet.space_cap(fixed=fixed, live_slots=slots, reserved=reserved)
 
     def running(self, spaces: Iterable[str]) -> dict[str, int]:
         """How many contexts each of ``spaces`` runs now (live leases in its contexts SET; stale
@@ -409,6 +423,11 @@ def store_for(*, redis_url: str, namespace: str, ttl_ms: int) -> LeaseStore:
             redis_client.client(redis_url), namespace=namespace, ttl_ms=ttl_ms, handoff=_dispatch_next
         )
     return store
+
+
+def store_for_settings(settings: config.Settings) -> LeaseStore:
+    """:func:`store_for` of ``settings`` (its Redis, namespace and lease TTL)."""
+    return store_for(redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms)
 
 
 @dataclasses.dataclass(frozen=True)

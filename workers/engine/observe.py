@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from services.telemetry import logs, metrics, tracing
-from workers.engine import decide
+from takohost.domain import decide
 
 log = logging.getLogger("workers.engine.context")
 

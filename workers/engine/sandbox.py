@@ -36,9 +36,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from takohost.runtime import isolation, protocol
+from takohost.runtime import boot, isolation, protocol
 from workers.egress import client as egress_client
 from workers.egress import config as egress_config
+from workers.packages import config as package_config
+from workers.packages import layers as package_layers
 
 __all__ = [
     "ChildGone",
@@ -263,6 +265,16 @@ class ChildHandle:
         self._sock.close()
 
 
+def _packages_dir() -> str | None:
+    """The layers directory to mount (created if needed), or ``None`` when it cannot be made:
+    then only Versions without requirements run (a Version with them fails to import, saying so)."""
+    try:
+        return package_layers.prepare(package_config.current().package_dir)
+    except (OSError, ValueError):
+        logger.warning("the package layers directory cannot be prepared; no layer is mounted", exc_info=True)
+        return None
+
+
 class Zygote:
     """Client (and, in the starting process, owner) of one fork-server process.
 
@@ -283,6 +295,8 @@ class Zygote:
             policy = isolation.policy.Policy.from_environ()
             if policy.network == "public":  # listen on every port some Space may reach
                 policy = dataclasses.replace(policy, egress_ports=egress_config.current().listen_ports)
+            # Every context sees the layers directory read-only; a job names its Version's layer.
+            policy = dataclasses.replace(policy, packages_dir=_packages_dir())
         self.policy = policy
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner_pid: int | None = None
@@ -319,27 +333,38 @@ class Zygote:
         self.socket_path = os.path.join(self._dir, "zygote.sock")
         control_r, control_w = os.pipe()
         ready_r, ready_w = os.pipe()
+        # The interpreter runs as "takohost-sandbox" with the boot script as /dev/fd/N: its
+        # command line (which every context inherits: sys.orig_argv, /proc/self/cmdline) names
+        # no host path, and the SDK's modules are named by their place in a context
+        # (takohost/runtime/boot.py).
+        boot_fd = os.open(os.path.join(self.policy.sdk_dir, "runtime", "boot.py"), os.O_RDONLY)
+        flags, env = _interpreter_flags(self._python)
         command = [
-            self._python,
-            "-I",
-            "-B",
-            "-m",
-            "takohost.runtime.zygote",
+            "takohost-sandbox",
+            *flags,
+            f"/dev/fd/{boot_fd}",
             "--control-fd",
             str(control_r),
             "--ready-fd",
             str(ready_w),
         ]
         # On its standard input, not its command line: children inherit the zygote's memory.
-        settings = json.dumps(
-            {"socket": self.socket_path, "policy": self.policy.to_json(), "keepChildStderr": self._child_stderr}
+        packages = boot.package_dirs()
+        settings = (
+            json.dumps({"packages": packages}) + "\n" + json.dumps({
+                "socket": self.socket_path,
+                "policy": self.policy.to_json(),
+                "keepChildStderr": self._child_stderr,
+                "packages": packages,
+            })
         ).encode()
         try:
             self._proc = subprocess.Popen(
                 command,
-                env=dict(isolation.policy.CONTEXT_ENV),  # -I -B: no PYTHON* variable is read anyway
+                executable=self._python,
+                env=env,
                 close_fds=True,
-                pass_fds=(control_r, ready_w),
+                pass_fds=(control_r, ready_w, boot_fd),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 cwd="/",
@@ -353,6 +378,7 @@ class Zygote:
         finally:
             os.close(control_r)
             os.close(ready_w)
+            os.close(boot_fd)
         self._owner_pid = os.getpid()
         self._control_w = control_w
         try:
@@ -461,6 +487,19 @@ class Zygote:
         return reply["pid"], received[0]
 
 
+def _interpreter_flags(python: str) -> tuple[list[str], dict[str, str]]:
+    """The zygote interpreter's options and environment. Started under a name that is no path,
+    it cannot find its standard library from its own location (it would search from its working
+    directory): it is told its home (``PYTHONHOME``, the base installation of ``python``), with
+    ``-I``'s isolation spelled out but for the environment (``-s -P``; the environment holds
+    nothing else to read). The zygote resets its environment before any child exists."""
+    home = sys.base_prefix if sys.base_exec_prefix == sys.base_prefix else f"{sys.base_prefix}:{sys.base_exec_prefix}"
+    if python != sys.executable:
+        probe = [python, "-I", "-c", "import sys; print(sys.base_prefix + ':' + sys.base_exec_prefix)"]
+        home = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    return ["-s", "-P", "-B"], {**isolation.policy.CONTEXT_ENV, "PYTHONHOME": home}
+
+
 _INSTANCES: weakref.WeakSet[Zygote] = weakref.WeakSet()
 
 
@@ -511,14 +550,24 @@ def validate_version(
     modules: dict[str, str],
     time_limit_seconds: float = 10.0,
     space: str | None = None,
+    packages: str | None = None,
 ) -> ValidationOutcome:
-    """Import ``main_module`` in a fresh child with a time limit and report what it exports.
+    """Import ``main_module`` in a fresh child with a time limit and report what it exports
+    (``packages``: the name of the Version's package layer, put on its ``sys.path``).
 
     Never raises for anything the code does: an import error, ``sys.exit`` at import, a crash
     (``os._exit``, a signal) and a time-out all become ``ok=False`` with a message. Raises
     ``ZygoteUnavailable`` only when no child could be started.
     """
-    job = {"kind": "validate", "mainModule": main_module, "modules": modules, "vars": {}, "bindings": []}
+    job: dict[str, Any] = {
+        "kind": "validate",
+        "mainModule": main_module,
+        "modules": modules,
+        "vars": {},
+        "bindings": [],
+    }
+    if packages is not None:
+        job["packages"] = packages
     try:
         handle = zygote.spawn(job, space=space)
     except (ChildGone, TimeoutError) as exc:

@@ -39,8 +39,7 @@ import psycopg.types.json
 import sqlalchemy as sa
 
 from models import instance_sql
-from takohost.domain import deepjson
-from workers.engine import commits, decide, history
+from takohost.domain import commits, decide, deepjson, history
 
 
 class Fenced(Exception):

@@ -152,7 +152,7 @@ def sweep(*, now: dt.datetime) -> int:
     pace). Redis unreachable → nothing dispatched this time (logged).
 
     Fair share (``settings.space_max_contexts`` > 0): each Space is sent at most its free slots
-    (the cap minus its live leases, :func:`admissible`); its other orphans are (re-)recorded as
+    (the cap, ``lease.LeaseStore.space_cap`` of the live fleet, minus its live leases, :func:`admissible`); its other orphans are (re-)recorded as
     waiting, untouched, so that a finishing context of that Space hands them a slot — a deferred
     backlog is not re-sent every sweep, and a lost hand-off is repaired here."""
     settings = config.load_settings()
@@ -168,9 +168,8 @@ def sweep(*, now: dt.datetime) -> int:
         orphaned = [(pk, space) for pk, space in rows if pk not in live]
         running: dict[str, int] = {}
         if orphaned and cap > 0:
-            store = lease_mod.store_for(
-                redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms
-            )
+            store = lease_mod.store_for_settings(settings)
+            cap = store.space_cap(cap, reserved=settings.space_reserved_slots)  # what admission applies now: it follows the live fleet
             running = store.running(space for _, space in orphaned)
         orphans, waiting = admissible(orphaned, cap=cap, running=running)
         if waiting:

@@ -13,6 +13,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import marshal
+import os
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -21,7 +23,24 @@ from typing import Any
 from takohost.domain import identifiers
 from takohost.runtime import protocol, tracebacks
 
-__all__ = ["RESERVED_MODULES", "VIRTUAL_ROOT", "SourceModules", "code_blob", "code_of", "import_main", "import_version"]
+__all__ = [
+    "PACKAGES_ROOT",
+    "RESERVED_MODULES",
+    "VIRTUAL_ROOT",
+    "SourceModules",
+    "add_packages",
+    "code_blob",
+    "code_of",
+    "import_main",
+    "import_version",
+]
+
+#: The directory holding package layers as this child sees it (set once by the zygote:
+#: ``isolation.mounts.PACKAGE_MOUNT``, read-only, or the host's directory without isolation;
+#: ``None``: no layers).
+PACKAGES_ROOT: str | None = None
+#: A job's ``packages``: the name of its Version's layer (``workers.packages.layers.layer_name``).
+_LAYER_NAME = re.compile(r"[0-9a-f]{40}")
 
 #: Where a Version's modules seem to live (``__file__``, tracebacks); no such directory exists.
 VIRTUAL_ROOT = tracebacks.VIRTUAL_ROOT.rstrip("/")
@@ -204,6 +223,24 @@ def code_of(blob: object) -> types.CodeType | None:
     return code if type(code) is types.CodeType else None
 
 
+def add_packages(job: dict[str, Any]) -> str | None:
+    """Put the job's package layer (``packages``: its name) at the end of ``sys.path``, after the
+    standard library (a package never shadows it) and behind the Version's own modules (served
+    first, from memory); returns its path, ``None`` when the job names none. Raises
+    ``ImportError`` when the name is malformed or the layer is not there."""
+    name = job.get("packages")
+    if name is None:
+        return None
+    if type(name) is not str or _LAYER_NAME.fullmatch(name) is None or PACKAGES_ROOT is None:
+        raise ImportError("the Version's package layer is not available in this sandbox")
+    path = os.path.join(PACKAGES_ROOT, name)
+    if not os.path.isdir(path):
+        raise ImportError("the Version's package layer is not installed on this host")
+    if path not in sys.path:
+        sys.path.append(path)
+    return path
+
+
 def import_version(
     job: dict[str, Any], *, compiled: Callable[[SourceModules], None] | None = None
 ) -> tuple[Any, SourceModules]:
@@ -215,6 +252,7 @@ def import_version(
     main = job.get("mainModule")
     if type(main) is not str or main not in (job.get("modules") or {}):
         raise ImportError(f"mainModule {protocol.safe_text(main, limit=300)!r} is not one of the modules")
+    add_packages(job)
     if compiled is not None:
         finder.compile_all()
         compiled(finder)

@@ -18,7 +18,15 @@ from takohost.runtime import bindings, capture, egress_hook, protocol, step, tra
 from takohost.runtime.child import channel as channel_module
 from takohost.runtime.child import hygiene, importer
 
-__all__ = ["ScheduledContext", "is_workflow_class", "last_traceback_line", "run_job", "warm_up"]
+__all__ = [
+    "ScheduledContext",
+    "import_failed",
+    "is_workflow_class",
+    "last_traceback_line",
+    "run_job",
+    "run_workflow",
+    "warm_up",
+]
 
 
 _WARM_UP_MODULE = "_takohost_warm_up"
@@ -206,7 +214,21 @@ def _run_workflow(job: dict[str, Any], channel: channel_module.Channel) -> NoRet
     try:
         module, _ = importer.import_version(job, compiled=send_code)
     except BaseException as exc:  # noqa: BLE001
-        _run_failed(channel, phase="import", message=last_traceback_line(exc), frames_of=exc)
+        import_failed(channel, exc)
+    run_workflow(module, job, channel)
+
+
+def import_failed(channel: step.Channel, exc: BaseException) -> NoReturn:
+    """End the run: importing the Version's main module raised ``exc`` (``run_failed``, phase
+    ``import``)."""
+    _run_failed(channel, phase="import", message=last_traceback_line(exc), frames_of=exc)
+
+
+def run_workflow(module: Any, job: dict[str, Any], channel: step.Channel) -> NoReturn:
+    """Construct ``job["className"]`` of the imported main ``module`` with ``env``, run it
+    (``run(event, step)``, plain or ``async``) and end with its final message: ``run_returned``,
+    ``run_failed`` or ``mismatch`` (CONTRACT §4.2–§4.4). The sandbox child calls it after its
+    import; ``takohost.testing`` calls it in process with a channel of its own."""
     class_name = job.get("className")
     cls = getattr(module, class_name, None) if type(class_name) is str else None
     if not isinstance(cls, type) or not callable(getattr(cls, "run", None)):

@@ -11,16 +11,17 @@ tenant started (``setsid``, double forks, daemons, threads) is still alive.
 The child then enters its sandbox (``forking.Forker.enter``): it joins a private copy of a
 *template* mount namespace built once per zygote (``mounts.build_template``: a fresh tmpfs root
 holding read-only bind mounts of what an interpreter needs: ``/usr``, the interpreter's prefix
-with its ``site-packages`` hidden, the ``takohost`` SDK package alone, a few ``/etc`` files,
+with its ``site-packages`` hidden; a copy of the SDK at ``/takohost/sdk``, a few ``/etc`` files,
 ``/dev`` nodes), takes new mount, network, IPC and UTS namespaces, mounts its own ``/proc`` and
 a size-limited scratch ``/tmp``; the host's checkout, virtualenv, data directory and ``/tmp`` are
 not in it. The network namespace has no way out but the host's egress proxy (``network``; or,
 with ``TAKOHOST_SANDBOX_NETWORK=none``, no interface up): the host's Postgres, Redis and API
 are not reachable from it.
 
-Identity (``identity``): when the host runs as root each context gets a uid/gid of its own
-(``uid_base + its pid on the host``: unique among the live contexts of the machine, shared with
-no host process, so ``RLIMIT_NPROC`` counts one context); otherwise the zygote enters a user
+Identity (``identity``, ``uids``): when the host runs as root each context gets a uid/gid of
+its own (``uid_base`` + a slot of the machine's pool, held by the zygote while the context lives:
+unique among the live contexts of the machine, shared with no host process, so
+``RLIMIT_NPROC`` counts one context; never derived from a host pid); otherwise the zygote enters a user
 namespace once and contexts map to the host's uid. Either way every capability is dropped,
 ``no_new_privs`` is set and a system-call filter (``seccomp``) refuses what namespaces do not
 separate.
@@ -30,7 +31,7 @@ One concern a module: ``policy`` (what the host decides, ``TAKOHOST_SANDBOX_*``)
 ``seccomp`` (the filter and its assembler), ``network`` (the namespace's one way out, the host's
 egress proxy),
 ``cgroups`` (per-context memory), ``identity`` (uid, capabilities, limits, dumpable) and
-``forking`` (the forker and the probe). Callers import this package and name the module:
+``uids`` (the pool of per-context uids) and ``forking`` (the forker and the probe). Callers import this package and name the module:
 ``isolation.policy.Policy``, ``isolation.forking.Forker``.
 
 Standard library only: this runs in the zygote and its children.
@@ -47,6 +48,7 @@ from takohost.runtime.isolation import (
     policy,
     seccomp,
     syscalls,
+    uids,
 )
 
-__all__ = ["cgroups", "forking", "identity", "mounts", "network", "policy", "seccomp", "syscalls"]
+__all__ = ["cgroups", "forking", "identity", "mounts", "network", "policy", "seccomp", "syscalls", "uids"]

@@ -7,11 +7,12 @@ Standard library only: this runs in the zygote and its children.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
 
-from takohost.runtime.isolation import cgroups, identity, mounts, network, seccomp, syscalls
+from takohost.runtime.isolation import cgroups, identity, mounts, network, seccomp, syscalls, uids
 from takohost.runtime.isolation.syscalls import MS_NODEV, MS_NOEXEC, MS_NOSUID
 
 __all__ = ["Forker", "probe"]
@@ -32,9 +33,10 @@ class Forker:
 
     Construction (namespaces mode) enters a user namespace first when the zygote is not root
     (then every namespace it makes is owned by it), keeps a descriptor of its own PID namespace
-    and builds the template mount namespace (:func:`mounts.build_template`). Raises
-    ``IsolationUnavailable`` with the kernel's reason when any of that is refused. With
-    ``mode == "none"`` it only forks.
+    and builds the template mount namespace (:func:`mounts.build_template`); on a root host it
+    takes each child's uid from a pool (:class:`uids.UidPool`) before the fork and gives it back
+    when the child is reaped (:meth:`release`). Raises ``IsolationUnavailable`` with the kernel's
+    reason when any of that is refused. With ``mode == "none"`` it only forks.
     """
 
     def __init__(self, layout: mounts.Layout, *, root: str) -> None:
@@ -43,6 +45,11 @@ class Forker:
         self.template_fd = -1
         self.pidns_fd = -1
         self.memory: cgroups.MemoryCgroup | None = None
+        self.uids: uids.UidPool | None = None
+        #: child pid → its uid (root hosts), until :meth:`release`.
+        self.children: dict[int, int] = {}
+        #: In a child: the uid it runs as (root hosts; taken by the zygote before the fork).
+        self.uid = -1
         #: In a child with public egress, after :meth:`enter`: the listeners of its namespace
         #: (``network.listeners``), to hand to the host with its ``hello`` and close.
         self.egress: list[socket.socket] = []
@@ -53,31 +60,62 @@ class Forker:
         # Kept above the descriptors a child sets up (0-3), so that they survive its clean-up.
         self.pidns_fd = _high(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
         self.template_fd = _high(mounts.build_template(layout, root))
+        # The SDK's host directory was needed to copy it into the template only: no child's copy
+        # of this object may name it.
+        self.layout = dataclasses.replace(
+            layout, packages=(), policy=dataclasses.replace(layout.policy, sdk_dir=mounts.SDK_DIR)
+        )
         self.memory = cgroups.MemoryCgroup.find(layout.policy)
+        if identity.host_is_root():
+            self.uids = uids.UidPool(layout.policy.uid_base)
 
     def fork(self) -> int:
         """``os.fork()``; with namespaces the child is PID 1 of a PID namespace of its own (the
         zygote's own namespace is unchanged: only the one for its next child is switched)."""
         if not self.isolated:
             return os.fork()
+        uid = self.uids.take() if self.uids is not None else -1
         syscalls.unshare(syscalls.CLONE_NEWPID)
         try:
             pid = os.fork()
         except BaseException:
             syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
+            if self.uids is not None:
+                self.uids.give_back(uid)
             raise
-        if pid != 0:
-            syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
+        if pid == 0:
+            self.uid = uid
+            self.uids = None  # the zygote holds the slots (the child closes their descriptors)
+            self.children = {}
+            return 0
+        syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
+        if self.uids is not None:
+            self.children[pid] = uid
         return pid
+
+    def release(self, pid: int) -> None:
+        """After the zygote reaped child ``pid``: remove its memory cgroup and give its uid back
+        to the pool (nothing of it is alive: its PID namespace died with it)."""
+        if self.memory is not None:
+            self.memory.release(pid)
+        uid = self.children.pop(pid, None)
+        if uid is not None and self.uids is not None:
+            self.uids.give_back(uid)
+
+    def close(self) -> None:
+        """In the zygote, after every child was reaped: remove the cgroups, free the uids."""
+        if self.memory is not None:
+            self.memory.close()
+        if self.uids is not None:
+            self.uids.close()
 
     def enter(self) -> int:
         """In a child from :meth:`fork` (namespaces mode), before it runs anything of a tenant:
         join a private copy of the template root, take new mount/network/IPC/UTS namespaces (with
         public egress: route every address to the namespace's loopback and open the listeners the
         host's proxy serves, :attr:`egress`), mount its own ``/proc`` and scratch ``/tmp`` (its
-        working directory), set the limits,
-        drop to its own identity (root hosts: ``uid_base`` + its pid on the host) and every
-        capability, set ``no_new_privs``, install the system-call filter and narrow
+        working directory), set the limits, name its host ``localhost``,
+        drop to its own identity (root hosts: :attr:`uid`, from the pool) and every capability, set ``no_new_privs``, install the system-call filter and narrow
         ``sys.path``. Returns the uid it runs as. Raises ``IsolationUnavailable``."""
         layout, policy = self.layout, self.layout.policy
         as_root = identity.host_is_root()
@@ -110,8 +148,9 @@ class Forker:
                 ]
             except OSError as exc:
                 raise syscalls.IsolationUnavailable(f"setting up the context's network: {exc}") from None
-        uid = policy.uid_base + host_pid if as_root else os.getuid()
-        syscalls.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        socket.sethostname("localhost")
+        uid = self.uid if as_root else os.getuid()
+        _own_proc()
         owner = f",uid={uid},gid={uid}" if as_root else ""
         syscalls.mount(
             "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={policy.scratch_mb}m,mode=0700{owner}"
@@ -137,6 +176,15 @@ class Forker:
         sys.path_importer_cache.clear()
         sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__module__", "") in _STANDARD_FINDERS]
         return uid
+
+
+def _own_proc() -> None:
+    """Mount this PID namespace's ``proc`` on ``/proc`` in place of the template's (a ``proc`` of
+    the zygote's PID namespace, needed only so that the kernel lets a new one be mounted): it is
+    mounted on the still empty ``/tmp``, the template's is detached, and it is moved over."""
+    syscalls.mount("proc", "/tmp", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    syscalls.umount("/proc")
+    syscalls.mount("/tmp", "/proc", None, syscalls.MS_MOVE)
 
 
 def _high(fd: int, minimum: int = 16) -> int:
@@ -172,8 +220,8 @@ def probe(layout: mounts.Layout, *, root: str) -> None:
                     os._exit(1)
             _, status = os.waitpid(child, 0)
             code = os.waitstatus_to_exitcode(status)
-            if forker.memory is not None:
-                forker.memory.close()
+            forker.release(child)
+            forker.close()
         except BaseException as exc:  # noqa: BLE001
             writer.sendall(str(exc).encode()[:1000])
         os._exit(code)

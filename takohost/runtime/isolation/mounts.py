@@ -17,21 +17,48 @@ from takohost.runtime.isolation import identity, seccomp, syscalls
 from takohost.runtime.isolation import policy as policy_module
 from takohost.runtime.isolation.syscalls import MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REC
 
-__all__ = ["DEV_NODES", "ETC_FILES", "Layout", "build_template", "placements"]
+__all__ = [
+    "DEV_NODES",
+    "ETC_FILES",
+    "ETC_WRITTEN",
+    "INTERPRETER",
+    "SDK_DIR",
+    "SDK_ROOT",
+    "PACKAGE_MOUNT",
+    "Layout",
+    "build_template",
+    "placements",
+]
 
 #: Files of ``/etc`` an interpreter may need (time zone, certificates, name service defaults);
-#: only those that exist are mounted.
+#: only those that exist are copied.
 ETC_FILES = (
     "/etc/localtime",
     "/etc/ssl/certs",
     "/etc/nsswitch.conf",
-    "/etc/hosts",
-    "/etc/resolv.conf",
     "/etc/services",
     "/etc/protocols",
     "/etc/mime.types",
 )
+#: Files of ``/etc`` every context gets with this content, not the host's (which name the host,
+#: its addresses, its name servers and search domains). Every address is the context's own
+#: (``network``): its name server is the egress proxy's responder on the loopback.
+ETC_WRITTEN = {
+    "/etc/hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    "/etc/resolv.conf": "nameserver 127.0.0.1\n",
+}
+#: Where a context finds the SDK package: a copy in its root, not a bind of the host's directory
+#: (a bind's source would show in ``/proc/self/mountinfo``). The zygote names its own modules so
+#: too (``takohost.runtime.boot``).
+SDK_ROOT = "/takohost/sdk"
+SDK_DIR = SDK_ROOT + "/takohost"
+#: ``sys.executable`` in a context: a link to the host's interpreter binary.
+INTERPRETER = "/takohost/bin/python3"
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
+#: Where the host's package layers directory appears in every context, read-only
+#: (``workers.packages.layers``; docs/packages.md). Its mode lets a context open the layer its
+#: job names but not list the directory: another Space's layer names are never seen.
+PACKAGE_MOUNT = "/.takohost-packages"
 #: Where the test-only shared directory is staged in the template (bound again in each context).
 SHARED_STAGE = "/.takohost-test-shared"
 _STAGE = "/.takohost-stage"
@@ -47,7 +74,10 @@ class Layout:
     ``(source, target)`` pairs), ``hidden`` (directories covered by an empty read-only mount: the
     interpreter's ``site-packages``), ``dev_nodes``, ``sys_path`` (inside the context),
     ``last_cap`` (highest capability number of this kernel), ``seccomp`` (the system-call
-    filter's program, :func:`seccomp.program`).
+    filter's program, :func:`seccomp.program`), ``packages`` (``(name, directory on the host)``
+    of the SDK and what it imports beyond the standard library, each copied to
+    :data:`SDK_ROOT`/name; empty once the template is built, so that no context holds them) and
+    ``interpreter`` (the interpreter binary :data:`INTERPRETER` links to).
     """
 
     policy: policy_module.Policy
@@ -59,10 +89,13 @@ class Layout:
     sys_path: tuple[str, ...]
     last_cap: int
     seccomp: tuple[tuple[int, int, int, int], ...]
+    packages: tuple[tuple[str, str], ...] = ()
+    interpreter: str = ""
 
     @classmethod
-    def compute(cls, policy: policy_module.Policy) -> Layout:
-        """The layout of this machine's interpreter and ``policy``'s SDK directory."""
+    def compute(cls, policy: policy_module.Policy, *, packages: dict[str, str] | None = None) -> Layout:
+        """The layout of this machine's interpreter and of ``packages`` (package name → its
+        directory on the host; default: ``policy``'s SDK directory alone)."""
         import sysconfig
 
         mirrors = []
@@ -78,20 +111,20 @@ class Layout:
             path = os.path.realpath(sysconfig.get_path(key, vars={"base": prefix, "platbase": prefix}))
             if path.startswith(prefix + os.sep) and os.path.isdir(path):
                 hidden.add(path)
-        binds.append((policy.sdk_dir, policy.sdk_dir))
+        if policy.packages_dir is not None and os.path.isdir(policy.packages_dir):
+            # The whole directory, once: layers installed after the zygote started appear in it.
+            binds.append((os.path.realpath(policy.packages_dir), PACKAGE_MOUNT))
         etc_files = tuple(p for p in ETC_FILES if os.path.exists(p))
         # The interpreter's own entries of sys.path (the zipped and plain standard library and
         # lib-dynload, all under the base prefix: a virtualenv's sysconfig points elsewhere),
-        # then the SDK's parent directory.
+        # then the SDK copy's parent directory.
         sys_path: list[str] = []
         for path in sys.path:
             real = os.path.realpath(path) if path else ""
             if real.startswith(prefix + os.sep) and not any(real.startswith(h) for h in hidden):
                 if real not in sys_path:
                     sys_path.append(real)
-        sdk_parent = os.path.dirname(policy.sdk_dir)
-        if sdk_parent not in sys_path:
-            sys_path.append(sdk_parent)
+        sys_path.append(SDK_ROOT)
         nodes = tuple(node for node in DEV_NODES if os.path.exists(f"/dev/{node}"))
         return cls(
             policy=policy,
@@ -103,6 +136,8 @@ class Layout:
             sys_path=tuple(sys_path),
             last_cap=identity.last_cap(),
             seccomp=tuple(seccomp.program()),
+            packages=tuple(sorted((packages or {"takohost": policy.sdk_dir}).items())),
+            interpreter=os.readlink("/proc/self/exe"),
         )
 
 
@@ -136,6 +171,14 @@ def _copy_into(path: str, root: str) -> None:
         shutil.copytree(path, target, symlinks=True)
     else:
         shutil.copy2(os.path.realpath(path), target)
+
+
+def _copy_package(source: str, target: str) -> None:
+    """Copy the package directory ``source`` to ``target``: its modules, data files and cached
+    bytecode (valid there: the copy keeps each source's modification time)."""
+    import shutil
+
+    shutil.copytree(source, target)
 
 
 def bind(source: str, target: str, *, writable: bool = False, device: bool = False) -> None:
@@ -208,6 +251,14 @@ def build_template(layout: Layout, root: str) -> int:
                 )
             for path in layout.etc_files:
                 _copy_into(path, root)
+            os.makedirs(root + "/etc", exist_ok=True)
+            for path, text in ETC_WRITTEN.items():
+                with open(root + path, "w") as f:
+                    f.write(text)
+            for name, source in layout.packages:
+                _copy_package(source, f"{root}{SDK_ROOT}/{name}")
+            os.makedirs(root + os.path.dirname(INTERPRETER))
+            os.symlink(layout.interpreter, root + INTERPRETER)
             os.mkdir(root + "/dev")
             for node in layout.dev_nodes:
                 if as_root:

@@ -34,8 +34,9 @@ class Policy:
         max_file_mb: largest file a context may write, in MiB (``RLIMIT_FSIZE``; default 64).
         scratch_mb: size of the context's private ``/tmp`` in MiB (default 64).
         uid_base: first uid/gid of the per-context identities when the host runs as root
-            (default 1600000000; a context gets ``uid_base`` + its pid on the host).
-        sdk_dir: the ``takohost`` package directory mounted read-only (default: this package's).
+            (default 1600000000; a context gets ``uid_base`` + a slot of ``isolation.uids``).
+        sdk_dir: the ``takohost`` package directory on the host (default: this package's); each
+            context gets a copy at ``isolation.mounts.SDK_DIR``.
         network: ``"public"`` (default, ``TAKOHOST_SANDBOX_NETWORK``): a network namespace of its
             own whose only way out is the host's egress proxy (``isolation.network``,
             ``workers.egress``: public addresses on the allowed ports, refused otherwise), or
@@ -43,6 +44,9 @@ class Policy:
         egress_ports: with ``"public"``, the TCP ports the context's namespace listens on for the
             proxy: every port any Space may reach (the host sets it from its egress
             configuration, ``workers.egress.config.EgressConfig.listen_ports``).
+        packages_dir: the host's package layers directory (``workers.packages.layers``), mounted
+            read-only at ``mounts.PACKAGE_MOUNT`` in every context (the host sets it; ``None``:
+            not mounted, a Version with requirements cannot import them).
         test_shared_dir: test-only (``TAKOHOST_TEST_SANDBOX_SHARED_DIR``): one host directory that
             appears read-write at the same path in every context. Never set in production.
     """
@@ -57,6 +61,7 @@ class Policy:
     sdk_dir: str = field(default_factory=lambda: _default_sdk_dir())
     network: str = "public"
     egress_ports: tuple[int, ...] = (80, 443)
+    packages_dir: str | None = None
     test_shared_dir: str | None = None
 
     @classmethod

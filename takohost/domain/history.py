@@ -1,10 +1,12 @@
-"""History events written by replay contexts (CONTRACT §6; SWF-style audit trail, seed 004).
+"""History events written by replay contexts (CONTRACT §6; SWF-style audit trail, seed 004), and
+the shape the history is served in (:func:`served`).
 
 Each builder returns one :class:`Event` (``eventType`` + ``attributes``); ``store`` numbers and
 inserts them in the same statement or transaction as the state change they record. Events written
 outside contexts (``InstanceCreated``, ``EventAccepted``, ``InstanceTerminated``) come from
 ``services.instances``, ``instance_events`` and ``instance_stop``; the history is served by
-``services.instance_history``. Attributes hold names, numbers and RFC 3339 instants;
+``services.instance_history`` (and, in process, by ``takohost.testing``). Pure: the engine, the
+services and the test kit share it. Attributes hold names, numbers and RFC 3339 instants;
 documents (results, payloads) stay in the step and inbox rows and are joined in when the history is
 served, so the history is the data replay reads, not a copy.
 """
@@ -14,8 +16,60 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from models import instances as inst_models
-from services import instance_common
+#: CONTRACT §6 history event types: the vocabulary of ``models.instances.HistoryEvent.event_type``.
+EVENT_TYPES = (
+    "InstanceCreated",
+    "ContextStarted",
+    "StepAttemptStarted",
+    "StepAttemptFailed",
+    "StepCompleted",
+    "StepFailed",
+    "SleepScheduled",
+    "SleepCompleted",
+    "WaitStarted",
+    "EventAccepted",
+    "EventConsumed",
+    "WaitTimedOut",
+    "ContextSuspended",
+    "InstanceCompleted",
+    "InstanceErrored",
+    "InstanceTerminated",
+    # Not in CONTRACT §6: a diagnostic of non-determinism (issue 13 item 7; takohost.domain.replay_order).
+    "ReplayDiverged",
+)
+
+
+def rfc3339(value: dt.datetime) -> str:
+    """``value`` as RFC 3339 UTC with milliseconds: ``2026-11-30T09:46:00.202Z``."""
+    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def served(
+    *,
+    event_id: int,
+    event_type: str,
+    attributes: dict,
+    timestamp: dt.datetime,
+    results: dict,
+    params: dict | None = None,
+) -> dict:
+    """One history event as the API serves it (CONTRACT §6): ``{"eventId", "eventTimestamp",
+    "eventType", "attributes"}``. Documents stay in their rows and are joined in here: a
+    ``StepCompleted`` of a step whose recorded result (``results``: step name → result document) is
+    not ``None`` carries it as ``attributes["result"]``, and ``InstanceCreated`` the instance's
+    ``params`` (when it has any). So the history is the data replay reads, not a copy
+    (``takohost.testing.replay`` replays an exported one)."""
+    attributes = dict(attributes)
+    if event_type == "StepCompleted" and results.get(attributes.get("name")) is not None:
+        attributes["result"] = results[attributes["name"]]
+    if event_type == "InstanceCreated" and params is not None:
+        attributes["params"] = params
+    return {
+        "eventId": event_id,
+        "eventTimestamp": rfc3339(timestamp),
+        "eventType": event_type,
+        "attributes": attributes,
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +81,7 @@ class Event:
     timestamp: dt.datetime | None = None
 
     def __post_init__(self) -> None:
-        if self.event_type not in inst_models.HISTORY_EVENT_TYPES:
+        if self.event_type not in EVENT_TYPES:
             raise ValueError(f"unknown history event type {self.event_type!r}")
 
 
@@ -47,17 +101,32 @@ def stamps(events: list[Event], *, now: dt.datetime, after: dt.datetime | None =
 
 
 def _at(value: dt.datetime) -> str:
-    return instance_common.rfc3339(value)
+    return rfc3339(value)
 
 
-def context_started(version_uid: str, epoch: int) -> Event:
-    """A replay context took the token ``epoch`` and runs Version ``version_uid``."""
+def instance_created(instance_id: str) -> Event:
+    """The instance ``instance_id`` was created (event 1; written by ``services.instances``)."""
+    return Event("InstanceCreated", {"instanceId": instance_id})
+
+
+def context_started(version_uid: str | None, epoch: int) -> Event:
+    """A replay context took the token ``epoch`` and runs Version ``version_uid`` (the engine writes
+    it in ``models.instance_sql.START_CONTEXT``; the test kit with this builder)."""
     return Event("ContextStarted", {"versionUid": version_uid, "epoch": epoch})
 
 
-def attempt_started(name: str, attempt: int, *, at: dt.datetime) -> Event:
-    """Attempt ``attempt`` (1-based) of ``step.do(name)`` started at ``at`` (written with its outcome)."""
-    return Event("StepAttemptStarted", {"name": name, "attempt": attempt}, timestamp=at)
+def event_accepted(sequence: int, event_type: str) -> Event:
+    """Event ``sequence`` of ``event_type`` was accepted (``services.instance_events``)."""
+    return Event("EventAccepted", {"sequence": sequence, "type": event_type})
+
+
+def attempt_started(name: str, attempt: int, *, at: dt.datetime, policy: dict | None = None) -> Event:
+    """Attempt ``attempt`` (1-based) of ``step.do(name)`` started at ``at`` (written with its outcome)
+    under the step's stored retry ``policy`` (``retry.RetryPolicy.to_json``; what replay checks)."""
+    attributes: dict = {"name": name, "attempt": attempt}
+    if policy is not None:
+        attributes["policy"] = policy
+    return Event("StepAttemptStarted", attributes, timestamp=at)
 
 
 def attempt_failed(name: str, attempt: int, error: dict, *, retry_at: dt.datetime | None = None) -> Event:
@@ -86,9 +155,12 @@ def step_failed(name: str, attempts: int, message: str) -> Event:
     return Event("StepFailed", {"name": name, "attempts": attempts, "message": message})
 
 
-def sleep_scheduled(name: str, wake_at: dt.datetime) -> Event:
-    """``step.sleep(name)``'s deadline, fixed at its first encounter."""
-    return Event("SleepScheduled", {"name": name, "wakeAt": _at(wake_at)})
+def sleep_scheduled(name: str, wake_at: dt.datetime, *, seconds: int | None = None) -> Event:
+    """``step.sleep(name, seconds)``'s deadline, fixed at its first encounter."""
+    attributes: dict = {"name": name, "wakeAt": _at(wake_at)}
+    if seconds is not None:
+        attributes["seconds"] = seconds
+    return Event("SleepScheduled", attributes)
 
 
 def sleep_completed(name: str) -> Event:
@@ -96,9 +168,15 @@ def sleep_completed(name: str) -> Event:
     return Event("SleepCompleted", {"name": name})
 
 
-def wait_started(name: str, event_type: str, timeout_at: dt.datetime) -> Event:
-    """``step.wait_for_event(name)`` started waiting for ``event_type`` until ``timeout_at``."""
-    return Event("WaitStarted", {"name": name, "type": event_type, "timeoutAt": _at(timeout_at)})
+def wait_started(
+    name: str, event_type: str, timeout_at: dt.datetime, *, timeout_seconds: int | None = None
+) -> Event:
+    """``step.wait_for_event(name)`` started waiting for ``event_type`` (``timeout_seconds``) until
+    ``timeout_at``."""
+    attributes: dict = {"name": name, "type": event_type, "timeoutAt": _at(timeout_at)}
+    if timeout_seconds is not None:
+        attributes["timeoutSeconds"] = timeout_seconds
+    return Event("WaitStarted", attributes)
 
 
 def event_consumed(name: str, sequence: int, event_type: str) -> Event:

@@ -34,6 +34,8 @@ from typing import Any
 from takohost.domain import retry
 
 MAX_STEPS = 1024
+#: An instance's lifetime from its creation (seed 000 "instance寿命は作成から31536000秒").
+LIFETIME_SECONDS = 31_536_000
 STEP_KINDS = ("do", "sleep", "wait")
 #: The host error a failed step of each kind replays as (the child's ``raise`` names).
 FAILURE_ERROR = {"do": "step_failed", "wait": "wait_timeout"}
@@ -157,6 +159,12 @@ class TryWait:
 
 
 Decision = Resolve | Raise | RejectArgs | EndInstance | RunEffect | CompleteSleep | Suspend | TryWait
+
+
+def wait_timeout_message(event_type: str, timeout_seconds: int) -> str:
+    """The ``wait_timeout`` message of a wait that timed out: raised in the context that saw the
+    timeout and stored in its step row, so a later context replays the very same text."""
+    return f"no {event_type!r} event arrived within {timeout_seconds} s"
 
 
 def timer_due(due: dt.datetime, *, lifetime_ends_at: dt.datetime) -> dt.datetime:

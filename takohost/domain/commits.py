@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from workers.engine import decide, history
+from takohost.domain import decide, history
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ def attempt(
     attempt's outcome (one commit per step, ANCHORS.md); an attempt whose worker died before its
     outcome was committed leaves no record and runs again (at-least-once).
     """
-    events = [history.attempt_started(name, attempt, at=started_at)]
+    events = [history.attempt_started(name, attempt, at=started_at, policy=policy)]
     config = {"policy": policy}
     if isinstance(outcome, decide.AttemptSucceeded):
         events.append(history.step_completed(name, "do", attempt=attempt))
@@ -107,7 +107,7 @@ def attempt(
 
 def sleep_completed(*, name: str, seconds: int | None, wake_at: dt.datetime, new: bool) -> Commit:
     """A sleep completed: 0 s in place (``new``), or a deadline that has passed."""
-    events = [history.sleep_scheduled(name, wake_at)] if new else []
+    events = [history.sleep_scheduled(name, wake_at, seconds=seconds)] if new else []
     events.append(history.sleep_completed(name))
     step = StepRow(
         name=name,
@@ -127,7 +127,7 @@ def suspend(*, suspend: decide.Suspend, name: str, seconds: int | None) -> Commi
     if suspend.kind == "sleep":
         status, timer_kind = "sleeping", "wake"
         if suspend.new:
-            events.append(history.sleep_scheduled(name, suspend.due))
+            events.append(history.sleep_scheduled(name, suspend.due, seconds=seconds))
             step = StepRow(
                 name=name, kind="sleep", state="pending", config={"seconds": seconds}, wake_at=suspend.due
             )
@@ -144,6 +144,10 @@ def suspend(*, suspend: decide.Suspend, name: str, seconds: int | None) -> Commi
     )
 
 
+def _wait_started(name: str, wait: decide.TryWait) -> history.Event:
+    return history.wait_started(name, wait.event_type, wait.timeout_at, timeout_seconds=wait.timeout_seconds)
+
+
 def _wait_row(name: str, wait: decide.TryWait, **values: object) -> StepRow:
     config = {"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds}
     return StepRow(name=name, kind="wait", config=config, timeout_at=wait.timeout_at, **values)  # type: ignore[arg-type]
@@ -151,7 +155,7 @@ def _wait_row(name: str, wait: decide.TryWait, **values: object) -> StepRow:
 
 def wait_consumed(*, name: str, wait: decide.TryWait, sequence: int, payload: dict | None) -> Commit:
     """The wait consumed event ``sequence`` (deleted in the same commit); its payload is the result."""
-    events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
+    events = [_wait_started(name, wait)] if wait.new else []
     events += [history.event_consumed(name, sequence, wait.event_type), history.step_completed(name, "wait")]
     return Commit(
         events=events, new_steps=int(wait.new), step=_wait_row(name, wait, state="succeeded", result=payload)
@@ -160,9 +164,9 @@ def wait_consumed(*, name: str, wait: decide.TryWait, sequence: int, payload: di
 
 def wait_timed_out(*, name: str, wait: decide.TryWait) -> Commit:
     """The wait reached its timeout without a matching event: ``wait_timeout`` is recorded."""
-    events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
+    events = [_wait_started(name, wait)] if wait.new else []
     events.append(history.wait_timed_out(name))
-    error = {"type": "WaitTimeout", "message": f"no {wait.event_type!r} event before the timeout"}
+    error = {"type": "WaitTimeout", "message": decide.wait_timeout_message(wait.event_type, wait.timeout_seconds)}
     return Commit(
         events=events, new_steps=int(wait.new), step=_wait_row(name, wait, state="failed", error=error)
     )
@@ -172,7 +176,7 @@ def wait_suspend(*, name: str, wait: decide.TryWait, arrived: bool, lifetime_end
     """After the child is dead: ``waiting`` with the ``timeout`` timer — or, when a matching event
     arrived meanwhile, ``running`` without a timer (the caller dispatches a fresh context)."""
     status = "running" if arrived else "waiting"
-    events = [history.wait_started(name, wait.event_type, wait.timeout_at)] if wait.new else []
+    events = [_wait_started(name, wait)] if wait.new else []
     events.append(history.suspended(status, reason="wait", until=wait.timeout_at))
     timer = (
         None if arrived else ("timeout", decide.timer_due(wait.timeout_at, lifetime_ends_at=lifetime_ends_at))
