@@ -28,8 +28,9 @@ from core import cron
 from models import cron as cron_models
 from models import instances as inst_models
 from models import resources as res_models
+from models import tenant_logs as tenant_log_models
 from models.errors import DomainError
-from services import forms, instance_common, instance_history, operations
+from services import cron_runs, forms, instance_common, instance_history, operations
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50
@@ -52,12 +53,17 @@ class WorkflowRow(TypedDict):
 
 
 class InstanceRow(TypedDict):
-    """One line of an instance list: ``createdAt``/``updatedAt`` are aware UTC datetimes."""
+    """One line of an instance list: ``createdAt``/``updatedAt``/``terminalAt`` are aware UTC
+    datetimes; ``step`` the step it is at (its pending step row: ``{"name", "kind", "attempts",
+    "wakeAt"?, "timeoutAt"?, "error"?}``) or None; ``error`` an errored instance's."""
 
     id: str
     status: str
     createdAt: dt.datetime
     updatedAt: dt.datetime
+    terminalAt: dt.datetime | None
+    step: dict | None
+    error: dict | None
 
 
 def encode_token(values: list) -> str:
@@ -202,13 +208,17 @@ def instance_page_txn(
     *,
     space: str,
     workflow_uid: str,
-    status: str | None = None,
+    status: str | list[str] | None = None,
     prefix: str | None = None,
     page_token: str | None = None,
     limit: int = PAGE_SIZE,
+    created_after: dt.datetime | None = None,
+    created_before: dt.datetime | None = None,
 ) -> tuple[list[InstanceRow], str | None]:
     """One page of ``workflow_uid``'s instances, newest first (``createdAt``, then creation order),
-    optionally only ``status`` and ids starting with ``prefix``; returns ``(rows, next token)``.
+    optionally only those of ``status`` (one or several), ids starting with ``prefix``, created
+    in ``[created_after, created_before)``; returns ``(rows, next token)``. Each row carries the
+    step it is at (one more query for the page's pending steps, never one per row).
 
     Keyset paging on the ``(workflow_uid, created_at, pk)`` index: a page reads ``limit + 1`` rows
     whatever the instance count. Raises DomainError ``not_found`` (no such workflow in ``space``),
@@ -217,15 +227,21 @@ def instance_page_txn(
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     table = inst_models.Instance.__table__
     query = (
-        sa.select(table.c.pk, table.c.instance_id, table.c.status, table.c.created_at, table.c.updated_at)
+        sa.select(table.c.pk, table.c.instance_id, table.c.status, table.c.created_at, table.c.updated_at,
+                  table.c.terminal_at, table.c.error)
         .where(table.c.workflow_uid == workflow_uid)
         .order_by(table.c.created_at.desc(), table.c.pk.desc())
         .limit(limit + 1)
     )
-    if status:
-        if status not in inst_models.STATUSES:
+    statuses = [status] if isinstance(status, str) else list(status or [])
+    if statuses:
+        if any(s not in inst_models.STATUSES for s in statuses):
             raise DomainError("invalid_request", f"status must be one of {', '.join(inst_models.STATUSES)}")
-        query = query.where(table.c.status == status)
+        query = query.where(table.c.status.in_(statuses))
+    if created_after is not None:
+        query = query.where(table.c.created_at >= created_after)
+    if created_before is not None:
+        query = query.where(table.c.created_at < created_before)
     if prefix:
         prefix = instance_common.id_or_error(prefix[:MAX_PREFIX], what="id prefix")
         raw = prefix.encode("utf-8")
@@ -237,8 +253,12 @@ def instance_page_txn(
         us, pk = decode_token(page_token, shape=(int, int))
         query = query.where(sa.tuple_(table.c.created_at, table.c.pk) < sa.tuple_(_from_micros(us), pk))
     rows = session.execute(query).all()
+    steps = _pending_steps_txn(session, instance_pks=[r.pk for r in rows[:limit]])
     page = [
-        InstanceRow(id=r.instance_id, status=r.status, createdAt=r.created_at, updatedAt=r.updated_at)
+        InstanceRow(
+            id=r.instance_id, status=r.status, createdAt=r.created_at, updatedAt=r.updated_at,
+            terminalAt=r.terminal_at, step=steps.get(r.pk), error=r.error if r.status == "errored" else None,
+        )
         for r in rows[:limit]
     ]
     token = None
@@ -246,6 +266,20 @@ def instance_page_txn(
         last = rows[limit - 1]
         token = encode_token([_micros(last.created_at), last.pk])
     return page, token
+
+
+def _pending_steps_txn(session: orm.Session, *, instance_pks: list[int]) -> dict[int, dict]:
+    """The pending step of each instance (at most one at a time), by instance pk: one query."""
+    if not instance_pks:
+        return {}
+    step = inst_models.Step
+    found: dict[int, dict] = {}
+    for s in session.scalars(sa.select(step).where(step.instance_pk.in_(instance_pks), step.state == "pending")):
+        found[s.instance_pk] = {
+            "name": s.name, "kind": s.kind, "attempts": s.attempts, "wakeAt": s.wake_at,
+            "timeoutAt": s.timeout_at, "error": s.error,
+        }
+    return found
 
 
 def instance_detail_txn(
@@ -267,6 +301,7 @@ def instance_detail_txn(
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
     body: dict[str, Any] = {
+        "pk": row.pk,
         "id": row.instance_id,
         "status": row.status,
         "stopping": row.stopping,
@@ -332,12 +367,75 @@ def instance_version_txn(session: orm.Session, *, space: str, workflow_uid: str,
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-    return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping)
+    return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping,
+                        latest_log_seq_txn(session, instance_pk=row.pk))
 
 
-def page_version(status: str, next_event_id: int, inbox_count: int, stopping: str | None) -> str:
-    """The version string of :func:`instance_version_txn` from those columns (pure)."""
-    return f"{status}:{next_event_id}:{inbox_count}:{stopping or ''}"
+def page_version(status: str, next_event_id: int, inbox_count: int, stopping: str | None, log_seq: int) -> str:
+    """The version string of :func:`instance_version_txn` from those columns and the latest log
+    line's ``seq`` (a new line changes it: the logs panel follows live). Pure."""
+    return f"{status}:{next_event_id}:{inbox_count}:{stopping or ''}:{log_seq}"
+
+
+def latest_log_seq_txn(session: orm.Session, *, instance_pk: int) -> int:
+    """The ``seq`` of the instance's newest log line (0 when none): one index probe."""
+    log = tenant_log_models.TenantLog
+    return session.scalar(
+        sa.select(log.seq).where(log.instance_pk == instance_pk).order_by(log.seq.desc()).limit(1)
+    ) or 0
+
+
+def step_names_txn(session: orm.Session, *, instance_pk: int) -> list[str]:
+    """The instance's step names by first use (the logs page's step filter)."""
+    step = inst_models.Step
+    return list(session.scalars(sa.select(step.name).where(step.instance_pk == instance_pk).order_by(step.pk)))
+
+
+#: Log lines the instance page shows (the newest); its logs page shows this many a page.
+LOG_TAIL = 300
+LOG_PAGE = 500
+
+
+def instance_log_tail_txn(
+    session: orm.Session,
+    *,
+    instance_pk: int,
+    limit: int = LOG_TAIL,
+    step: str | None = None,
+    attempt: int | None = None,
+    stream: str | None = None,
+    before: int | None = None,
+) -> dict:
+    """The newest ``limit`` log lines of an instance (before ``seq`` ``before`` when given),
+    optionally only those of ``step``, ``attempt`` and ``stream``: ``{"lines": [...] (oldest
+    first, as ``GET …/logs`` serves them, with ``seq``), "older": seq | None (the ``before`` of
+    the page of older lines), "latestSeq"}``. One backward scan of the ``(instance_pk, seq)``
+    index, whatever the instance's line count: the page of a 100,000-line instance costs what a
+    300-line one does."""
+    log = tenant_log_models.TenantLog
+    query = sa.select(log).where(log.instance_pk == instance_pk)
+    if step is not None:
+        query = query.where(log.step == step)
+    if attempt is not None:
+        query = query.where(log.attempt == attempt)
+    if stream is not None:
+        query = query.where(log.stream == stream)
+    if before is not None:
+        query = query.where(log.seq < before)
+    rows = session.scalars(query.order_by(log.seq.desc()).limit(limit + 1)).all()
+    page = list(reversed(rows[:limit]))
+    lines = [
+        {
+            "seq": r.seq, "time": cron_runs.rfc3339_ms(r.logged_at), "epoch": r.epoch, "step": r.step,
+            "attempt": r.attempt, "stream": r.stream, "message": r.message,
+        }
+        for r in page
+    ]
+    return {
+        "lines": lines,
+        "older": page[0].seq if len(rows) > limit and page else None,
+        "latestSeq": latest_log_seq_txn(session, instance_pk=instance_pk),
+    }
 
 
 def operations_page_txn(

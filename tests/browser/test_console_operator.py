@@ -36,6 +36,23 @@ class Ops:
         if p.get("random"):  # not deterministic: a new name on every replay
             step.do("r-%d" % random.randrange(10**9), lambda: {"n": 1})
             step.sleep("nap", 1)
+        if p.get("chatty"):
+            print("before the talk")
+
+            def talk():
+                for i in range(p["chatty"]):
+                    print("line", i)
+                return {"n": p["chatty"]}
+
+            step.do("talk", talk)
+        if p.get("ticks"):
+            def tick():
+                for i in range(p["ticks"]):
+                    print("tick", i, flush=True)
+                    time.sleep(0.5)
+                return {}
+
+            step.do("ticking", tick)
         if p.get("slow"):
             step.do("slow step", lambda: time.sleep(p["slow"]))
         return step.wait_for_event("go", {"type": "go", "timeoutSeconds": 3600})
@@ -375,3 +392,89 @@ def test_dark_mode_follows_the_system(stack, browser, ops):
     browser.get(f"{ops.url}/ui/workflows")
     assert browser.execute_script("return getComputedStyle(document.documentElement).backgroundColor") == \
         "rgb(255, 255, 255)"
+
+
+def test_logs_show_the_newest_lines_follow_live_filter_and_page_back(stack, browser, ops):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    ops.start("ops-flow", "chatty", {"chatty": 700})
+    ops.wait("ops-flow", "chatty", "waiting")
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=chatty")
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 300 and lines[-1].endswith("[talk #1] line 699") and lines[0].endswith("line 400"), lines[:2]
+    at_bottom = browser.execute_script(
+        "var p = document.querySelector('[data-testid=logs]'); return p.scrollTop + p.clientHeight >= p.scrollHeight - 2;")
+    assert at_bottom, "the panel shows its newest line"
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=all-logs]").click()
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 500 and lines[-1].endswith("line 699") and lines[0].endswith("line 200")
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=older]").click()
+    older = _text(browser, "[data-testid=logs]").splitlines()
+    assert older[0].endswith("before the talk") and older[-1].endswith("line 199"), (older[:2], older[-1:])
+    # Filters: step, attempt, stream.
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance/logs?id=chatty")
+    Select(browser.find_element(By.ID, "l-step")).select_by_value("talk")
+    browser.find_element(By.ID, "l-attempt").send_keys("1")
+    Select(browser.find_element(By.ID, "l-stream")).select_by_value("stdout")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    _wait(lambda: "step=talk" in browser.current_url, what="filtered")
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 500 and all("[talk #1]" in line for line in lines)
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=older]").click()
+    assert len(_text(browser, "[data-testid=logs]").splitlines()) == 200  # the talk's first lines, no other
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance/logs?id=chatty&stream=stderr")
+    assert _text(browser, "[data-testid=no-logs]") == "No line matches."
+
+    # Follow live: lines printed while the page is open appear without a reload.
+    ops.start("ops-flow", "ticker", {"ticks": 8})
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=ticker")
+    marker = browser.execute_script("window.__stay = 1; return 1;")
+    _wait(lambda: "tick 7" in _text(browser, "[data-testid=logs]"), timeout=45, what="lines followed live")
+    assert browser.execute_script("return window.__stay;") == marker
+
+
+def test_instance_lists_are_live_with_columns_filters_and_positions(stack, browser, ops):
+    from selenium.webdriver.common.by import By
+
+    for i in range(52):
+        ops.start("ops-other", f"bulk-{i:03d}")
+    ops.start("ops-other", "boom", {"crash": True})
+    ops.wait("ops-other", "boom", "errored")
+    ops.wait("ops-other", "bulk-051", "waiting")
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    row = browser.find_element(By.CSS_SELECTOR, "[data-instance=bulk-051]")
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=step]").text == "go wait"
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=wake]").text.startswith("times out in ")
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=duration]").text.endswith("so far")
+    boom = browser.find_element(By.CSS_SELECTOR, "[data-instance=boom] [data-col=error]").text
+    assert boom.startswith("step_failed: step failed after 1 attempt: ValueError"), boom
+    position = _text(browser, "[data-testid=position]")
+    assert position.startswith("Rows 1–50 of ") and "refreshes itself" in position, position
+    total = int(position.split(" of ")[1].split(",")[0])
+    browser.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
+    assert _text(browser, "[data-testid=position]").startswith(f"Rows 51–{total} of {total}")
+
+    # Several statuses at once; a time range.
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    browser.find_element(By.ID, "f-st-errored").click()
+    browser.find_element(By.ID, "f-st-terminated").click()
+    browser.find_element(By.ID, "f-prefix").submit()
+    _wait(lambda: "status=errored&status=terminated" in browser.current_url, what="two statuses")
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids == ["boom"], ids
+    browser.get(f"{ops.url}/ui/workflows/ops-other?from=2099-01-01T00:00")
+    assert _text(browser, "[data-testid=empty]").startswith("No instance matches this filter")
+    browser.get(f"{ops.url}/ui/workflows/ops-other?to=2099-01-01T00:00&prefix=bulk-05")
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids == ["bulk-051", "bulk-050"], ids
+
+    # The first page follows new instances without a reload.
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    browser.execute_script("window.__stay = 1;")
+    ops.start("ops-other", "newcomer")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-instance=newcomer]"), timeout=20,
+          what="the new instance listed live")
+    assert browser.execute_script("return window.__stay;") == 1
