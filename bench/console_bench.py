@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                 "instances_prefix": f"{base}/ui/workflows/{workflow}?prefix=order-0042",
                 "instances_prefix_no_match": f"{base}/ui/workflows/{workflow}?prefix=zzz",
                 "instance": f"{base}/ui/workflows/{workflow}/instance?id={detailed}",
+                "instance_logs": f"{base}/ui/workflows/{workflow}/instance/logs?id={detailed}",
+                "go_to_instance": f"{base}/ui/go?id={detailed}",
                 "operations": f"{base}/ui/operations",
             }
             for page, url in pages.items():

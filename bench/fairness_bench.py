@@ -139,6 +139,18 @@ def _running(db_url: str, workflow: str) -> int:
         ))
 
 
+def _settled(count, *, still_s: float = 2.0, give_up_s: float = 30.0) -> int:
+    """``count()`` once it has not changed for ``still_s`` seconds (or after ``give_up_s``): on a
+    loaded machine a context may take more than a second to start."""
+    value, since, started = count(), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < still_s and time.monotonic() - started < give_up_s:
+        time.sleep(0.1)
+        now = count()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
+
+
 def queue_depth(namespace: str) -> int:
     """Messages waiting in the stack's tenant-work queue."""
     import redis
@@ -171,8 +183,7 @@ def measure_slots(*, api_url: str, db_url: str, namespace: str, hangers: int = 3
     deadline = time.monotonic() + 30
     while _running(db_url, hang) == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(1.0)  # the other hangers start too, or are deferred
-    hanging = _running(db_url, hang)
+    hanging = _settled(lambda: _running(db_url, hang))  # the other hangers start too, or are deferred
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: http_a.create(hang, f"flood-{i}"), range(flood)))

@@ -71,7 +71,17 @@ def _wheelhouse(directory: str | None, scratch: str) -> str:
     target = os.path.join(scratch, "wheels")
     version = importlib.metadata.version("requests")
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", target, f"requests=={version}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "-d",
+            target,
+            f"requests=={version}",
+        ],
         check=True,
     )
     return target
@@ -124,7 +134,10 @@ def run(args: argparse.Namespace) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
     return {
         "pin": pin,
-        "layer": {"packages": [f"{p['name']}=={p['version']}" for p in layer.packages], "bytes": layer.size_bytes},
+        "layer": {
+            "packages": [f"{p['name']}=={p['version']}" for p in layer.packages],
+            "bytes": layer.size_bytes,
+        },
         "install_seconds": round(install_s, 2),
         "rounds": args.rounds,
         "contexts_per_batch": args.contexts,
@@ -143,7 +156,9 @@ def run(args: argparse.Namespace) -> dict:
 def main() -> None:
     """Command-line entry: print one JSON object."""
     parser = argparse.ArgumentParser(prog="bench.packages_bench")
-    parser.add_argument("--wheelhouse", help="wheels of requests and its dependencies (default: pip download)")
+    parser.add_argument(
+        "--wheelhouse", help="wheels of requests and its dependencies (default: pip download)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="alternating batches of each variant")
     parser.add_argument("--contexts", type=int, default=20, help="contexts per batch")
     print(json.dumps(run(parser.parse_args())))

@@ -43,6 +43,13 @@ class Settings:
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
             same Space ends (``workers.engine.lease``; README "Production").
+        console_idle_s: seconds a web-console session lasts without a request
+            (``TAKOHOST_CONSOLE_IDLE_SECONDS``, ``3600``; ``services.console_sessions``).
+        console_session_s: seconds a web-console session lasts at most after sign-in
+            (``TAKOHOST_CONSOLE_SESSION_SECONDS``, ``43200``).
+        trusted_proxies: how many reverse proxies in front of the API set ``X-Forwarded-For``,
+            ``-Proto``, ``-Host`` and ``-Port`` (``TAKOHOST_TRUSTED_PROXIES``, ``0``: the headers
+            are ignored); werkzeug's ``ProxyFix`` trusts that many values of each.
         space_reserved_slots: slots of the live fleet one Space never takes
             (``TAKOHOST_SPACE_RESERVED_SLOTS``, default ``1``; ``0``: the fixed cap alone): the
             cap is ``max(1, min(space_max_contexts, live slots - this))``, the live slots being
@@ -66,6 +73,9 @@ class Settings:
     validation_concurrency: int = 4
     step_timeout_s: float = 600.0
     space_max_contexts: int = 8
+    console_idle_s: float = 3600.0
+    console_session_s: float = 43200.0
+    trusted_proxies: int = 0
     space_reserved_slots: int = 1
     quota_live_instances: int = 10_000
     quota_stored_events: int = 100_000
@@ -122,6 +132,9 @@ def load_settings() -> Settings:
         space_max_contexts=max(0, int(_float("TAKOHOST_SPACE_MAX_CONTEXTS", 8))),
         space_reserved_slots=max(0, int(_float("TAKOHOST_SPACE_RESERVED_SLOTS", 1))),
         scheduled_timeout_s=_float("TAKOHOST_SCHEDULED_TIMEOUT_S", 900.0),
+        console_idle_s=_float("TAKOHOST_CONSOLE_IDLE_SECONDS", 3600.0),
+        console_session_s=_float("TAKOHOST_CONSOLE_SESSION_SECONDS", 43200.0),
+        trusted_proxies=max(0, int(_float("TAKOHOST_TRUSTED_PROXIES", 0))),
         step_timeout_s=_float("TAKOHOST_STEP_TIMEOUT_SECONDS", 600.0),
         validation_concurrency=max(2, int(_float("TAKOHOST_VALIDATION_CONCURRENCY", 4))),
         quota_live_instances=_count("TAKOHOST_QUOTA_LIVE_INSTANCES", 10_000),

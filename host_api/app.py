@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import flask
 import flask.json.provider
+from werkzeug.middleware import proxy_fix
 
 from core import config
 from host_api import admission, auth, errors, telemetry
@@ -18,6 +19,9 @@ BLUEPRINTS = (meta.bp, resources.bp, instances.bp, runs.bp, spaces.bp, ui_views.
 #: Largest accepted request body: 16 MiB (a WorkerVersion may carry 4 MiB of sources,
 #: which JSON escaping can grow several-fold). Larger → 413.
 MAX_CONTENT_LENGTH = 16 * 1024 * 1024
+#: ``Strict-Transport-Security`` of every answer over HTTPS: one year (browsers then refuse
+#: plain HTTP to this host, so a network attacker cannot strip TLS from the console's cookie).
+HSTS = "max-age=31536000"
 
 
 class DeepJSONProvider(flask.json.provider.DefaultJSONProvider):
@@ -61,9 +65,23 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     telemetry.register(app)  # HTTP latency by route (first before_request, last after_request)
+    app.after_request(_hsts)
+    if settings.trusted_proxies:
+        # Behind N TLS-terminating proxies: the scheme, host, port and client address each take
+        # the Nth value from the right of X-Forwarded-*; without the setting they are ignored
+        # (a client could otherwise claim HTTPS or another host).
+        n = settings.trusted_proxies
+        app.wsgi_app = proxy_fix.ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n, x_port=n)
     if any(getattr(rule, "provide_automatic_options", False) for rule in app.url_map.iter_rules()):
         raise RuntimeError("this Flask still answers OPTIONS by itself: host_api needs Flask 3.1+")
     return app
+
+
+def _hsts(response: flask.Response) -> flask.Response:
+    """``after_request``: ``Strict-Transport-Security`` on every answer to an HTTPS request."""
+    if flask.request.is_secure:
+        response.headers["Strict-Transport-Security"] = HSTS
+    return response
 
 
 #: URL-map path parameters that hold host-generated ids, and what they name.

@@ -14,7 +14,7 @@ from services import tokens
 
 PUBLIC_ENDPOINTS = {"meta.healthz", "meta.openapi", "static"}
 #: Blueprints that authenticate by themselves: the web console signs in with the same tokens but
-#: keeps the token in its own cookie (``host_api.ui.session``), never a bearer header.
+#: keeps a session id in its own cookie (``host_api.ui.session``), never a bearer header.
 SELF_AUTHENTICATING_BLUEPRINTS = {"ui"}
 
 

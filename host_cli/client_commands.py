@@ -24,6 +24,7 @@ from host_cli import logs as cli_logs
 from host_cli import manifest as manifests
 from host_cli import spaces as cli_spaces
 from host_cli import undeploy as undeploy_engine
+from host_cli import versions as cli_versions
 from host_cli.errors import CommandFailed
 
 __all__ = ["register"]
@@ -149,6 +150,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     resource_commands.triggers,
     resource_commands.resources,
     cli_spaces.spaces,
+    cli_versions.versions,
 )
 
 

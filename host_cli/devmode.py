@@ -307,14 +307,27 @@ def _egress_settings(allow: tuple[str, ...], *, port: int) -> dict[str, str]:
     return settings
 
 
+def dev_package_dir(root: pathlib.Path) -> str:
+    """``takohost dev``'s package directory for data dir ``root``: one per data dir (each has its
+    own database, whose sweep removes the layers it no longer records), under the user's cache
+    (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    import hashlib
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    return os.path.join(cache, "takohost", "dev-packages", digest)
+
+
 def _environment(stack: _Stack) -> dict[str, str]:
     settings = {
         "TAKOHOST_DATABASE_URL": stack.postgres.url(DATABASE),
         "TAKOHOST_REDIS_URL": stack.redis.url(),
         "TAKOHOST_BROKER_URL": stack.redis.broker_url(),
         "TAKOHOST_NAMESPACE": "dev",
-        # Installed package layers live with the rest of the dev state (docs/packages.md).
-        "TAKOHOST_PACKAGE_DIR": os.environ.get("TAKOHOST_PACKAGE_DIR") or str(stack.root / "packages"),
+        # Package layers of this data dir (docs/packages.md), in the user's cache rather than in the
+        # data dir: a context's mountinfo shows the layers directory's host path, and the data dir
+        # is often inside a checkout, whose path tenant code must not learn.
+        "TAKOHOST_PACKAGE_DIR": os.environ.get("TAKOHOST_PACKAGE_DIR") or dev_package_dir(stack.root),
     }
     os.environ.update(settings)  # this process runs the migrations and makes the token
     return {**os.environ, **settings}

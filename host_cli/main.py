@@ -152,6 +152,16 @@ def db_upgrade() -> None:
     click.echo("database is at the latest revision")
 
 
+def _raise_fd_limit(want: int) -> None:
+    """Raise the soft ``RLIMIT_NOFILE`` to ``want`` descriptors (at most the hard limit): each
+    connection of a gunicorn worker is one (inherited by the workers it forks)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8080, show_default=True, type=int, help="Port to bind.")
@@ -159,9 +169,11 @@ def db_upgrade() -> None:
               help="gunicorn worker processes.")
 @click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds a client has to send a complete request head; then 408 and close.")
+@click.option("--body-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a client has to send a request body after its head; then 408 and close.")
 @_observability_options
-def api(host: str, port: int, num_workers: int, header_timeout: float, log_format: str | None,
-        metrics_port: int | None) -> None:
+def api(host: str, port: int, num_workers: int, header_timeout: float, body_timeout: float,
+        log_format: str | None, metrics_port: int | None) -> None:
     """Serve the HTTP API with gunicorn."""
     _host_process()
     _setup_logging(log_format)
@@ -172,7 +184,9 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
     from host_api.app import create_app
     from host_api.server import JsonErrorThreadWorker
 
-    worker_class = JsonErrorThreadWorker.with_header_timeout(header_timeout)
+    worker_class = JsonErrorThreadWorker.with_timeouts(header=header_timeout, body=body_timeout)
+    connections = 2 * worker_class.max_readers  # slow readers, plus as many served or kept alive
+    _raise_fd_limit(connections + 256)
 
     class _Server(BaseApplication):
         def load_config(self) -> None:
@@ -182,6 +196,7 @@ def api(host: str, port: int, num_workers: int, header_timeout: float, log_forma
             # gthread, with gunicorn's own error pages (414, 431, bad header…) as JSON (§2.4), and
             # request heads read in its main loop with a deadline (no thread per slow client).
             self.cfg.set("worker_class", worker_class)
+            self.cfg.set("worker_connections", connections)
             # gunicorn's maximum: a 256-character instance id percent-encodes to up to 3 KiB.
             self.cfg.set("limit_request_line", 8190)
             self.cfg.set("accesslog", None)

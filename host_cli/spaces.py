@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from core import units
 from host_cli import client as http
 from host_cli import common
 
@@ -29,15 +30,8 @@ _QUOTAS = {
 
 
 def amount(value: int, *, in_bytes: bool) -> str:
-    """``value`` for a table cell: a count as is, bytes in B/KiB/MiB/GiB (one decimal)."""
-    if not in_bytes:
-        return f"{value:,}"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+    """``value`` for a table cell: a count as is (``12,345``), bytes as ``core.units.size_text``."""
+    return units.size_text(value) if in_bytes else f"{value:,}"
 
 
 def rows(document: dict[str, Any]) -> list[tuple[str, str, str, str]]:

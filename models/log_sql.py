@@ -18,19 +18,23 @@ _VALUES = """unnest(%(ats)s::timestamptz[], %(steps)s::bytea[], %(attempts)s::in
 
 _BYTES = f"octet_length(message) + {LINE_OVERHEAD_BYTES}"
 
-#: The batch's lines with the running total of their bytes, and the longest prefix of them that fits
-#: in the Space's room: ``%(limit)s`` (the log quota in bytes; 0: none) minus the Space's
-#: ``log_bytes`` (``{space}``: a scalar subquery naming the owner's Space). Not locked: concurrent
-#: writers of one Space may pass the quota by at most a batch each (``services.quotas``).
-_KEPT = """v AS (
+#: The Space's usage row (``{space}``: a scalar subquery naming the owner's Space) locked until the
+#: statement's transaction ends, so that concurrent writers of one Space decide one after another,
+#: each on the ``log_bytes`` the previous one left (``FOR UPDATE`` under READ COMMITTED waits for
+#: the other writer and returns the row it committed), then the batch's lines with the running total
+#: of their bytes, and the longest prefix of them that fits in the room: ``%(limit)s`` (the log
+#: quota in bytes; 0: none) minus that ``log_bytes``.
+_KEPT = """q AS (
+  SELECT log_bytes FROM space_usage WHERE space = ({space}) FOR UPDATE
+), v AS (
   SELECT v.*, sum(octet_length(v.message) + {overhead}) OVER (ORDER BY v.ord) AS total FROM {values}
 ), k AS (
-  SELECT v.* FROM v
-  WHERE %(limit)s <= 0
-     OR v.total <= %(limit)s - COALESCE((SELECT log_bytes FROM space_usage WHERE space = ({space})), 0)
+  SELECT v.* FROM v WHERE %(limit)s <= 0 OR v.total <= %(limit)s - COALESCE((SELECT log_bytes FROM q), 0)
 )"""
 
-_INSTANCE_SPACE = "SELECT space FROM instances WHERE pk = %(pk)s"
+#: The fenced instance's Space, read from ``f`` (which locks the instance row first: one lock order,
+#: the instance row before its Space's usage row, as every other writer; ``models.quota_sql``).
+_INSTANCE_SPACE = "SELECT space FROM f"
 _DELIVERY_SPACE = (
     "SELECT m.space FROM cron_deliveries d JOIN cron_matches m ON m.pk = d.match_pk WHERE d.pk = %(delivery)s"
 )
@@ -43,7 +47,7 @@ _DELIVERY_SPACE = (
 #: (``false``: fenced, nothing written).
 INSERT_INSTANCE_LINES = f"""
 WITH f AS (
-  SELECT 1 FROM instances WHERE pk = %(pk)s AND epoch = %(epoch)s
+  SELECT space FROM instances WHERE pk = %(pk)s AND epoch = %(epoch)s FOR NO KEY UPDATE
 ), b AS (
   SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE instance_pk = %(pk)s
 ), {_KEPT.format(overhead=LINE_OVERHEAD_BYTES, values=_VALUES, space=_INSTANCE_SPACE)}, ins AS (

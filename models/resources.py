@@ -30,6 +30,21 @@ class Token(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class ConsoleSession(Base):
+    """A web-console sign-in (issue 24 item 6): the browser holds a random session id, this row
+    its SHA-256 (``id_hash``), the token it was made from (deleting the token deletes its
+    sessions), the session's own CSRF token, and when it began and was last used (idle timeout
+    and absolute lifetime: ``services.console_sessions``)."""
+
+    __tablename__ = "console_sessions"
+
+    id_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    token_id: Mapped[int] = mapped_column(sa.ForeignKey("tokens.id", ondelete="CASCADE"), index=True)
+    csrf: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
 LIVE = sa.text("deleted_at IS NULL")
 LIVE_DEPLOYMENT = sa.text("deleted_at IS NULL AND form = 'WorkerDeployment'")
 

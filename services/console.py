@@ -25,10 +25,12 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from core import cron
+from models import cron as cron_models
 from models import instances as inst_models
 from models import resources as res_models
+from models import tenant_logs as tenant_log_models
 from models.errors import DomainError
-from services import forms, instance_common, instance_history, operations
+from services import cron_runs, forms, instance_common, instance_history, operations
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50
@@ -51,12 +53,17 @@ class WorkflowRow(TypedDict):
 
 
 class InstanceRow(TypedDict):
-    """One line of an instance list: ``createdAt``/``updatedAt`` are aware UTC datetimes."""
+    """One line of an instance list: ``createdAt``/``updatedAt``/``terminalAt`` are aware UTC
+    datetimes; ``step`` the step it is at (its pending step row: ``{"name", "kind", "attempts",
+    "wakeAt"?, "timeoutAt"?, "error"?}``) or None; ``error`` an errored instance's."""
 
     id: str
     status: str
     createdAt: dt.datetime
     updatedAt: dt.datetime
+    terminalAt: dt.datetime | None
+    step: dict | None
+    error: dict | None
 
 
 def encode_token(values: list) -> str:
@@ -201,13 +208,17 @@ def instance_page_txn(
     *,
     space: str,
     workflow_uid: str,
-    status: str | None = None,
+    status: str | list[str] | None = None,
     prefix: str | None = None,
     page_token: str | None = None,
     limit: int = PAGE_SIZE,
+    created_after: dt.datetime | None = None,
+    created_before: dt.datetime | None = None,
 ) -> tuple[list[InstanceRow], str | None]:
     """One page of ``workflow_uid``'s instances, newest first (``createdAt``, then creation order),
-    optionally only ``status`` and ids starting with ``prefix``; returns ``(rows, next token)``.
+    optionally only those of ``status`` (one or several), ids starting with ``prefix``, created
+    in ``[created_after, created_before)``; returns ``(rows, next token)``. Each row carries the
+    step it is at (one more query for the page's pending steps, never one per row).
 
     Keyset paging on the ``(workflow_uid, created_at, pk)`` index: a page reads ``limit + 1`` rows
     whatever the instance count. Raises DomainError ``not_found`` (no such workflow in ``space``),
@@ -216,15 +227,21 @@ def instance_page_txn(
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     table = inst_models.Instance.__table__
     query = (
-        sa.select(table.c.pk, table.c.instance_id, table.c.status, table.c.created_at, table.c.updated_at)
+        sa.select(table.c.pk, table.c.instance_id, table.c.status, table.c.created_at, table.c.updated_at,
+                  table.c.terminal_at, table.c.error)
         .where(table.c.workflow_uid == workflow_uid)
         .order_by(table.c.created_at.desc(), table.c.pk.desc())
         .limit(limit + 1)
     )
-    if status:
-        if status not in inst_models.STATUSES:
+    statuses = [status] if isinstance(status, str) else list(status or [])
+    if statuses:
+        if any(s not in inst_models.STATUSES for s in statuses):
             raise DomainError("invalid_request", f"status must be one of {', '.join(inst_models.STATUSES)}")
-        query = query.where(table.c.status == status)
+        query = query.where(table.c.status.in_(statuses))
+    if created_after is not None:
+        query = query.where(table.c.created_at >= created_after)
+    if created_before is not None:
+        query = query.where(table.c.created_at < created_before)
     if prefix:
         prefix = instance_common.id_or_error(prefix[:MAX_PREFIX], what="id prefix")
         raw = prefix.encode("utf-8")
@@ -236,8 +253,12 @@ def instance_page_txn(
         us, pk = decode_token(page_token, shape=(int, int))
         query = query.where(sa.tuple_(table.c.created_at, table.c.pk) < sa.tuple_(_from_micros(us), pk))
     rows = session.execute(query).all()
+    steps = _pending_steps_txn(session, instance_pks=[r.pk for r in rows[:limit]])
     page = [
-        InstanceRow(id=r.instance_id, status=r.status, createdAt=r.created_at, updatedAt=r.updated_at)
+        InstanceRow(
+            id=r.instance_id, status=r.status, createdAt=r.created_at, updatedAt=r.updated_at,
+            terminalAt=r.terminal_at, step=steps.get(r.pk), error=r.error if r.status == "errored" else None,
+        )
         for r in rows[:limit]
     ]
     token = None
@@ -245,6 +266,20 @@ def instance_page_txn(
         last = rows[limit - 1]
         token = encode_token([_micros(last.created_at), last.pk])
     return page, token
+
+
+def _pending_steps_txn(session: orm.Session, *, instance_pks: list[int]) -> dict[int, dict]:
+    """The pending step of each instance (at most one at a time), by instance pk: one query."""
+    if not instance_pks:
+        return {}
+    step = inst_models.Step
+    found: dict[int, dict] = {}
+    for s in session.scalars(sa.select(step).where(step.instance_pk.in_(instance_pks), step.state == "pending")):
+        found[s.instance_pk] = {
+            "name": s.name, "kind": s.kind, "attempts": s.attempts, "wakeAt": s.wake_at,
+            "timeoutAt": s.timeout_at, "error": s.error,
+        }
+    return found
 
 
 def instance_detail_txn(
@@ -266,6 +301,7 @@ def instance_detail_txn(
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
     body: dict[str, Any] = {
+        "pk": row.pk,
         "id": row.instance_id,
         "status": row.status,
         "stopping": row.stopping,
@@ -331,12 +367,75 @@ def instance_version_txn(session: orm.Session, *, space: str, workflow_uid: str,
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
     row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-    return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping)
+    return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping,
+                        latest_log_seq_txn(session, instance_pk=row.pk))
 
 
-def page_version(status: str, next_event_id: int, inbox_count: int, stopping: str | None) -> str:
-    """The version string of :func:`instance_version_txn` from those columns (pure)."""
-    return f"{status}:{next_event_id}:{inbox_count}:{stopping or ''}"
+def page_version(status: str, next_event_id: int, inbox_count: int, stopping: str | None, log_seq: int) -> str:
+    """The version string of :func:`instance_version_txn` from those columns and the latest log
+    line's ``seq`` (a new line changes it: the logs panel follows live). Pure."""
+    return f"{status}:{next_event_id}:{inbox_count}:{stopping or ''}:{log_seq}"
+
+
+def latest_log_seq_txn(session: orm.Session, *, instance_pk: int) -> int:
+    """The ``seq`` of the instance's newest log line (0 when none): one index probe."""
+    log = tenant_log_models.TenantLog
+    return session.scalar(
+        sa.select(log.seq).where(log.instance_pk == instance_pk).order_by(log.seq.desc()).limit(1)
+    ) or 0
+
+
+def step_names_txn(session: orm.Session, *, instance_pk: int) -> list[str]:
+    """The instance's step names by first use (the logs page's step filter)."""
+    step = inst_models.Step
+    return list(session.scalars(sa.select(step.name).where(step.instance_pk == instance_pk).order_by(step.pk)))
+
+
+#: Log lines the instance page shows (the newest); its logs page shows this many a page.
+LOG_TAIL = 300
+LOG_PAGE = 500
+
+
+def instance_log_tail_txn(
+    session: orm.Session,
+    *,
+    instance_pk: int,
+    limit: int = LOG_TAIL,
+    step: str | None = None,
+    attempt: int | None = None,
+    stream: str | None = None,
+    before: int | None = None,
+) -> dict:
+    """The newest ``limit`` log lines of an instance (before ``seq`` ``before`` when given),
+    optionally only those of ``step``, ``attempt`` and ``stream``: ``{"lines": [...] (oldest
+    first, as ``GET …/logs`` serves them, with ``seq``), "older": seq | None (the ``before`` of
+    the page of older lines), "latestSeq"}``. One backward scan of the ``(instance_pk, seq)``
+    index, whatever the instance's line count: the page of a 100,000-line instance costs what a
+    300-line one does."""
+    log = tenant_log_models.TenantLog
+    query = sa.select(log).where(log.instance_pk == instance_pk)
+    if step is not None:
+        query = query.where(log.step == step)
+    if attempt is not None:
+        query = query.where(log.attempt == attempt)
+    if stream is not None:
+        query = query.where(log.stream == stream)
+    if before is not None:
+        query = query.where(log.seq < before)
+    rows = session.scalars(query.order_by(log.seq.desc()).limit(limit + 1)).all()
+    page = list(reversed(rows[:limit]))
+    lines = [
+        {
+            "seq": r.seq, "time": cron_runs.rfc3339_ms(r.logged_at), "epoch": r.epoch, "step": r.step,
+            "attempt": r.attempt, "stream": r.stream, "message": r.message,
+        }
+        for r in page
+    ]
+    return {
+        "lines": lines,
+        "older": page[0].seq if len(rows) > limit and page else None,
+        "latestSeq": latest_log_seq_txn(session, instance_pk=instance_pk),
+    }
 
 
 def operations_page_txn(
@@ -382,7 +481,7 @@ def triggers_txn(session: orm.Session, *, space: str, now: dt.datetime) -> list[
     return [trigger_view(t, now=now) for t in rows]
 
 
-def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime) -> dict:
+def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime, upcoming: int = 1) -> dict:
     """One live WorkerCronTrigger of ``space`` as :func:`triggers_txn` lists it (``not_found``)."""
     row = session.scalar(
         sa.select(res_models.Resource).where(
@@ -394,17 +493,134 @@ def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime)
     )
     if row is None:
         raise DomainError("not_found", "no such WorkerCronTrigger in this Space")
-    return trigger_view(row, now=now)
+    return trigger_view(row, now=now, upcoming=upcoming)
 
 
-def trigger_view(row: res_models.Resource, *, now: dt.datetime) -> dict:
-    """``{"uid", "name", "cron", "phase", "nextMatchAt"?}`` of a WorkerCronTrigger row (pure)."""
+#: How a resource's ``phase`` reads on a page (the word ``phase`` is the API's, not a person's).
+PHASE_TEXT = {
+    "idle": "up to date",
+    "reconciling": "applying a change",
+    "failed": "its last change failed",
+    "deleting": "being deleted",
+}
+#: Matches listed ahead on a trigger's page.
+UPCOMING = 10
+#: A run that starts (or has not started) this long after its scheduled time is shown as late.
+LATE_SECONDS = 10.0
+
+
+def trigger_view(row: res_models.Resource, *, now: dt.datetime, upcoming: int = 1) -> dict:
+    """``{"uid", "name", "cron", "phase", "state", "nextMatchAt"?, "upcoming"}`` of a
+    WorkerCronTrigger row (pure): ``state`` the phase in words (:data:`PHASE_TEXT`),
+    ``upcoming`` the next ``upcoming`` matches strictly after ``now`` (aware datetimes)."""
     expression = row.spec.get("cron", "")
-    body: dict[str, Any] = {"uid": row.uid, "name": row.name, "cron": expression, "phase": row.phase}
-    try:
-        upcoming = cron.next_match(cron.parse(expression), now)
-    except cron.CronSyntaxError:
-        upcoming = None
-    if upcoming is not None:
-        body["nextMatchAt"] = upcoming
+    body: dict[str, Any] = {
+        "uid": row.uid, "name": row.name, "cron": expression, "phase": row.phase,
+        "state": PHASE_TEXT.get(row.phase, row.phase),
+    }
+    body["upcoming"] = upcoming_matches(expression, now=now, count=upcoming)
+    if body["upcoming"]:
+        body["nextMatchAt"] = body["upcoming"][0]
     return body
+
+
+def upcoming_matches(expression: str, *, now: dt.datetime, count: int) -> list[dt.datetime]:
+    """The next ``count`` matches of ``expression`` strictly after ``now`` (fewer when it stops
+    matching; none for an expression that does not parse). Pure."""
+    try:
+        schedule = cron.parse(expression)
+    except cron.CronSyntaxError:
+        return []
+    found: list[dt.datetime] = []
+    at = now
+    while len(found) < count:
+        following = cron.next_match(schedule, at)
+        if following is None:
+            break
+        found.append(following)
+        at = following
+    return found
+
+
+def last_runs_txn(session: orm.Session, *, trigger_uids: list[str]) -> dict[str, dict]:
+    """The latest run of each trigger: ``{uid: {"scheduledTime", "outcome"}}`` (``outcome``: its
+    last delivery's, ``pending`` before one, ``skipped`` for a skipped match). Two queries for
+    all the triggers (the ``(trigger_uid, scheduled_time)`` unique indexes, newest first)."""
+    if not trigger_uids:
+        return {}
+    match, delivery, skip = cron_models.CronMatch, cron_models.CronDelivery, cron_models.CronSkip
+    last_delivery = (
+        sa.select(delivery.outcome)
+        .where(delivery.match_pk == match.pk)
+        .order_by(delivery.pk.desc())
+        .limit(1)
+        .correlate(match)
+        .scalar_subquery()
+    )
+    found: dict[str, dict] = {}
+    for uid, at, outcome in session.execute(
+        sa.select(match.trigger_uid, match.scheduled_time, last_delivery)
+        .where(match.trigger_uid.in_(trigger_uids))
+        .distinct(match.trigger_uid)
+        .order_by(match.trigger_uid, match.scheduled_time.desc())
+    ):
+        found[uid] = {"scheduledTime": at, "outcome": outcome or "pending"}
+    for uid, at in session.execute(
+        sa.select(skip.trigger_uid, skip.scheduled_time)
+        .where(skip.trigger_uid.in_(trigger_uids))
+        .distinct(skip.trigger_uid)
+        .order_by(skip.trigger_uid, skip.scheduled_time.desc())
+    ):
+        if uid not in found or found[uid]["scheduledTime"] < at:
+            found[uid] = {"scheduledTime": at, "outcome": "skipped"}
+    return found
+
+
+def run_kind_txn(session: orm.Session, *, trigger_uid: str, scheduled_time: str) -> str | None:
+    """``"recorded"`` or ``"skipped"`` for the trigger's run at ``scheduled_time`` (RFC 3339, as
+    the ledger writes it), None when it has no run then (or the text is no instant)."""
+    try:
+        at = dt.datetime.fromisoformat(scheduled_time.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if at.tzinfo is None:
+        return None
+    for model, kind in ((cron_models.CronMatch, "recorded"), (cron_models.CronSkip, "skipped")):
+        if session.scalar(
+            sa.select(model.pk).where(model.trigger_uid == trigger_uid, model.scheduled_time == at)
+        ) is not None:
+            return kind
+    return None
+
+
+def lateness_text(run: dict, *, now: dt.datetime) -> str | None:
+    """Why a recorded run (a ledger entry: ``scheduledTime``, ``recordedAt``, ``deliveries``)
+    started late, or is late starting, in words; None when on time (within :data:`LATE_SECONDS`).
+    Pure. A match recorded late was late at the beat; one recorded on time but started late
+    waited in the queue for a free worker slot (every slot was running contexts or handlers)."""
+    def parse(text: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    scheduled = parse(run["scheduledTime"])
+    recorded = parse(run["recordedAt"])
+    deliveries = run.get("deliveries") or []
+    started = parse(deliveries[0]["startedAt"]) if deliveries else None
+    late = ((started or now) - scheduled).total_seconds()
+    if late < LATE_SECONDS:
+        return None
+    amount = duration_words(late)
+    if (recorded - scheduled).total_seconds() >= LATE_SECONDS:
+        why = f"the beat recorded it {duration_words((recorded - scheduled).total_seconds())} late (no beat was running on time)"
+    else:
+        why = "no free worker slot: every slot was busy running contexts or handlers"
+    return f"started {amount} late: {why}" if started else f"not started after {amount}: {why}"
+
+
+def duration_words(seconds: float) -> str:
+    """``42 s``, ``4 min 58 s``, ``2 h 5 min``. Pure."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"

@@ -67,20 +67,27 @@ local function space_cap(fixed, reserved, fleet, now)
   return math.max(1, math.min(fixed, slots - reserved))
 end
 """
-# KEYS = the Space's contexts SET, its waiting ZSET, the fleet's ZSET; ARGV[1] = fixed cap,
-# ARGV[2] = reserved, ARGV[3] = now ms, ARGV[4] = pk, ARGV[5] = lease prefix, ARGV[6] = delivery
-# lease prefix, ARGV[7] = SPACE_KEYS_TTL_MS. 1 = recorded as waiting (send nothing), 0 = send.
+# KEYS = the Space's contexts SET, its waiting ZSET, the fleet's ZSET, its sent ZSET; ARGV[1] =
+# fixed cap, ARGV[2] = reserved, ARGV[3] = now ms, ARGV[4] = pk, ARGV[5] = lease prefix, ARGV[6] =
+# delivery lease prefix, ARGV[7] = SPACE_KEYS_TTL_MS, ARGV[8] = how long (ms) a sent message counts.
+# 1 = recorded as waiting (send nothing), 0 = send (and counted as sent).
 _DEFER = LIVE_LUA + CAP_LUA + """
 local cap = space_cap(tonumber(ARGV[1]), tonumber(ARGV[2]), KEYS[3], tonumber(ARGV[3]))
 if cap <= 0 then return 0 end
-local live = 0
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', tonumber(ARGV[3]) - tonumber(ARGV[8]))
+local taken = redis.call('ZCARD', KEYS[4])
+if redis.call('ZSCORE', KEYS[4], ARGV[4]) then taken = taken - 1 end
 for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if live_member(member, ARGV[5], ARGV[6]) then live = live + 1 end
+  if live_member(member, ARGV[5], ARGV[6]) then taken = taken + 1 end
 end
-if live < cap then return 0 end
-redis.call('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[7])
-return 1
+if taken >= cap then
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+  return 1
+end
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[4], ARGV[7])
+return 0
 """
 
 
@@ -102,8 +109,9 @@ def space_cap(*, fixed: int, live_slots: int, reserved: int) -> int:
 
 def defer_dispatch(instance_pk: int, *, space: str, settings: config.Settings | None = None) -> bool:
     """Record instance ``instance_pk`` of ``space`` as waiting instead of sending its context's
-    message, when ``space`` already runs its cap (:func:`space_cap`) of contexts with live leases;
-    True when recorded (the caller sends nothing: the next context of that Space to release its
+    message, when ``space`` already takes its cap (:func:`space_cap`): contexts with live leases
+    plus messages sent within a lease TTL that no worker has taken yet (a burst of creates on an
+    idle Space sends only the cap's worth); True when recorded (the caller sends nothing: the next context of that Space to release its
     slot hands it on, ``workers.engine.lease``; a lost hand-off is the beat sweep's). False: send
     it (under the cap, fair share off, or Redis unreachable — the worker's admission decides then).
     One round trip; never raises.
@@ -124,6 +132,7 @@ def defer_dispatch(instance_pk: int, *, space: str, settings: config.Settings | 
                     redis_keys.space_contexts_key(settings.namespace, space),
                     redis_keys.space_waiting_key(settings.namespace, space),
                     redis_keys.fleet_slots_key(settings.namespace),
+                    redis_keys.space_sent_key(settings.namespace, space),
                 ],
                 args=[
                     settings.space_max_contexts,
@@ -133,6 +142,7 @@ def defer_dispatch(instance_pk: int, *, space: str, settings: config.Settings | 
                     redis_keys.lease_key(settings.namespace, 0)[:-1],
                     redis_keys.delivery_lease_key(settings.namespace, 0)[:-1],
                     SPACE_KEYS_TTL_MS,
+                    settings.lease_ttl_ms,
                 ],
             )
         )

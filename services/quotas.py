@@ -18,9 +18,9 @@ what they count (triggers on ``instances``, the log statements, Version create a
 check is a primary-key read, never a count. A check that refuses writes nothing; what was already
 accepted stays. Exact checks lock the Space's row (``models.quota_sql.LOCK_USAGE``) in the
 accepting transaction, after the instance row it may lock (one lock order). The log quota is
-checked by each batch's statement without that lock, so concurrent writers of one Space may pass
-it by at most one batch each (``workers.tenant_logs.BATCH_LINES`` lines); a line dropped over it
-is counted in the context's single marker line (:func:`dropped_text`).
+checked by each batch's statement under the same lock (``models.log_sql``), so concurrent writers
+of one Space decide one after another and only the marker lines, which are always kept, pass it;
+a line dropped over it is counted in the context's single marker line (:func:`dropped_text`).
 
 A ``quota_exceeded`` error's details are ``{"quota", "current", "limit"}`` (counts, or bytes).
 A direct event delivery to a waiting wait stores nothing and is never refused (seed 000).

@@ -42,3 +42,10 @@ def fleet_slots_key(namespace: str) -> str:
     """The Redis ZSET of the live fleet's tenant-work slots (``services.fleet``): member
     ``{owner}|{slots}``, score the millisecond time the entry lapses: ``{namespace}:fleet-slots``."""
     return f"{namespace}:fleet-slots"
+
+
+def space_sent_key(namespace: str, space: str) -> str:
+    """The Redis ZSET of a Space's instance pks whose context message was sent and not yet taken
+    by a worker (score: milliseconds since the epoch when sent; ``services.fleet.defer_dispatch``
+    counts them against the cap, the admission removes them): ``{namespace}:space-sent:{space}``."""
+    return f"{namespace}:space-sent:{space}"

@@ -1,6 +1,7 @@
-"""Tenant logs for the console: an instance's lines and a cron run's lines (issue 13's
-``services.tenant_logs``, the same service as ``GET …/instances/{id}/logs`` and
-``GET …/runs/{scheduledTime}/logs``), pages followed up to :data:`MAX_LINES`.
+"""Tenant logs for the console: a cron run's lines (issue 13's ``services.tenant_logs``, the same
+service as ``GET …/runs/{scheduledTime}/logs``), pages followed up to :data:`MAX_LINES`, and
+:func:`line_text` for every panel (an instance's panel reads its newest lines through
+``services.console.instance_log_tail_txn``: the newest first, filtered, paged back).
 
 A line is what the API serves: ``{"time", "epoch", "step", "attempt", "stream", "message"}`` for
 an instance, ``{"time", "delivery", "stream", "message"}`` for a run. A run with no recorded match
@@ -58,18 +59,6 @@ def _follow(page: Callable[[str | None], dict]) -> Logs:
             return Logs(available=True, lines=lines[:MAX_LINES], removed=removed)
         if len(lines) >= MAX_LINES:
             return Logs(available=True, lines=lines[:MAX_LINES], truncated=True, removed=removed)
-
-
-def instance_logs(*, space: str, workflow_uid: str, instance_id: str) -> Logs:
-    """The log lines of one instance of ``space``, oldest first."""
-    try:
-        return _follow(
-            lambda token: tenant_logs.instance_logs(
-                space=space, workflow_uid=workflow_uid, instance_id=instance_id, page_token=token, limit=PAGE
-            )
-        )
-    except DomainError as exc:
-        return Logs(available=True, error=f"{exc.code}: {exc.message}")
 
 
 def run_logs(*, space: str, trigger_uid: str, scheduled_time: str) -> Logs:

@@ -1,80 +1,75 @@
 """Who is signed in to the console, and the CSRF check of its actions.
 
-Signing in takes a Space token (the same tokens as the API, CONTRACT §2.1) and keeps it in a
-cookie the page's scripts cannot read (``HttpOnly``), sent only to ``/ui`` and only by this site's
-own pages (``SameSite=Strict``; ``Secure`` when the request came over HTTPS). Every request
-resolves the token to its Space as the API does (``host_api.auth``: a deleted token is refused
-within its few seconds of memo), and the Space is never taken from the URL: every page reads
-only the token's Space.
+Signing in takes a Space token (the same tokens as the API, CONTRACT §2.1) and starts a
+server-side session (``services.console_sessions``, issue 24 item 6): the cookie holds only a
+random session id, never the token, and the page's scripts cannot read it (``HttpOnly``); it is
+sent only to ``/ui`` and only by this site's own pages (``SameSite=Strict``; ``Secure`` when the
+request came over HTTPS, also as seen through ``TAKOHOST_TRUSTED_PROXIES``). Every request checks
+the session in Postgres: signing out, deleting the token, ``TAKOHOST_CONSOLE_IDLE_SECONDS``
+without a request or ``TAKOHOST_CONSOLE_SESSION_SECONDS`` after sign-in end it at once in every
+API process, and a copied cookie stops working with it. The Space is never taken from the URL:
+every page reads only the session's Space.
 
-Actions (send an event, terminate, sign out) are POST forms that carry a CSRF token,
-``HMAC-SHA256(key=token, "takohost console csrf")``: another site can neither read it nor make
-the browser send the cookie, and it needs no server-side secret, so every API process agrees on
-it. A POST whose ``Origin`` header names another origin is refused as well. Sign-in has no CSRF
-token to check (no one is signed in yet), so :func:`check_origin` alone refuses a cross-site one
-(``null`` too): another site cannot sign a visitor in to the attacker's Space (login CSRF), where
-the events and payloads they then type would land.
+Actions (send an event, terminate, sign out) are POST forms that carry the session's own CSRF
+token (random, made at sign-in, kept in the session's row): another site can neither read it nor
+make the browser send the cookie. A POST whose ``Origin`` header names another origin is refused
+as well. Sign-in has no CSRF token to check (no one is signed in yet), so :func:`check_origin`
+alone refuses a cross-site one (``null`` too): another site cannot sign a visitor in to the
+attacker's Space (login CSRF), where the events and payloads they then type would land.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import hmac
 import urllib.parse
 
 import flask
 
-from host_api import auth
-from services import tokens
+from host_api import db
+from models import base as models_base
+from services import console_sessions
 
 COOKIE = "takohost_console"
 COOKIE_PATH = "/ui"
-_CSRF_MESSAGE = b"takohost console csrf"
 
 
 @dataclasses.dataclass(frozen=True)
 class SignedIn:
-    """The signed-in Space and the token that proves it (never shown on a page)."""
+    """The signed-in Space, the session id (never shown on a page) and its CSRF token (hex)."""
 
     space: str
-    token: str
-
-    @property
-    def csrf(self) -> str:
-        """The CSRF token of this sign-in (hex)."""
-        return csrf_token(self.token)
+    session_id: str
+    csrf: str
 
 
 class NotSignedIn(Exception):
-    """No valid console cookie: the view answers with the sign-in page."""
+    """No live console session: the view answers with the sign-in page."""
 
 
-def csrf_token(token: str) -> str:
-    """``HMAC-SHA256(key=token, "takohost console csrf")`` as hex."""
-    return hmac.new(token.encode("utf-8", "surrogatepass"), _CSRF_MESSAGE, hashlib.sha256).hexdigest()
-
-
-def space_of(token: str) -> str | None:
-    """The Space of ``token``, or None for an unknown token (the API's own lookup, with its
-    per-process memo of known tokens: ``host_api.auth``)."""
-    return auth._space_of(tokens.hash_token(token))
+def _lifetimes() -> dict[str, float]:
+    settings = flask.current_app.config["TAKOHOST_SETTINGS"]
+    return {"idle_s": settings.console_idle_s, "lifetime_s": settings.console_session_s}
 
 
 def current() -> SignedIn:
-    """The signed-in Space of this request (cached in ``flask.g``).
+    """The signed-in Space of this request (cached in ``flask.g``); extends the session.
 
     Raises:
-        NotSignedIn: no cookie, or its token is unknown (revoked).
+        NotSignedIn: no cookie, or its session is unknown, ended or expired.
     """
     cached = getattr(flask.g, "console_user", None)
     if cached is not None:
         return cached
-    token = flask.request.cookies.get(COOKIE, "")
-    space = space_of(token) if token else None
-    if space is None:
+    session_id = flask.request.cookies.get(COOKIE, "")
+    live = None
+    if session_id:
+        with db.session() as session:
+            live = console_sessions.touch_txn(session, session_id=session_id, now=models_base.utcnow(),
+                                              **_lifetimes())
+    if live is None:
         raise NotSignedIn()
-    flask.g.console_user = SignedIn(space=space, token=token)
+    flask.g.console_user = SignedIn(space=live.space, session_id=session_id, csrf=live.csrf)
     return flask.g.console_user
 
 
@@ -106,18 +101,28 @@ def check_post(user: SignedIn) -> None:
         raise PermissionError("the form's CSRF token is missing or wrong: reload the page and try again")
 
 
-def sign_in(response: flask.Response, token: str) -> None:
-    """Set the console cookie on ``response``."""
+def sign_in(response: flask.Response, token: str) -> bool:
+    """Start a session for ``token`` and set its cookie on ``response``; ``False`` (nothing
+    set) for a token that is not valid for any Space."""
+    with db.session() as session:
+        made = console_sessions.create_txn(session, token=token, now=models_base.utcnow(), **_lifetimes())
+    if made is None:
+        return False
+    session_id, _ = made
     response.set_cookie(
         COOKIE,
-        token,
+        session_id,
         path=COOKIE_PATH,
         httponly=True,
         samesite="Strict",
         secure=flask.request.is_secure,
     )
+    return True
 
 
-def sign_out(response: flask.Response) -> None:
-    """Clear the console cookie on ``response``."""
-    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict")
+def sign_out(response: flask.Response, user: SignedIn) -> None:
+    """End ``user``'s session (a copy of its cookie stops working) and clear the cookie."""
+    with db.session() as session:
+        console_sessions.revoke_txn(session, session_id=user.session_id)
+    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict",
+                           secure=flask.request.is_secure)

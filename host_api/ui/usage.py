@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from core import units
 from services import quotas
 
 _LABELS = {
@@ -30,17 +31,8 @@ class Row(TypedDict):
 
 
 def size_text(value: int, *, in_bytes: bool) -> str:
-    """A count as ``12,345``; bytes as ``512 B``, ``1.5 KiB`` … ``2.0 GiB``."""
-    if not in_bytes:
-        return f"{value:,}"
-    if value < 1024:
-        return f"{value} B"
-    size = float(value)
-    for unit in ("KiB", "MiB", "GiB"):
-        size /= 1024
-        if size < 1024 or unit == "GiB":
-            return f"{size:.1f} {unit}"
-    raise AssertionError("unreachable")
+    """A count as ``12,345``; bytes as ``core.units.size_text`` (``512 B``, ``1.5 KiB`` …)."""
+    return units.size_text(value) if in_bytes else f"{value:,}"
 
 
 def rows(usage: quotas.Usage) -> list[Row]:

@@ -14,9 +14,10 @@ JSON instance routes.
 | ``GET /ui/`` | sign in with a Space token (``POST /ui/sign-in``; ``POST /ui/sign-out``) |
 | ``GET /ui/workflows`` | DurableWorkflows: ready, instance counts by status |
 | ``GET /ui/go?id=`` | go to the instance with that id, in whichever workflow has it |
-| ``GET /ui/workflows/{name}?status=&prefix=&page=`` | instances, newest first, keyset-paged |
+| ``GET /ui/workflows/{name}?status=…&status=…&prefix=&from=&to=&page=&at=`` | instances, newest first, keyset-paged, live |
 | ``GET /ui/workflows/{name}/instance?id=`` | one instance; ``…/live`` for its live part |
 | ``GET /ui/workflows/{name}/instance/history?id=&page=`` | its whole history, paged |
+| ``GET /ui/workflows/{name}/instance/logs?id=&step=&attempt=&stream=&before=`` | its log lines, filtered, paged back |
 | ``POST /ui/workflows/{name}/instances`` | start an instance (id, params) |
 | ``POST /ui/workflows/{name}/instance/events?id=`` / ``…/terminate?id=`` | actions (terminate with a reason) |
 | ``GET /ui/triggers``, ``GET /ui/triggers/{uid}?page=`` | cron triggers and a runs ledger |
@@ -57,6 +58,7 @@ from services import (
     quotas,
 )
 from takohost.domain import deepjson, divergence, jsonstrict
+from takohost.domain import tenant_logs as tenant_log_domain
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,8 @@ bp = flask.Blueprint(
 
 #: How often a live instance page asks whether something changed (milliseconds).
 POLL_MS = 1000
+#: How often an instance list's first page refreshes itself (milliseconds).
+LIST_REFRESH_MS = 5000
 #: History events listed on the instance page (the newest); the history page lists them all.
 HISTORY_SHOWN = 200
 #: History events per page of the history page.
@@ -224,19 +228,19 @@ def sign_in() -> flask.Response:
     console_session.check_origin(allow_null=False)
     token = flask.request.form.get("token", "").strip()
     next_page = flask.request.form.get("next", "")
-    if not token or console_session.space_of(token) is None:
-        return _render("signin.html", 401, error="That token is not valid for any Space.", next_page=next_page)
     response = flask.redirect(_next_page(next_page), 303)
-    console_session.sign_in(response, token)
+    if not token or not console_session.sign_in(response, token):
+        return _render("signin.html", 401, error="That token is not valid for any Space.", next_page=next_page)
     return response
 
 
 @bp.post("/sign-out")
 def sign_out() -> flask.Response:
-    """Clear the cookie (CSRF-checked, so another site cannot sign you out)."""
-    console_session.check_post(_user())
+    """End the session and clear the cookie (CSRF-checked, so another site cannot sign you out)."""
+    user = _user()
+    console_session.check_post(user)
     response = flask.redirect(flask.url_for("ui.index"), 303)
-    console_session.sign_out(response)
+    console_session.sign_out(response, user)
     return response
 
 
@@ -288,16 +292,24 @@ def _instances_response(
     start_form: dict | None = None,
 ) -> flask.Response:
     args = flask.request.args
-    status_filter = args.get("status") or None
+    statuses = [s for s in args.getlist("status") if s]
     prefix = args.get("prefix") or None
     page = args.get("page") or None
+    since, until = _instant_arg("from"), _instant_arg("to")
+    try:
+        at = max(0, int(args.get("at") or 0)) if page else 0
+    except ValueError:
+        at = 0
     with models_db.session_scope() as session:
         workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
         uid, name = workflow.uid, workflow.name
         counts = console.status_counts_txn(session, workflow_uid=uid)
         rows, next_page = console.instance_page_txn(
-            session, space=user.space, workflow_uid=uid, status=status_filter, prefix=prefix, page_token=page
+            session, space=user.space, workflow_uid=uid, status=statuses, prefix=prefix, page_token=page,
+            created_after=since, created_before=until,
         )
+    filters = {"status": statuses, "prefix": prefix or "", "from": args.get("from") or "", "to": args.get("to") or ""}
+    total = None if (prefix or since or until) else sum(n for s, n in counts.items() if not statuses or s in statuses)
     return _render(
         "instances.html",
         status,
@@ -306,13 +318,32 @@ def _instances_response(
         name=name,
         counts=counts,
         instances=rows,
-        status=status_filter or "",
+        selected=statuses,
         prefix=prefix or "",
+        filters=filters,
+        filter_args={k: v for k, v in filters.items() if v},
+        filtered=bool(statuses or prefix or since or until),
         next_page=next_page,
         paged=page is not None,
+        at=at,
+        total=total,
+        now=utcnow(),
+        refresh_ms=LIST_REFRESH_MS,
         start_error=start_error,
         start_form=start_form or {},
     )
+
+
+def _instant_arg(name: str) -> dt.datetime | None:
+    """A ``datetime-local`` query value (``2026-12-01T16:20``, read as UTC) or an RFC 3339 one."""
+    text = flask.request.args.get(name) or ""
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise DomainError("invalid_request", f"{name} is not a date and time ({text!r})") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 def _traceback(events: list[dict]) -> tuple[str, str] | None:
@@ -350,6 +381,7 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
         detail = console.instance_detail_txn(
             session, space=user.space, workflow_uid=uid, instance_id=instance_id
         )
+        log_tail = console.instance_log_tail_txn(session, instance_pk=detail["pk"])
     events, history_cut = detail["history"], detail["historyCut"]
     inbox = detail["inbox"]
     terminal = detail["status"] in inst_models.TERMINAL_STATUSES
@@ -361,8 +393,8 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
     if in_flight is not None:
         console_timeline.add_in_flight(chart, name=in_flight["name"], attempt=in_flight["attempt"],
                                        since=in_flight["since"], now=now)
-    logs = console_logs.instance_logs(space=user.space, workflow_uid=uid, instance_id=instance_id)
-    version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"])
+    version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"],
+                                   log_tail["latestSeq"])
     return {
         "uid": name,
         "workflow_uid": uid,
@@ -380,7 +412,8 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
         "where": console_where.where_text(progress) if progress else None,
         "in_flight": in_flight,
         "now": now,
-        "logs": logs,
+        "logs": log_tail,
+        "logs_text": "\n".join(console_logs.line_text(line) for line in log_tail["lines"]),
         "terminal": terminal,
         "version": version,
         "poll_ms": POLL_MS,
@@ -418,6 +451,44 @@ def history_page(ref: str) -> flask.Response:
         events=body["events"],
         next_page=body.get("nextPageToken"),
         paged=page is not None,
+    )
+
+
+@bp.get("/workflows/<ref>/instance/logs")
+def logs_page(ref: str) -> flask.Response:
+    """An instance's log lines, newest last, :data:`services.console.LOG_PAGE` a page, filtered by
+    ``step``, ``attempt`` and ``stream``; ``before`` (a line's ``seq``) pages back past any cap."""
+    user = _user()
+    args = flask.request.args
+    instance_id = args.get("id", "")
+    filters = {"step": args.get("step") or None, "stream": args.get("stream") or None}
+    try:
+        attempt = int(args["attempt"]) if args.get("attempt") else None
+        before = int(args["before"]) if args.get("before") else None
+    except ValueError:
+        raise DomainError("invalid_request", "attempt and before are whole numbers") from None
+    if filters["stream"] is not None and filters["stream"] not in tenant_log_domain.STREAMS:
+        raise DomainError("invalid_request", f"stream is one of {', '.join(tenant_log_domain.STREAMS)}")
+    with models_db.session_scope() as session:
+        workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
+        instance_id = instance_common.id_or_error(instance_id, what="instance id")
+        row = instance_common.instance_txn(session, workflow_uid=workflow.uid, instance_id=instance_id)
+        steps = console.step_names_txn(session, instance_pk=row.pk)
+        page = console.instance_log_tail_txn(
+            session, instance_pk=row.pk, limit=console.LOG_PAGE, attempt=attempt, before=before, **filters
+        )
+    return _render(
+        "logs.html",
+        uid=workflow.name,
+        name=workflow.name,
+        instance_id=instance_id,
+        steps=steps,
+        streams=tenant_log_domain.STREAMS,
+        filters={**filters, "attempt": attempt},
+        filter_args={k: v for k, v in {**filters, "attempt": attempt}.items() if v is not None},
+        page=page,
+        text="\n".join(console_logs.line_text(line) for line in page["lines"]),
+        paged=before is not None,
     )
 
 
@@ -533,7 +604,8 @@ def triggers() -> flask.Response:
     user = _user()
     with models_db.session_scope() as session:
         rows = console.triggers_txn(session, space=user.space, now=utcnow())
-    return _render("triggers.html", triggers=rows)
+        last = console.last_runs_txn(session, trigger_uids=[t["uid"] for t in rows])
+    return _render("triggers.html", triggers=rows, last=last)
 
 
 @bp.get("/triggers/<uid>")
@@ -541,9 +613,13 @@ def trigger_page(uid: str) -> flask.Response:
     """A trigger's runs ledger, newest first: deliveries, outcomes, errors, skip reasons, logs."""
     user = _user()
     page = flask.request.args.get("page") or None
+    now = utcnow()
     with models_db.session_scope() as session:
-        trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
+        trigger = console.trigger_txn(session, space=user.space, uid=uid, now=now, upcoming=console.UPCOMING)
         ledger = cron_runs.list_runs_txn(session, space=user.space, trigger_uid=uid, page_token=page)
+    for run in ledger["runs"]:
+        if run.get("outcome") != "skipped":
+            run["late"] = console.lateness_text(run, now=now)
     return _render(
         "trigger.html",
         trigger=trigger,
@@ -561,8 +637,11 @@ def run_page(uid: str) -> flask.Response:
     scheduled = flask.request.args.get("t", "")
     with models_db.session_scope() as session:
         trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
+        kind = console.run_kind_txn(session, trigger_uid=uid, scheduled_time=scheduled)
+    if kind is None:
+        raise DomainError("not_found", f"trigger {trigger['name']} has no run scheduled at {scheduled!r}")
     logs = console_logs.run_logs(space=user.space, trigger_uid=uid, scheduled_time=scheduled)
-    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs)
+    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs, kind=kind)
 
 
 @bp.get("/operations")

@@ -1,7 +1,7 @@
 """The one line that flags non-deterministic workflow code (issue 27 item 12). Pure.
 
 The engine records a ``ReplayDiverged`` history event when a replay context asks for steps in a
-way the recorded history contradicts (``workers.engine.replay_order``: recorded steps skipped, or
+way the recorded history contradicts (``takohost.domain.replay_order``: recorded steps skipped, or
 asked out of order). :func:`divergence_text` turns the first one into the sentence ``takohost
 status`` and the console's instance page show: ``replay diverged at step 'x': …``.
 """

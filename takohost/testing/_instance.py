@@ -344,6 +344,8 @@ class _Context:
         self.replay: replay_order.ReplayOrder | None = None
 
     def run(self) -> None:
+        """Run the context to its end (a suspension, a terminal status); the child is stopped and
+        the import system restored afterwards, whatever happened."""
         instance = self.instance
         try:
             self._run()

@@ -178,7 +178,7 @@ def _load_ms(driver) -> float:
 def test_console_in_a_browser(stack, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from selenium.webdriver.support.ui import WebDriverWait
 
     base = stack.api_url
     space = "acme-shop"  # a readable Space for the screenshots (the stack's database is fresh)
@@ -336,7 +336,7 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     _wait(lambda: "/ui/workflows/order-fulfilment" in browser.current_url, what="instances page from the keyboard")
     ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
     assert ids[:3] == ["A-1002", "A-1001", "Z-0011"], ids
-    Select(browser.find_element(By.ID, "f-status")).select_by_value("errored")
+    browser.find_element(By.ID, "f-st-errored").click()
     prefix = browser.find_element(By.ID, "f-prefix")
     prefix.send_keys("Z-000", Keys.ENTER)
     _wait(lambda: "prefix=Z-000" in browser.current_url, what="filtered list")

@@ -18,7 +18,7 @@ import requests
 
 from models import db as models_db
 from services import tokens
-from tests.browser.test_console_browser import _create, _text, _wait
+from tests.browser.test_console_browser import CONTRAST_JS, _create, _text, _wait
 from tests.support import workflows
 
 SOURCE = '''
@@ -36,9 +36,30 @@ class Ops:
         if p.get("random"):  # not deterministic: a new name on every replay
             step.do("r-%d" % random.randrange(10**9), lambda: {"n": 1})
             step.sleep("nap", 1)
+        if p.get("chatty"):
+            print("before the talk")
+
+            def talk():
+                for i in range(p["chatty"]):
+                    print("line", i)
+                return {"n": p["chatty"]}
+
+            step.do("talk", talk)
+        if p.get("ticks"):
+            def tick():
+                for i in range(p["ticks"]):
+                    print("tick", i, flush=True)
+                    time.sleep(0.5)
+                return {}
+
+            step.do("ticking", tick)
         if p.get("slow"):
             step.do("slow step", lambda: time.sleep(p["slow"]))
         return step.wait_for_event("go", {"type": "go", "timeoutSeconds": 3600})
+
+
+def scheduled(event, env, ctx):
+    print("tick", event["scheduledTime"])
 '''
 
 SPACE = "ops-desk"
@@ -62,8 +83,16 @@ def ops(stack):
     _create(api, base, SPACE, "WorkerDeployment", "ops-live",
             {"worker": {"resourceUid": worker}, "versions": [{"version": {"resourceUid": version}, "weight": 100}]})
 
+    trigger = api.post(f"{base}/v2/spaces/{SPACE}/resources", headers={"Idempotency-Key": "ops-nightly"}, json={
+        "form": workflows.FORM.format("WorkerCronTrigger/0.3.0"), "name": "ops-nightly",
+        "spec": {"worker": {"resourceUid": worker}, "cron": "30 2 * * *"}})
+    assert trigger.status_code == 202, trigger.text
+    workflows._wait_operation(api, base, SPACE, trigger.json())
+
     class Ops:
         url = base
+        trigger_uid = trigger.json()["resourceUid"]
+        worker_uid = worker
         session = api
         key = token
         uids = flows
@@ -78,6 +107,11 @@ def ops(stack):
         def status(self, name: str, instance_id: str) -> str:
             quoted = urllib.parse.quote(instance_id, safe="")
             return api.get(f"{self.instances(name)}/{quoted}").json()["status"]
+
+        def status_or_none(self, name: str, instance_id: str) -> str | None:
+            quoted = urllib.parse.quote(instance_id, safe="")
+            answer = api.get(f"{self.instances(name)}/{quoted}")
+            return answer.json()["status"] if answer.status_code == 200 else None
 
         def wait(self, name: str, instance_id: str, wanted: str, timeout: float = 45) -> None:
             _wait(lambda: self.status(name, instance_id) == wanted, timeout=timeout, what=f"{instance_id} {wanted}")
@@ -263,3 +297,184 @@ def test_a_replay_divergence_is_flagged(stack, browser, ops):
     assert "replay skipped" in flagged and "not deterministic" in flagged
     browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=json-2")
     assert _text(browser, "[data-testid=diverged]") == ""
+
+
+def test_cron_next_matches_last_outcome_lateness_and_unknown_runs(stack, browser, ops):
+    import datetime as dt
+
+    from selenium.webdriver.common.by import By
+
+    from models import cron as cron_models
+    from models.base import utcnow
+
+    day = utcnow().replace(hour=2, minute=30, second=0, microsecond=0) - dt.timedelta(days=1)
+    with models_db.session_scope(stack.db_url) as session:
+        session.add(cron_models.CronSkip(trigger_uid=ops.trigger_uid, cron="30 2 * * *",
+                                         scheduled_time=day - dt.timedelta(days=1), reason="no beat was running",
+                                         recorded_at=day))
+        match = cron_models.CronMatch(trigger_uid=ops.trigger_uid, space=SPACE, worker_uid=ops.worker_uid,
+                                      cron="30 2 * * *", scheduled_time=day,
+                                      recorded_at=day + dt.timedelta(seconds=1), state="done")
+        session.add(match)
+        session.flush()
+        session.add(cron_models.CronDelivery(match_pk=match.pk, worker_id="w1:1",
+                                             started_at=day + dt.timedelta(seconds=298),
+                                             finished_at=day + dt.timedelta(seconds=300), outcome="ok"))
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/triggers")
+    row = browser.find_element(By.CSS_SELECTOR, "[data-trigger=ops-nightly]")
+    assert row.find_element(By.CSS_SELECTOR, "[data-testid=last-run]").text.startswith("ok ")
+    assert "up to date" in row.text and "idle" not in row.text
+    row.find_element(By.LINK_TEXT, "ops-nightly").click()
+    browser.find_element(By.CSS_SELECTOR, "details > summary").click()
+    upcoming = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "[data-testid=upcoming] li")]
+    assert len(upcoming) == 10 and all("02:30:00.000 UTC" in text for text in upcoming), upcoming
+    assert upcoming[0].startswith(_text(browser, "[data-testid=next-match]"))
+    late = _text(browser, "[data-testid=late]")
+    assert late == "started 4 min 58 s late: no free worker slot: every slot was busy running contexts or handlers"
+    # A run time the ledger does not have is a 404, not an empty page.
+    browser.get(f"{ops.url}/ui/triggers/{ops.trigger_uid}/run?t=2001-01-01T00:00:00Z")
+    assert _text(browser, "[data-testid=error-code]") == "not_found"
+    cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
+    answer = requests.get(f"{ops.url}/ui/triggers/{ops.trigger_uid}/run?t=2001-01-01T00:00:00Z", cookies=cookies,
+                          timeout=10)
+    assert answer.status_code == 404
+    skipped_at = (day - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert requests.get(f"{ops.url}/ui/triggers/{ops.trigger_uid}/run?t={skipped_at}", cookies=cookies,
+                        timeout=10).status_code == 200
+
+
+def _pages(ops) -> list[str]:
+    base = ops.url
+    return [
+        f"{base}/ui/workflows", f"{base}/ui/workflows/ops-flow", f"{base}/ui/workflows/ops-flow/instance?id=json-1",
+        f"{base}/ui/workflows/ops-flow/instance?id=json-2", f"{base}/ui/workflows/ops-flow/instance/history?id=json-1",
+        f"{base}/ui/triggers", f"{base}/ui/triggers/{ops.trigger_uid}", f"{base}/ui/operations",
+        f"{base}/ui/go?id=twin",
+    ]
+
+
+def test_a_phone_width_never_scrolls_sideways(stack, browser, ops):
+    for instance_id, params in (("json-1", {"crash": True}), ("json-2", {})):  # when run alone
+        if ops.status_or_none("ops-flow", instance_id) is None:
+            ops.start("ops-flow", instance_id, params)
+    _sign_in(browser, ops)
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+    try:
+        wide = {}
+        for url in [f"{ops.url}/ui/"] + _pages(ops):
+            browser.get(url)
+            width = browser.execute_script("return document.documentElement.scrollWidth")
+            if width > 390:
+                wide[url] = (width, browser.execute_script(
+                    "return Array.from(document.querySelectorAll('body *')).filter(function (e) {"
+                    " return e.getBoundingClientRect().right > 391; }).slice(0, 6).map(function (e) {"
+                    " return e.tagName + '.' + e.className + '#' + (e.id || ''); });"))
+        assert wide == {}, wide
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_dark_mode_follows_the_system(stack, browser, ops):
+    _sign_in(browser, ops)
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        for url in _pages(ops):
+            browser.get(url)
+            background = browser.execute_script("return getComputedStyle(document.documentElement).backgroundColor")
+            assert background == "rgb(13, 17, 23)", (url, background)
+            low = browser.execute_script(CONTRAST_JS)
+            assert low == [], (url, low[:5])
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    browser.get(f"{ops.url}/ui/workflows")
+    assert browser.execute_script("return getComputedStyle(document.documentElement).backgroundColor") == \
+        "rgb(255, 255, 255)"
+
+
+def test_logs_show_the_newest_lines_follow_live_filter_and_page_back(stack, browser, ops):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    ops.start("ops-flow", "chatty", {"chatty": 700})
+    ops.wait("ops-flow", "chatty", "waiting")
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=chatty")
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 300 and lines[-1].endswith("[talk #1] line 699") and lines[0].endswith("line 400"), lines[:2]
+    at_bottom = browser.execute_script(
+        "var p = document.querySelector('[data-testid=logs]'); return p.scrollTop + p.clientHeight >= p.scrollHeight - 2;")
+    assert at_bottom, "the panel shows its newest line"
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=all-logs]").click()
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 500 and lines[-1].endswith("line 699") and lines[0].endswith("line 200")
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=older]").click()
+    older = _text(browser, "[data-testid=logs]").splitlines()
+    assert older[0].endswith("before the talk") and older[-1].endswith("line 199"), (older[:2], older[-1:])
+    # Filters: step, attempt, stream.
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance/logs?id=chatty")
+    Select(browser.find_element(By.ID, "l-step")).select_by_value("talk")
+    browser.find_element(By.ID, "l-attempt").send_keys("1")
+    Select(browser.find_element(By.ID, "l-stream")).select_by_value("stdout")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    _wait(lambda: "step=talk" in browser.current_url, what="filtered")
+    lines = _text(browser, "[data-testid=logs]").splitlines()
+    assert len(lines) == 500 and all("[talk #1]" in line for line in lines)
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=older]").click()
+    assert len(_text(browser, "[data-testid=logs]").splitlines()) == 200  # the talk's first lines, no other
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance/logs?id=chatty&stream=stderr")
+    assert _text(browser, "[data-testid=no-logs]") == "No line matches."
+
+    # Follow live: lines printed while the page is open appear without a reload.
+    ops.start("ops-flow", "ticker", {"ticks": 8})
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=ticker")
+    marker = browser.execute_script("window.__stay = 1; return 1;")
+    _wait(lambda: "tick 7" in _text(browser, "[data-testid=logs]"), timeout=45, what="lines followed live")
+    assert browser.execute_script("return window.__stay;") == marker
+
+
+def test_instance_lists_are_live_with_columns_filters_and_positions(stack, browser, ops):
+    from selenium.webdriver.common.by import By
+
+    for i in range(52):
+        ops.start("ops-other", f"bulk-{i:03d}")
+    ops.start("ops-other", "boom", {"crash": True})
+    ops.wait("ops-other", "boom", "errored")
+    ops.wait("ops-other", "bulk-051", "waiting")
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    row = browser.find_element(By.CSS_SELECTOR, "[data-instance=bulk-051]")
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=step]").text == "go wait"
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=wake]").text.startswith("times out in ")
+    assert row.find_element(By.CSS_SELECTOR, "[data-col=duration]").text.endswith("so far")
+    boom = browser.find_element(By.CSS_SELECTOR, "[data-instance=boom] [data-col=error]").text
+    assert boom.startswith("step_failed: step failed after 1 attempt: ValueError"), boom
+    position = _text(browser, "[data-testid=position]")
+    assert position.startswith("Rows 1–50 of ") and "refreshes itself" in position, position
+    total = int(position.split(" of ")[1].split(",")[0])
+    browser.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
+    assert _text(browser, "[data-testid=position]").startswith(f"Rows 51–{total} of {total}")
+
+    # Several statuses at once; a time range.
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    browser.find_element(By.ID, "f-st-errored").click()
+    browser.find_element(By.ID, "f-st-terminated").click()
+    browser.find_element(By.ID, "f-prefix").submit()
+    _wait(lambda: "status=errored&status=terminated" in browser.current_url, what="two statuses")
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids == ["boom"], ids
+    browser.get(f"{ops.url}/ui/workflows/ops-other?from=2099-01-01T00:00")
+    assert _text(browser, "[data-testid=empty]").startswith("No instance matches this filter")
+    browser.get(f"{ops.url}/ui/workflows/ops-other?to=2099-01-01T00:00&prefix=bulk-05")
+    ids = [e.get_attribute("data-instance") for e in browser.find_elements(By.CSS_SELECTOR, "[data-instance]")]
+    assert ids == ["bulk-051", "bulk-050"], ids
+
+    # The first page follows new instances without a reload.
+    browser.get(f"{ops.url}/ui/workflows/ops-other")
+    browser.execute_script("window.__stay = 1;")
+    ops.start("ops-other", "newcomer")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-instance=newcomer]"), timeout=20,
+          what="the new instance listed live")
+    assert browser.execute_script("return window.__stay;") == 1

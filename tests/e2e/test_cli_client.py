@@ -313,3 +313,53 @@ def test_an_exported_history_replays_against_the_code_and_shows_a_renamed_step(
     assert done.ok and done.stopped_at is None, done.message
     failed = "step failed after 2 attempts: RuntimeError: every attempt fails"
     assert done.outcome == {"status": "complete", "output": {"first": {"failed": failed}, "got": {"ok": True}, "n": 5}}
+
+
+def test_versions_check_replays_a_candidate_against_every_live_instance(cli: Cli, tmp_path: pathlib.Path) -> None:
+    """issue 28 item 3 (the CLI's part): ``takohost versions check DIR`` replays DIR's code against
+    the history of each live instance (and ``--terminal N`` ended ones): compatible, diverged at
+    step K, or error (an endless run under the per-instance time limit); exit 1 unless all replay."""
+    project = write_project(tmp_path / "exported", toml=EXPORTED_TOML, modules={"main.py": RETRYING})
+    cli.ok("deploy", str(project))
+    for instance_id in ("live-1", "live-2", "done-1"):
+        cli.ok("instances", "create", "exported-flow", "--id", instance_id, "--params", '{"n": 1}')
+    for instance_id in ("live-1", "live-2", "done-1"):
+        cli.wait_status("exported-flow", instance_id, "waiting", timeout=90)
+    cli.ok("instances", "send-event", "exported-flow", "done-1", "go")
+    cli.wait_status("exported-flow", "done-1", "complete", timeout=90)
+
+    same = cli.json("versions", "check", str(project))
+    assert same["totals"] == {"compatible": 2, "diverged": 0, "error": 0, "not_checked": 0}
+    assert sorted(r["id"] for r in same["instances"]) == ["live-1", "live-2"]
+    with_ended = cli.json("versions", "check", str(project), "--terminal", "1")
+    assert with_ended["totals"]["compatible"] == 3
+
+    added = write_project(
+        tmp_path / "added",
+        toml=EXPORTED_TOML,
+        modules={"main.py": RETRYING.replace('        return {"first"', '        step.do("audit", dict)\n        return {"first"')},
+    )
+    assert 'step.do("audit"' in (added / "main.py").read_text()
+    assert cli.json("versions", "check", str(added))["totals"]["compatible"] == 2
+
+    renamed = write_project(tmp_path / "renamed", toml=EXPORTED_TOML, modules={"main.py": RETRYING.replace('"nap"', '"rest"')})
+    result = cli.run("versions", "check", str(renamed), "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    body = json.loads(result.stdout)
+    assert body["totals"]["diverged"] == 2
+    first = body["instances"][0]
+    assert (first["result"], first["step"], first["expected"]["name"], first["found"]["name"]) == ("diverged", 2, "nap", "rest")
+    assert "error: incompatible: 2 instance(s) diverged" in result.stderr
+    shown = cli.run("versions", "check", str(renamed))
+    assert "diverged at step 2" in shown.stderr and "0 compatible, 2 diverged" in shown.stderr
+
+    endless = write_project(
+        tmp_path / "endless",
+        toml=EXPORTED_TOML,
+        modules={"main.py": RETRYING.replace("    def run(self, event, step):\n", "    def run(self, event, step):\n        while True:\n            pass\n")},
+    )
+    assert "while True" in (endless / "main.py").read_text()
+    hung = cli.run("versions", "check", str(endless), "--json", "--instance-timeout", "0.5")
+    assert hung.returncode == 1
+    results = json.loads(hung.stdout)["instances"]
+    assert {r["result"] for r in results} == {"error"} and "time limit" in results[0]["message"]

@@ -45,13 +45,16 @@ def tour_commands(index: int = 0) -> list[tuple[list[str], str]]:
 class TourCli(Cli):
     """:class:`Cli` run from the repository root (the tour's working directory), in a wide terminal."""
 
-    def run(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout: float = 180, env: dict | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = {
             **os.environ,
             "TAKOHOST_URL": self.url,
             "TAKOHOST_SPACE": self.space,
             "TAKOHOST_TOKEN": self.token,
             "COLUMNS": "250",
+            **(env or {}),
         }
         return subprocess.run(
             [sys.executable, "-m", "host_cli", *args],

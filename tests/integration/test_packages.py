@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.integration.test_resources_support import create_ok, headers, post, settle, version_spec
-from tests.support import wheels
+from tests.support import wheels, workflows
 
 pytestmark = pytest.mark.usefixtures("no_dispatch")
 
@@ -53,6 +53,15 @@ def wheelhouse(tmp_path, monkeypatch):
     return house
 
 
+@pytest.fixture()
+def own_package_dir(tmp_path, monkeypatch) -> str:
+    """A package directory of this test alone (other test processes install into the run's at
+    the same time), for tests that never import in the sandbox (it mounts the run's)."""
+    path = str(tmp_path / "packages")
+    monkeypatch.setenv("TAKOHOST_PACKAGE_DIR", path)
+    return path
+
+
 def _layers_state() -> tuple[set[str], set[str]]:
     """(index entries, staging entries other than lock files) of this run's package directory."""
     root = os.environ["TAKOHOST_PACKAGE_DIR"]
@@ -71,7 +80,9 @@ def _install(pins_list: list[str]):
     return installer.install(pins.parse_requirements(pins_list))
 
 
-def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_layer(wheelhouse) -> None:
+def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_layer(
+    wheelhouse, own_package_dir
+) -> None:
     layer = _install(["tako-app==1.0"])
     assert sorted((p["name"], p["version"]) for p in layer.packages) == [
         ("tako-app", "1.0"),
@@ -105,7 +116,7 @@ def test_a_wheel_with_its_dependency_becomes_one_read_only_precompiled_shared_la
     ],
 )
 def test_pins_that_cannot_install_fail_with_a_code_naming_the_package_and_leave_nothing(
-    wheelhouse, pins_list: list[str], code: str, package: str, fragment: str
+    wheelhouse, own_package_dir, pins_list: list[str], code: str, package: str, fragment: str
 ) -> None:
     from workers.packages import resolve
 
@@ -118,7 +129,7 @@ def test_pins_that_cannot_install_fail_with_a_code_naming_the_package_and_leave_
     assert not (wheelhouse.parent / "sdist-ran").exists()  # the sdist's build code never ran
 
 
-def test_a_layer_over_the_size_quota_is_refused(wheelhouse, monkeypatch) -> None:
+def test_a_layer_over_the_size_quota_is_refused(wheelhouse, own_package_dir, monkeypatch) -> None:
     from workers.packages import resolve
 
     monkeypatch.setenv("TAKOHOST_PACKAGE_LAYER_MAX_BYTES", "100")
@@ -176,7 +187,7 @@ def test_two_versions_pinned_to_different_versions_of_a_package_each_see_their_o
 
 
 def test_a_version_whose_pins_cannot_install_fails_with_the_code_and_changes_nothing(
-    wheelhouse, client, space_token, db_url
+    wheelhouse, own_package_dir, client, space_token, db_url
 ) -> None:
     space, token = space_token
     worker = create_ok(client, space, token, "ModuleWorker", {})
@@ -228,6 +239,62 @@ def test_the_sweep_removes_a_layer_an_hour_after_its_last_version_is_deleted(
     assert layer.path.rsplit("/", 1)[1] not in _layers_state()[0]
 
 
+def test_the_sweep_cleans_what_a_crashed_install_left_in_staging(own_package_dir) -> None:
+    import time
+
+    from models.base import utcnow
+    from workers.packages import layers, sweep
+
+    layers.prepare(own_package_dir)
+    staging = layers.staging_dir(own_package_dir)
+    old_dir, old_lock = os.path.join(staging, "install-crashed"), os.path.join(staging, "f" * 64 + ".lock")
+    new_dir = os.path.join(staging, "install-running")
+    for path in (old_dir, new_dir):
+        os.makedirs(os.path.join(path, "layer", "pkg"))
+        os.chmod(os.path.join(path, "layer", "pkg"), 0o555)
+    open(old_lock, "w").close()
+    two_hours_ago = time.time() - 7200
+    for path in (old_dir, old_lock):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    sweep.sweep(now=utcnow(), force=True)
+    assert sorted(os.listdir(staging)) == ["install-running"]
+
+
+def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
+    wheelhouse, driver, space, db_url
+):
+    """A Version validated elsewhere (its layer is not on this machine): the context installs it
+    on first use and its step runs with the package (``sandbox_host.packages_name``)."""
+    from models import db as models_db
+    from models import resources as res_models
+    from services import instances
+    from workers import sandbox_host
+    from workers.packages import config, layers
+
+    wheels.build_wheel(wheelhouse, name="tako-late", version="1.0", files={"tako_late.py": "WORD = 'late'\n"})
+    source = (
+        "import tako_late\n"
+        "class LateWorkflow:\n"
+        "    def __init__(self, env): pass\n"
+        "    def run(self, event, step):\n"
+        "        return step.do('read', lambda: {'word': tako_late.WORD})\n"
+    )
+    deployed = workflows.deploy(db_url, space=space, source=source, class_name="LateWorkflow")
+    with models_db.session_scope(db_url) as session:
+        version = session.get(res_models.Resource, deployed.version)
+        version.spec = {**version.spec, "requirements": ["tako-late==1.0"]}
+    layer = _install(["tako-late==1.0"])
+    layers.remove(config.current().package_dir, layer.key)  # "another machine" validated it
+    sandbox_host._packages.clear()
+    assert not os.path.exists(layer.path)
+    instances.create(space=space, workflow_uid=deployed.workflow, instance_id="late-1", now=driver.clock())
+    driver.run()
+    status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id="late-1")
+    assert status["status"] == "complete", status
+    assert status["output"] == {"word": "late"}
+    assert os.path.isdir(layer.path)
+
+
 def test_a_version_whose_new_layer_would_pass_the_spaces_layer_quota_fails_and_a_shared_one_does_not(
     wheelhouse, client, space_token, monkeypatch
 ) -> None:
@@ -252,3 +319,26 @@ def test_a_version_whose_new_layer_would_pass_the_spaces_layer_quota_fails_and_a
     from services import packages as package_records
 
     assert package_records.space_layer_bytes(space) == one
+
+
+def test_a_cron_delivery_imports_its_versions_packages(wheelhouse, space, db_url) -> None:
+    """The ``scheduled`` handler of a Version with requirements finds its layer too (the same job
+    builder as replay contexts, ``sandbox_host.job_message``)."""
+    from models import db as models_db
+    from models import resources as res_models
+    from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of
+    from workers import cron_tasks
+
+    wheels.build_wheel(wheelhouse, name="tako-cron", version="1.0", files={"tako_cron.py": "READY = True\n"})
+    handler = "import tako_cron\n\ndef scheduled(event, env, ctx):\n    assert tako_cron.READY\n"
+    minute = "2030-03-04T10:05:00Z"
+    stack = create_stack(
+        db_url, space=space, cron="*/5 * * * *", source=handler, now=at(minute) - dt.timedelta(seconds=30)
+    )
+    with models_db.session_scope(db_url) as session:
+        version = session.get(res_models.Resource, stack.version_uid)
+        version.spec = {**version.spec, "requirements": ["tako-cron==1.0"]}
+    _install(["tako-cron==1.0"])
+    recorded = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
+    assert cron_tasks.deliver(recorded[0][0]) == "ok"
+    assert [(d.outcome, d.error) for d in deliveries_of(db_url, recorded[0][0])] == [("ok", None)]

@@ -33,3 +33,12 @@ def test_the_header_timeout_is_configurable_per_worker_class():
     assert server.JsonErrorThreadWorker.header_timeout == server.DEFAULT_HEADER_TIMEOUT == 10.0
     with pytest.raises(ValueError):
         server.JsonErrorThreadWorker.with_header_timeout(0)
+
+
+def test_the_body_timeout_is_configurable_beside_the_header_timeout():
+    worker = server.JsonErrorThreadWorker.with_timeouts(header=3.0, body=7.5)
+    assert (worker.header_timeout, worker.body_timeout) == (3.0, 7.5)
+    assert server.JsonErrorThreadWorker.body_timeout == server.DEFAULT_BODY_TIMEOUT == 30.0
+    assert server.JsonErrorThreadWorker.with_header_timeout(2.0).body_timeout == 30.0
+    with pytest.raises(ValueError):
+        server.JsonErrorThreadWorker.with_timeouts(header=1.0, body=0)

@@ -153,7 +153,7 @@ def test_a_malicious_wheel_runs_nothing_on_the_host_at_install(wheelhouse, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ran")) == ["ran-sandbox"]
 
 
-def test_a_wheel_writing_outside_its_layer_is_refused(wheelhouse, tmp_path) -> None:
+def test_a_wheel_writing_outside_its_layer_is_refused(wheelhouse, tmp_path, monkeypatch) -> None:
     from workers.packages import resolve
 
     path = wheelhouse / "tako_escape-1.0-py3-none-any.whl"
@@ -166,11 +166,14 @@ def test_a_wheel_writing_outside_its_layer_is_refused(wheelhouse, tmp_path) -> N
             f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
         )
         archive.writestr(f"{info}/RECORD", "")
-    before = sorted(os.listdir(os.environ["TAKOHOST_PACKAGE_DIR"]))
+    monkeypatch.setenv("TAKOHOST_PACKAGE_DIR", str(tmp_path / "packages"))  # of this test alone
+    before = []
     with pytest.raises(resolve.PackageError) as raised:
         _install(["tako-escape==1.0"])
     assert (raised.value.code, raised.value.package) == ("install_failed", "tako-escape")
     assert "outside the target directory" in raised.value.message
-    assert sorted(os.listdir(os.environ["TAKOHOST_PACKAGE_DIR"])) == before
+    root = os.environ["TAKOHOST_PACKAGE_DIR"]
+    assert os.listdir(os.path.join(root, "index")) == before
+    assert [n for n in os.listdir(os.path.join(root, "staging")) if not n.endswith(".lock")] == before
     for parent in (os.environ["TAKOHOST_PACKAGE_DIR"], str(tmp_path), "/tmp"):
         assert not os.path.exists(os.path.join(parent, "escaped.txt"))

@@ -228,9 +228,11 @@ def deploy_http(
     class_name: str,
     variables: dict | None = None,
     self_binding: str | None = None,
+    requirements: list[str] | None = None,
 ) -> Deployed:
     """Deploy through the HTTP API (needs a real API server and worker): Worker → DurableWorkflow
-    (allowed before a Deployment) → Version (validated by the worker) → Deployment."""
+    (allowed before a Deployment) → Version (validated by the worker; with ``requirements``, its
+    pinned packages) → Deployment."""
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
     worker = _create_http(session, base, space, "ModuleWorker", {})
@@ -243,6 +245,8 @@ def deploy_http(
         variables=variables,
         bindings={self_binding: workflow} if self_binding else None,
     )
+    if requirements:
+        spec["requirements"] = list(requirements)
     version = _create_http(session, base, space, "WorkerVersion", spec)
     deployment = _create_http(
         session,

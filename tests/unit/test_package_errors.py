@@ -114,3 +114,16 @@ def test_the_defaults(monkeypatch) -> None:
     cfg = config.current()
     assert (cfg.max_bytes, cfg.timeout_s, cfg.index_url) == (512 * 1024 * 1024, 300.0, None)
     assert config.interpreter().startswith("cpython-3")
+
+
+def test_takohost_dev_keeps_one_package_directory_per_data_dir_outside_it(tmp_path, monkeypatch) -> None:
+    import pathlib
+
+    from host_cli import devmode
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    one = devmode.dev_package_dir(pathlib.Path(tmp_path / "checkout" / ".takohost"))
+    assert one == devmode.dev_package_dir(pathlib.Path(tmp_path / "checkout" / "x" / ".." / ".takohost"))
+    assert one != devmode.dev_package_dir(pathlib.Path(tmp_path / "other"))
+    assert one.startswith(str(tmp_path / "cache" / "takohost" / "dev-packages") + "/")
+    assert "checkout" not in one  # a context's mountinfo shows it: never the data dir's path

@@ -63,3 +63,14 @@ def test_renderings():
         ("versionCodeBytes", "0 B", "256.0 MiB", 0, False),
         ("layerBytes", "5.0 GiB", "2.0 GiB", 100, True),
     ]
+
+
+def test_size_text_is_one_rendering_for_the_cli_the_console_and_host_lines():
+    from core import units
+    from workers.egress import client as egress_client
+
+    assert [units.size_text(v) for v in (0, 1023, 1024, 1536, 5 << 20, 3 << 30, 5000 << 30)] == [
+        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "3.0 GiB", "5000.0 GiB"
+    ]
+    assert egress_client._size(1536) == cli_spaces.amount(1536, in_bytes=True) == "1.5 KiB"
+    assert console_usage.size_text(1536, in_bytes=True) == "1.5 KiB"

@@ -28,6 +28,7 @@ import threading
 import weakref
 from typing import Any
 
+from core import units
 from takohost.runtime import protocol
 from workers.egress import config as egress_config
 
@@ -321,12 +322,7 @@ def describe(record: dict[str, Any]) -> str:
 
 
 def _size(value: object) -> str:
-    size = value if type(value) is int else 0
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size} B"
+    return units.size_text(value if type(value) is int else 0)
 
 
 

@@ -80,8 +80,10 @@ return 0
 # lease: the cron prefix .. match_pk): ``fleet.LIVE_LUA``; the cap follows the live fleet's slots:
 # ``fleet.CAP_LUA`` (fixed = TAKOHOST_SPACE_MAX_CONTEXTS, reserved = TAKOHOST_SPACE_RESERVED_SLOTS).
 _LIVE = fleet.LIVE_LUA
-# ... ARGV[8] = the delivery lease key prefix, ARGV[9] = reserved slots; KEYS[4] = the fleet's ZSET.
+# ... ARGV[8] = the delivery lease key prefix, ARGV[9] = reserved slots; KEYS[4] = the fleet's ZSET,
+# KEYS[5] = the Space's sent ZSET (this message is taken now: it no longer counts as sent).
 _ADMIT = _LIVE + fleet.CAP_LUA + """
+redis.call('ZREM', KEYS[5], ARGV[4])
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local cap = space_cap(tonumber(ARGV[3]), tonumber(ARGV[9]), KEYS[4], tonumber(ARGV[5]))
 local live = 0
@@ -118,14 +120,19 @@ redis.call('SADD', KEYS[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1
 """
-# KEYS = lease, contexts SET, waiting ZSET; ARGV[1] = value, ARGV[2] = pk.
-# {0} = not ours; {1} = released, nobody waits; {1, pk} = released, hand the slot to pk.
+# KEYS = lease, contexts SET, waiting ZSET, sent ZSET; ARGV[1] = value, ARGV[2] = pk, ARGV[3] = now
+# ms, ARGV[4] = SPACE_KEYS_TTL_MS. {0} = not ours; {1} = released, nobody waits; {1, pk} =
+# released, hand the slot to pk (whose message counts as sent from now on).
 _RELEASE_SPACE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[2])
 local nxt = redis.call('ZPOPMIN', KEYS[3])
-if nxt[1] then return {1, nxt[1]} end
+if nxt[1] then
+  redis.call('ZADD', KEYS[4], ARGV[3], nxt[1])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  return {1, nxt[1]}
+end
 return {1}
 """
 # KEYS[1] = contexts SET; ARGV[1] = lease key prefix, ARGV[2] = delivery lease key prefix.
@@ -248,6 +255,7 @@ class LeaseStore:
                     self.contexts_key(space),
                     self.waiting_key(space),
                     redis_keys.fleet_slots_key(self.namespace),
+                    redis_keys.space_sent_key(self.namespace, space),
                 ],
                 args=[
                     value,
@@ -333,7 +341,9 @@ class LeaseStore:
         failing hand-off is logged, never raised: the sweeps send it later). True when this call
         deleted the lease."""
         answer = self._release_space(
-            keys=[key, self.contexts_key(space), self.waiting_key(space)], args=[value, member]
+            keys=[key, self.contexts_key(space), self.waiting_key(space),
+                  redis_keys.space_sent_key(self.namespace, space)],
+            args=[value, member, int(time.time() * 1000), SPACE_KEYS_TTL_MS],
         )
         if len(answer) > 1:
             waiting = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])

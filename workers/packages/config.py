@@ -23,7 +23,7 @@ class PackageConfig:
     Attributes:
         package_dir: the host directory holding layers (``TAKOHOST_PACKAGE_DIR``; default
             ``$XDG_CACHE_HOME/takohost/packages``, i.e. ``~/.cache/takohost/packages``;
-            ``takohost dev`` uses ``DATA_DIR/packages``).
+            ``takohost dev`` one per data dir, ``host_cli.devmode.dev_package_dir``).
         index_url: the package index pip resolves against (``TAKOHOST_PACKAGE_INDEX_URL``;
             ``None``: pip's default, PyPI).
         wheelhouse: a local directory of wheels used *instead of* any index

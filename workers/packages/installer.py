@@ -14,8 +14,10 @@ killed whole at the deadline. Nothing is left behind by a failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -89,11 +91,17 @@ def install(requirements: tuple[pins.Pin, ...], *, cfg: config.PackageConfig | N
     return _layer(cfg, key, path, layers.read_metadata(path) or metadata)
 
 
+#: Address space of the compiling process: a hostile module built to exhaust the compiler's
+#: memory fails to compile (it just gets no ``.pyc``) instead of taking the worker's machine.
+COMPILE_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
+
+
 def _run(
-    command: list[str], *, cwd: str, env: dict[str, str], deadline: float
+    command: list[str], *, cwd: str, env: dict[str, str], deadline: float, memory_bytes: int | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``command`` in a session of its own; at ``deadline`` (monotonic) kill the whole
-    session and raise ``PackageError(install_failed)``."""
+    """Run ``command`` in a session of its own (``memory_bytes``: its ``RLIMIT_AS``, set right
+    after it starts); at ``deadline`` (monotonic) kill the whole session and raise
+    ``subprocess.TimeoutExpired``."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise subprocess.TimeoutExpired(command, 0)
@@ -107,6 +115,9 @@ def _run(
         text=True,
         start_new_session=True,
     )
+    if memory_bytes is not None:
+        with contextlib.suppress(OSError):  # it exited already
+            resource.prlimit(process.pid, resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     try:
         out, err = process.communicate(timeout=remaining)
     except subprocess.TimeoutExpired:
@@ -169,6 +180,7 @@ def _install_into(
             cwd=staged,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
             deadline=deadline,
+            memory_bytes=COMPILE_MEMORY_BYTES,
         )
     except subprocess.TimeoutExpired:
         raise resolve.PackageError(

@@ -79,18 +79,23 @@ def staging_dir(package_dir: str) -> str:
 
 
 def _secret(package_dir: str) -> bytes:
+    """The machine's secret (created on first use: written aside, then linked into place, so a
+    reader never sees it half-written and two creators agree on one)."""
     path = os.path.join(package_dir, "secret")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_hex(32))
+    if not os.path.exists(path):
+        aside = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_hex(32))
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+        finally:
+            os.unlink(aside)
     with open(path) as source:
         value = source.read().strip()
-    if len(value) != 64:  # a second process read it between its creation and its write
-        raise OSError(f"{path} is being written; retry")
+    if len(value) != 64:
+        raise OSError(f"{path} is not a secret this host wrote")
     return bytes.fromhex(value)
 
 

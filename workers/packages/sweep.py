@@ -4,11 +4,13 @@
 A layer is removed :data:`services.packages.UNUSED_GRACE` (one hour) after the last live Version
 using it was deleted: its row first (in one transaction), then its directory on this machine. A
 directory on this machine that the database does not record (an install whose Operation never
-recorded it) is removed once its index entry is older than the grace period.
+recorded it) is removed once its index entry is older than the grace period, and so is what a
+crashed install left in ``staging/``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -58,6 +60,29 @@ def sweep(*, now: dt.datetime, force: bool = False) -> int:
             or now.timestamp() - recorded_at > package_records.UNUSED_GRACE.total_seconds()
         ):
             removed += layers.remove(cfg.package_dir, key)
+    _clean_staging(cfg.package_dir, cutoff=cutoff)
     if removed:
         log.info("removed %d unused package layers", removed)
     return removed
+
+
+def _clean_staging(package_dir: str, *, cutoff: float) -> None:
+    """Remove what crashed installs left in ``staging/`` (directories, lock files) older than
+    ``cutoff`` (a wall-clock time); a live install's files are newer."""
+    staging = layers.staging_dir(package_dir)
+    try:
+        entries = os.listdir(staging)
+    except FileNotFoundError:
+        return
+    for name in entries:
+        path = os.path.join(staging, name)
+        try:
+            if os.lstat(path).st_mtime >= cutoff:
+                continue
+        except FileNotFoundError:
+            continue
+        if name.endswith(".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        else:
+            layers.discard(path)

@@ -5,7 +5,15 @@
 (function () {
   // Live: while the instance is not terminal, ask every data-poll-ms whether it changed
   // (204: no), and swap in the new live part when it did. Focus inside it is kept by id.
+  // The logs panel shows its newest line (the bottom) unless the reader scrolled up in it.
+  function follow(root) {
+    Array.prototype.forEach.call(root.querySelectorAll("pre[data-follow]"), function (pre) {
+      pre.scrollTop = pre.scrollHeight;
+    });
+  }
+
   function startLive(live) {
+    follow(live);
     var url = live.getAttribute("data-live-url");
     var every = parseInt(live.getAttribute("data-poll-ms"), 10) || 1000;
     var busy = false;
@@ -31,6 +39,7 @@
             if (openDetails.indexOf(s.textContent) >= 0) { s.parentNode.open = true; }
           });
           live.setAttribute("data-version", data.v);
+          follow(live);
           live.setAttribute("data-terminal", data.terminal ? "true" : "false");
           if (data.terminal) {  // an ended instance takes no actions: say so instead of the forms
             Array.prototype.forEach.call(document.querySelectorAll(".action-forms"), function (f) { f.hidden = true; });
@@ -105,6 +114,23 @@
   }
   window.setInterval(refreshTimes, 1000);
 
+  // A list that refreshes itself (an instance list's first page): fetch the page again and swap
+  // in the same element of the answer, while the tab is visible and no field inside has focus.
+  function startRefresh(box) {
+    var every = parseInt(box.getAttribute("data-refresh-ms"), 10) || 5000;
+    window.setInterval(function () {
+      if (document.hidden || box.contains(document.activeElement)) { return; }
+      fetch(window.location.href, {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (!html) { return; }
+          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(box.id);
+          if (fresh) { box.innerHTML = fresh.innerHTML; refreshTimes(); }
+        })
+        .catch(function () { /* try again next time */ });
+    }, every);
+  }
+
   document.addEventListener("keydown", goShortcut);
   document.addEventListener("click", function (ev) {
     var button = ev.target.closest && ev.target.closest("button[data-copy]");
@@ -114,6 +140,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");
     if (live) { startLive(live); }
+    Array.prototype.forEach.call(document.querySelectorAll("[data-refresh-ms]"), startRefresh);
     Array.prototype.forEach.call(document.querySelectorAll("form[data-confirm]"), function (form) {
       form.addEventListener("submit", function (ev) {
         if (!window.confirm(form.getAttribute("data-confirm"))) { ev.preventDefault(); }
