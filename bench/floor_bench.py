@@ -53,7 +53,9 @@ def _cpu_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def _iteration(variant: str, pidns_fd: int, pages: bytearray, forker: object | None) -> None:
+def _iteration(
+    variant: str, pidns_fd: int, pages: bytearray, forker: isolation.forking.Forker | None
+) -> None:
     if forker is not None:
         pid = forker.fork()
         if pid == 0:
@@ -62,8 +64,7 @@ def _iteration(variant: str, pidns_fd: int, pages: bytearray, forker: object | N
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
-        if forker.memory is not None:
-            forker.memory.release(pid)
+        forker.release(pid)  # its memory and freezer cgroups, its uid
         return
     if variant in ("pid_namespace", "namespaces"):
         isolation.syscalls.unshare(isolation.syscalls.CLONE_NEWPID)
@@ -113,8 +114,8 @@ def inner(interpreter: str, variant: str, iterations: int) -> dict:
             _iteration(variant, pidns_fd, pages, forker)
         cpu, wall = _cpu_seconds() - cpu_start, time.perf_counter() - wall_start
     finally:
-        if forker is not None and forker.memory is not None:
-            forker.memory.close()
+        if forker is not None:
+            forker.close()
         if children_dir is not None:
             shutil.rmtree(children_dir, ignore_errors=True)
     return {"cpu_ms": round(cpu / iterations * 1000, 3), "wall_ms": round(wall / iterations * 1000, 3)}

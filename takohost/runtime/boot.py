@@ -1,10 +1,12 @@
 """The zygote's first code: makes the SDK importable under neutral names, then runs
 ``takohost.runtime.zygote`` (issue 24 item 7: no host path in what a context inherits).
 
-``workers.engine.sandbox.Zygote.start`` runs this file as the script ``/dev/fd/N`` of an
-interpreter started under the name ``takohost-sandbox`` (so ``sys.orig_argv``,
-``/proc/self/cmdline`` and ``__main__.__file__`` hold no host path, and ``sys.executable`` is not
-the host's virtualenv). The first line of its standard input is JSON ``{"packages": {name:
+``workers.engine.sandbox.Zygote.start`` runs this file through :func:`command` in an
+interpreter started under the name ``takohost-sandbox``: its command line (``sys.orig_argv``,
+``/proc/self/cmdline``) holds no host path, ``sys.executable`` is not the host's virtualenv, and
+its code is named ``/takohost/sdk/takohost/runtime/boot.py`` (where a context has its copy; a
+name such as ``/dev/fd/N`` would send ``linecache`` reading whatever descriptor N is later when a
+traceback is formatted). The first line of its standard input is JSON ``{"packages": {name:
 directory}}`` (:func:`package_dirs`): every module of those packages — the SDK and what it
 imports beyond the standard library — is loaded from its directory on the host but named
 ``/takohost/sdk/<name>/…`` (``__file__``, ``__spec__``, every code object's ``co_filename``),
@@ -41,6 +43,11 @@ def package_dirs() -> dict[str, str]:
             raise ImportError(f"the sandbox needs the package {name}")
         dirs[name] = os.path.dirname(os.path.realpath(spec.origin))
     return dirs
+
+
+def command(fd: int) -> str:
+    """The ``-c`` code that runs this file, read from descriptor ``fd``, under its neutral name."""
+    return f"import os;exec(compile(os.fdopen({fd}).read(),{NEUTRAL_ROOT + '/takohost/runtime/boot.py'!r},'exec'))"
 
 
 class NeutralFinder:
@@ -105,7 +112,6 @@ def _first_line(fd: int) -> bytes:
 def _main() -> int:
     import json
 
-    os.close(int(sys.argv[0].rsplit("/", 1)[1]))  # this script, opened by the starter: /dev/fd/N
     sys.meta_path.insert(0, NeutralFinder(json.loads(_first_line(0))["packages"]))
     sys.argv[0] = "takohost-sandbox"
     from takohost.runtime import zygote

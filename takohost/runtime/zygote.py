@@ -1,6 +1,6 @@
 """The fork server ("zygote"): a small pre-started process that forks sandbox children.
 
-Started by ``workers.engine.sandbox.Zygote.start()`` as ``takohost-sandbox -s -P -B /dev/fd/N
+Started by ``workers.engine.sandbox.Zygote.start()`` as ``takohost-sandbox -s -P -B -c <code>
 --control-fd N --ready-fd N`` (the interpreter under a neutral name, running ``boot.py``, which
 names the SDK's modules by their place in a context, then calls :func:`main`) with a scrubbed
 environment and only those pipe descriptors; its settings (the socket's path, the
@@ -13,8 +13,9 @@ and then forks in about 0.4 ms instead of the 1.7–5 ms a fork of a Celery work
 Requests (one Unix stream connection per client process, see PROTOCOL.md "Zygote"): a frame
 ``{"op": "spawn"}`` carrying one end of a fresh ``socketpair`` as SCM_RIGHTS. The zygote hands
 that descriptor to a child forked ahead of demand (``child.run_forked``) and answers
-``{"op": "spawned", "pid": N}`` with a pidfd of the process that runs the tenant's code attached;
-or ``{"op": "error", "message"}``.
+``{"op": "spawned", "pid": N}`` with a pidfd of the process that runs the tenant's code attached
+(and, where the host has a freezer, a directory descriptor of the context's freezer cgroup: the
+parent's stop proof, ``isolation.cgroups.freeze``); or ``{"op": "error", "message"}``.
 
 Isolation (``isolation``; ``TAKOHOST_SANDBOX_ISOLATION``, default ``namespaces``): each child
 is forked by ``isolation.forking.Forker`` as PID 1 of a PID namespace of its own and enters a minimal
@@ -149,6 +150,9 @@ class ZygoteServer:
         self.children_dir = children_dir
         # child pid → its pidfd, kept until the child is reaped (to kill it on shutdown).
         self.leaders: dict[int, int] = {}
+        # child pid → the connection it was handed out on, until it is reaped (stopped when that
+        # connection drops).
+        self.owners: dict[int, _Connection] = {}
         self.stopping = False
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -269,14 +273,34 @@ class ZygoteServer:
         self.selector.unregister(connection.sock)
         self.connections.pop(connection.sock.fileno(), None)
         connection.close()
+        # Its client process is gone (or broke the protocol): a context it froze to stop it and
+        # could not kill and thaw would stay frozen for good (a frozen task takes no SIGKILL on
+        # cgroup v1). Contexts it did not freeze run on (their channels are their own).
+        for pid in [pid for pid, owner in self.owners.items() if owner is connection]:
+            del self.owners[pid]
+            if pid in self.leaders and isolation.cgroups.frozen(self.forker.freezer_fd(pid)):
+                self._stop_child(pid)
 
-    def _reply(self, connection: _Connection, message: dict[str, Any], fd: int | None) -> bool:
+    def _stop_child(self, pid: int) -> None:
+        """Kill child ``pid`` and everything it started, frozen or not: its cgroup is frozen,
+        every process in it killed and thawed (so that none runs on, nor stays frozen), then its
+        pidfd and group are signalled too."""
+        freezer_fd = self.forker.freezer_fd(pid)
+        if freezer_fd >= 0:
+            isolation.cgroups.freeze(freezer_fd, timeout=1.0)
+            with contextlib.suppress(OSError):
+                isolation.cgroups.kill_frozen(freezer_fd)
+        _kill(self.leaders[pid], pid)
+        if freezer_fd >= 0:
+            isolation.cgroups.thaw(freezer_fd)
+
+    def _reply(self, connection: _Connection, message: dict[str, Any], fds: list[int] | None) -> bool:
         frame = protocol.encode_frame(message)
         try:
-            if fd is None:
+            if not fds:
                 connection.sock.sendall(frame)
             else:
-                socket.send_fds(connection.sock, [frame], [fd])
+                socket.send_fds(connection.sock, [frame], fds)
         except OSError:
             self._drop(connection)
             return False
@@ -323,8 +347,12 @@ class ZygoteServer:
                 break
         finally:
             os.close(channel_fd)
-        if not self._reply(connection, {"op": "spawned", "pid": pid}, pidfd):
-            _kill(pidfd, pid)
+        freezer_fd = self.forker.freezer_fd(pid)
+        fds = [pidfd] if freezer_fd < 0 else [pidfd, freezer_fd]
+        if self._reply(connection, {"op": "spawned", "pid": pid}, fds):
+            self.owners[pid] = connection
+        else:
+            self._stop_child(pid)
 
     def _forget_in_child(self) -> None:
         """In a new child: detach the zygote's sockets so no object's finaliser ever closes a
@@ -339,6 +367,7 @@ class ZygoteServer:
         self.connections.clear()
         self.idle.clear()
         self.leaders.clear()
+        self.owners.clear()
         self.pid = 0
         self.socket_path = self.children_dir = ""
 
@@ -352,6 +381,7 @@ class ZygoteServer:
             if info is None or info.si_pid == 0:
                 return
             pid = info.si_pid
+            self.owners.pop(pid, None)
             pidfd = self.leaders.pop(pid, None)
             if pidfd is not None:
                 _kill(pidfd, pid)  # the unreaped child still reserves the group id
@@ -372,8 +402,8 @@ class ZygoteServer:
 
     def shutdown(self) -> None:
         """Kill every child (and what it started), reap them, remove the socket and directory."""
-        for pid, pidfd in list(self.leaders.items()):
-            _kill(pidfd, pid)
+        for pid in list(self.leaders):
+            self._stop_child(pid)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         while True:
             try:

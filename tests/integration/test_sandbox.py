@@ -261,7 +261,7 @@ def test_kill_during_effect_stops_it_for_good(zygote, tmp_path: Path):
     with handle:
         assert wait_for(started.exists)
         assert handle.kill_and_wait() is True
-        assert handle.exited
+        assert wait_for(lambda: handle.exited)  # a frozen context's exit follows the proof
         time.sleep(1.5)
         assert not after.exists()
     assert wait_for(lambda: pid_gone(handle.pid))

@@ -2,9 +2,9 @@
 
 ``Zygote`` starts ``takohost.runtime.zygote`` (scrubbed environment, no inherited descriptor but
 its two pipes) and asks it for children; ``ChildHandle`` is one child: frames in and out, a
-heartbeat, and ``kill_and_wait`` which SIGKILLs the child and **proves** through its pidfd that it
-is dead — with its PID namespace, everything it started — before returning ``True`` (CONTRACT §1:
-stop, then publish).
+heartbeat, and ``kill_and_wait``, which **proves** that no process of the context — its PID
+namespace, everything it started — runs again before returning ``True`` (CONTRACT §1: stop, then
+publish): by its frozen cgroup where the host has a freezer, else through its pidfd, by its exit.
 
 Fork safety: a ``Zygote`` may be started in a Celery main process and used from its prefork pool
 children and from several threads. Each process opens its own connection to the zygote socket
@@ -82,11 +82,14 @@ class ChildHandle:
     thread at a time. Use as a context manager to ``kill_and_wait`` and ``close`` on exit.
     """
 
-    def __init__(self, sock: socket.socket, *, pid: int, pidfd: int) -> None:
+    def __init__(self, sock: socket.socket, *, pid: int, pidfd: int, freezer_fd: int = -1) -> None:
         self.pid = pid
         self.spawn_seconds = 0.0
+        #: How the last :meth:`kill_and_wait` proved the stop: ``"frozen"`` or ``"exited"``.
+        self.stop_proof = ""
         self._sock = sock
         self._pidfd = pidfd
+        self._freezer_fd = freezer_fd
         self._buffer = protocol.FrameBuffer(max_containers=protocol.CHILD_MAX_CONTAINERS)  # untrusted
         self._ready: list[dict[str, Any]] = []
         self._eof = False
@@ -220,6 +223,35 @@ class ChildHandle:
         return _readable(self._pidfd, 0)
 
     def kill_and_wait(self, timeout: float = 5.0) -> bool:
+        """Stop the child and everything it started, and prove it (CONTRACT §1: stop, then
+        publish): the one stop proof of replay contexts, cron deliveries and validations.
+
+        Returns ``True`` only once no process of the context can run another instruction of
+        user code. Where the context has a freezer cgroup (the zygote made one: root hosts with
+        cgroup v1's freezer or cgroup v2), that is when the kernel confirms the cgroup
+        ``FROZEN`` (:func:`isolation.cgroups.freeze`; no process can leave it): the child is
+        then SIGKILLed, every process of it (``isolation.cgroups.kill_frozen``), and thawed, and
+        dies and is reaped by the zygote off the caller's path,
+        without running user code again (issue 26 item 2: the status need not wait for the
+        kernel to free the context's memory). Otherwise, or when the freeze is not confirmed
+        within ``timeout``, :meth:`_kill_and_wait_exit` proves it by the child's exit.
+        :attr:`stop_proof` says which proof held.
+        """
+        if self._pidfd < 0:
+            raise RuntimeError("kill_and_wait after close: the pidfd is gone, nothing can be proven")
+        self._stop_heartbeat.set()
+        if self._freezer_fd >= 0 and isolation.cgroups.freeze(self._freezer_fd, timeout=min(timeout, 1.0)):
+            try:
+                isolation.cgroups.kill_frozen(self._freezer_fd)
+            except OSError:
+                logger.exception("could not kill the frozen context of child %s", self.pid)
+            else:
+                isolation.cgroups.thaw(self._freezer_fd)
+                self.stop_proof = "frozen"
+                return True
+        return self._kill_and_wait_exit(timeout)
+
+    def _kill_and_wait_exit(self, timeout: float) -> bool:
         """SIGKILL the child and wait until it is proven dead, with everything it started.
 
         Returns ``True`` only when the pidfd reported the child's exit within ``timeout`` seconds
@@ -235,6 +267,8 @@ class ChildHandle:
         self._stop_heartbeat.set()
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        if self._freezer_fd >= 0:  # after a freeze not confirmed: a frozen task takes SIGKILL when thawed (v1)
+            isolation.cgroups.thaw(self._freezer_fd)
         try:
             signal.pidfd_send_signal(self._pidfd, 0)  # succeeds until the zygote has reaped it
         except ProcessLookupError:
@@ -245,6 +279,7 @@ class ChildHandle:
         if not _readable(self._pidfd, timeout):
             logger.error("sandbox child %s not proven dead after %.1f s", self.pid, timeout)
             return False
+        self.stop_proof = "exited"
         return True
 
     def close(self) -> None:
@@ -256,6 +291,9 @@ class ChildHandle:
                 self._poller.unregister(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
+        if self._freezer_fd >= 0:
+            os.close(self._freezer_fd)
+            self._freezer_fd = -1
         for fd in self.egress_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -333,16 +371,17 @@ class Zygote:
         self.socket_path = os.path.join(self._dir, "zygote.sock")
         control_r, control_w = os.pipe()
         ready_r, ready_w = os.pipe()
-        # The interpreter runs as "takohost-sandbox" with the boot script as /dev/fd/N: its
-        # command line (which every context inherits: sys.orig_argv, /proc/self/cmdline) names
-        # no host path, and the SDK's modules are named by their place in a context
+        # The interpreter runs as "takohost-sandbox" with the boot script read from a descriptor:
+        # its command line (which every context inherits: sys.orig_argv, /proc/self/cmdline)
+        # names no host path, and the SDK's modules are named by their place in a context
         # (takohost/runtime/boot.py).
         boot_fd = os.open(os.path.join(self.policy.sdk_dir, "runtime", "boot.py"), os.O_RDONLY)
         flags, env = _interpreter_flags(self._python)
         command = [
             "takohost-sandbox",
             *flags,
-            f"/dev/fd/{boot_fd}",
+            "-c",
+            boot.command(boot_fd),
             "--control-fd",
             str(control_r),
             "--ready-fd",
@@ -441,13 +480,13 @@ class Zygote:
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         started = time.perf_counter()
         try:
-            pid, pidfd = self._request_child(child_end)
+            pid, pidfd, freezer_fd = self._request_child(child_end)
         except BaseException:
             parent_end.close()
             raise
         finally:
             child_end.close()
-        handle = ChildHandle(parent_end, pid=pid, pidfd=pidfd)
+        handle = ChildHandle(parent_end, pid=pid, pidfd=pidfd, freezer_fd=freezer_fd)
         try:
             hello = handle.recv(timeout=hello_timeout)
             if hello.get("op") != "hello":
@@ -461,7 +500,7 @@ class Zygote:
             raise
         return handle
 
-    def _request_child(self, child_end: socket.socket) -> tuple[int, int]:
+    def _request_child(self, child_end: socket.socket) -> tuple[int, int, int]:
         with self._lock:
             sock = self._connection()
             try:
@@ -480,11 +519,12 @@ class Zygote:
                 self._client = None
                 raise ZygoteUnavailable(f"spawn request failed: {exc}") from None
         reply = messages[0]
-        if reply.get("op") != "spawned" or type(reply.get("pid")) is not int or len(received) != 1:
+        if reply.get("op") != "spawned" or type(reply.get("pid")) is not int or len(received) not in (1, 2):
             for fd in received:
                 os.close(fd)
             raise ZygoteUnavailable(f"the zygote refused to spawn: {reply.get('message', reply.get('op'))}")
-        return reply["pid"], received[0]
+        # the pidfd, then (where the host has a freezer) the context's freezer cgroup
+        return reply["pid"], received[0], received[1] if len(received) == 2 else -1
 
 
 def _interpreter_flags(python: str) -> tuple[list[str], dict[str, str]]:

@@ -46,10 +46,15 @@ class Forker:
         self.pidns_fd = -1
         self.memory: cgroups.MemoryCgroup | None = None
         self.uids: uids.UidPool | None = None
+        self.freezer: cgroups.Freezer | None = None
         #: child pid → its uid (root hosts), until :meth:`release`.
         self.children: dict[int, int] = {}
-        #: In a child: the uid it runs as (root hosts; taken by the zygote before the fork).
+        #: child pid → (path, directory descriptor) of its freezer cgroup, until :meth:`release`.
+        self.frozen_by: dict[int, tuple[str, int]] = {}
+        #: In a child: the uid it runs as (root hosts; taken by the zygote before the fork) and
+        #: the freezer cgroup it joins (made by the zygote before the fork; "" without).
         self.uid = -1
+        self.freezer_path = ""
         #: In a child with public egress, after :meth:`enter`: the listeners of its namespace
         #: (``network.listeners``), to hand to the host with its ``hello`` and close.
         self.egress: list[socket.socket] = []
@@ -66,6 +71,7 @@ class Forker:
             layout, packages=(), policy=dataclasses.replace(layout.policy, sdk_dir=mounts.SDK_DIR)
         )
         self.memory = cgroups.MemoryCgroup.find(layout.policy)
+        self.freezer = cgroups.Freezer.find()
         if identity.host_is_root():
             self.uids = uids.UidPool(layout.policy.uid_base)
 
@@ -75,32 +81,45 @@ class Forker:
         if not self.isolated:
             return os.fork()
         uid = self.uids.take() if self.uids is not None else -1
+        frozen = self.freezer.make() if self.freezer is not None else ("", -1)
         syscalls.unshare(syscalls.CLONE_NEWPID)
         try:
             pid = os.fork()
         except BaseException:
             syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
-            if self.uids is not None:
-                self.uids.give_back(uid)
+            self._forget(uid, frozen)
             raise
         if pid == 0:
-            self.uid = uid
-            self.uids = None  # the zygote holds the slots (the child closes their descriptors)
-            self.children = {}
+            self.uid, self.freezer_path = uid, frozen[0]
+            # The zygote holds the slots and the cgroups (the child closes their descriptors).
+            self.uids = self.freezer = None
+            self.children, self.frozen_by = {}, {}
             return 0
         syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
         if self.uids is not None:
             self.children[pid] = uid
+        if frozen[1] >= 0:
+            self.frozen_by[pid] = frozen
         return pid
+
+    def freezer_fd(self, pid: int) -> int:
+        """The directory descriptor of child ``pid``'s freezer cgroup (owned here), or ``-1``."""
+        return self.frozen_by.get(pid, ("", -1))[1]
+
+    def _forget(self, uid: int, frozen: tuple[str, int]) -> None:
+        if uid >= 0 and self.uids is not None:
+            self.uids.give_back(uid)
+        if frozen[1] >= 0:
+            os.close(frozen[1])
+            if self.freezer is not None:
+                self.freezer.remove(frozen[0])
 
     def release(self, pid: int) -> None:
         """After the zygote reaped child ``pid``: remove its memory cgroup and give its uid back
         to the pool (nothing of it is alive: its PID namespace died with it)."""
         if self.memory is not None:
             self.memory.release(pid)
-        uid = self.children.pop(pid, None)
-        if uid is not None and self.uids is not None:
-            self.uids.give_back(uid)
+        self._forget(self.children.pop(pid, -1), self.frozen_by.pop(pid, ("", -1)))
 
     def close(self) -> None:
         """In the zygote, after every child was reaped: remove the cgroups, free the uids."""
@@ -108,6 +127,11 @@ class Forker:
             self.memory.close()
         if self.uids is not None:
             self.uids.close()
+        for _, fd in self.frozen_by.values():
+            os.close(fd)
+        self.frozen_by.clear()
+        if self.freezer is not None:
+            self.freezer.close()
 
     def enter(self) -> int:
         """In a child from :meth:`fork` (namespaces mode), before it runs anything of a tenant:
@@ -125,6 +149,9 @@ class Forker:
         if self.memory is not None:
             self.memory.join(host_pid)
             self.memory = None  # its directory names the zygote's host pid
+        if self.freezer_path:
+            cgroups.join(self.freezer_path)
+            self.freezer_path = ""
         syscalls.setns(self.template_fd, syscalls.CLONE_NEWNS)
         os.close(self.template_fd)
         # A cgroup namespace rooted at the context's own cgroup: /proc/self/cgroup shows "/", not
