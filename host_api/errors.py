@@ -30,6 +30,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "name_conflict": 409,
     "dependency_conflict": 409,
     "resource_busy": 409,
+    "replay_check_failed": 409,
     "instance_exists": 409,
     "instance_terminal": 409,
     "immutable_field": 409,

@@ -126,6 +126,8 @@ def view(op: res_models.Operation) -> dict:
         body["effect"] = op.effect
     if op.error is not None:
         body["error"] = op.error
+    if op.kind == "check" and (op.request or {}).get("progress") is not None:
+        body["progress"] = op.request["progress"]  # a replay check's {"checked", "total", "totals"}
     body["createdAt"] = rfc3339(op.created_at)
     body["updatedAt"] = rfc3339(op.updated_at)
     return body

@@ -26,7 +26,7 @@ from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
-from services import cron_schedules, forms, idempotency, ids, operations, quotas
+from services import cron_schedules, forms, idempotency, ids, operations, quotas, replay_checks
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
@@ -147,6 +147,8 @@ def accept_update_txn(
     refs = forms.references(form, spec)
     resolved = forms.resolve_refs_txn(session, space=space, refs=refs)
     forms.check_update_txn(session, resource=resource, spec=spec, resolved=resolved)
+    if form == "WorkerDeployment":
+        replay_checks.gate_txn(session, deployment=resource, spec=spec)
     generation = resource.generation + 1
     op = operations.new_operation(
         op_id=op_id,

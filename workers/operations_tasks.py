@@ -15,6 +15,7 @@ Per Form (create/update → apply the accepted spec; delete → remove):
   ``details.package``), import the code in the sandbox against that layer
   (``workers.sandbox_host.validate_spec``), record ``observed`` and the layer it uses; a failed
   import fails the Operation (``effect: partial``: the record exists with ``phase: failed``).
+* WorkerVersion ``check`` — ``workers.version_check.run_operation`` (the replay check, issue 28).
 * WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
   every DurableWorkflow of the Worker is re-observed (``ready``).
 * DurableWorkflow — ``observed`` from ``workflow_observer.observe_workflow_txn``; DELETE purges
@@ -50,7 +51,7 @@ from services import packages as package_records
 from services import resources as resource_service
 from services.celery_app import app
 from services.telemetry import lifecycle
-from workers import cron_tasks, packages, sandbox_host
+from workers import cron_tasks, packages, sandbox_host, version_check
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,8 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
     log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
     if kind == "delete":
         return _apply_delete(operation_id, form=form, uid=uid)
+    if kind == "check":  # a replay check of the Version (services.replay_checks): tenant code, in this process
+        return version_check.run_operation(operation_id)
     layer: packages.installer.Layer | None = None
     refused: packages.PackageError | DomainError | None = None
     if form == "WorkerVersion":

@@ -8,21 +8,33 @@ process): every recorded step replays its outcome, the first step without a reco
 ends the replay; no effect runs, no event is read, nothing is written. The child is killed and
 proven dead afterwards. Bounded: ``time_limit`` seconds in all, the child's watchdog besides.
 
-Not wired to an endpoint or Operation yet: the CLI's ``versions check`` replays a directory in
-its own process; this is the piece that checks a created Version where tenant code belongs.
+:func:`run_operation` is the reconcile of a ``check`` Operation (``services.replay_checks``): it
+replays the Version against every instance the check covers, each within
+``TAKOHOST_REPLAY_CHECK_INSTANCE_TIMEOUT_S`` and all within ``TAKOHOST_REPLAY_CHECK_TOTAL_TIMEOUT_S``,
+records progress on the Operation and the outcome on the Version's ``observed.replayCheck``. It runs
+in the validation process (``workers.operations_tasks.validate_version``), under that process's
+per-Space share: one Space's checks never take the slot kept for other Spaces.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any
 
+from models import db as models_db
+from models import resources as res_models
+from models.base import utcnow
+from models.errors import DomainError
+from services import instance_history, instances, operations, replay_checks
 from takohost.runtime import protocol, replay_check
 from workers import sandbox_host
 from workers.engine import sandbox, store
 
-__all__ = ["CheckResult", "check_history", "check_spec"]
+__all__ = ["CheckResult", "check_history", "check_spec", "run_operation"]
+
+log = logging.getLogger(__name__)
 
 #: The child's watchdog during a check: it kills itself this long after the parent's last frame.
 WATCHDOG_SECONDS = 10.0
@@ -136,3 +148,95 @@ def check_spec(
         return CheckResult("compatible", replayed.message, seconds, replayed)
     assert replayed.divergence is not None
     return CheckResult("diverged", f"diverged at step {replayed.divergence.index} ({replayed.divergence.message})", seconds, replayed)
+
+
+def _history(target: replay_checks.Target, *, space: str) -> tuple[list[dict], dict]:
+    """Every event of ``target``'s history (all pages) and its ``{"status", "output"?, "error"?}``."""
+    events: list[dict] = []
+    token = None
+    while True:
+        page = instance_history.history(
+            space=space, workflow_uid=target.workflow_uid, instance_id=target.instance_id, page_token=token, limit=1000
+        )
+        events.extend(page["events"])
+        token = page.get("nextPageToken")
+        if token is None:
+            break
+    return events, instances.status(space=space, workflow_uid=target.workflow_uid, instance_id=target.instance_id)
+
+
+def _check_target(
+    target: replay_checks.Target, *, version: dict, zygote: sandbox.Zygote, time_limit: float
+) -> dict[str, Any]:
+    """One instance's result (``services.replay_checks.summary`` describes its shape)."""
+    result: dict[str, Any] = {"workflow": target.workflow, "id": target.instance_id, "status": target.status}
+    if target.class_name not in (version["observed"].get("workflowClasses") or []):
+        return {**result, "result": "error", "message": f"the Version does not export class {target.class_name!r}"}
+    try:
+        events, status = _history(target, space=version["space"])
+    except DomainError as exc:  # purged meanwhile
+        return {**result, "result": "error", "message": f"could not read the instance: {exc.message}"}
+    outcome = check_spec(
+        version_uid=version["uid"],
+        spec=version["spec"],
+        class_name=target.class_name,
+        instance_id=target.instance_id,
+        events=events,
+        status=status,
+        zygote=zygote,
+        space=version["space"],
+        time_limit=time_limit,
+    )
+    result.update(result=outcome.result, message=outcome.message, ms=round(outcome.seconds * 1000, 1))
+    divergence = outcome.replay.divergence if outcome.replay is not None else None
+    if divergence is not None:
+        result.update(step=divergence.index, expected=divergence.expected, found=divergence.found)
+    return result
+
+
+def run_operation(operation_id: str) -> str:
+    """Run the ``check`` Operation ``operation_id`` (already ``running``, its reconcile lock held by
+    the caller) to its end: ``done``. Per instance ``compatible``/``diverged``/``error``; instances
+    past the total time limit are ``not_checked``. The Operation succeeds whatever the results (they
+    are the Version's ``observed.replayCheck``); a host failure raises (the caller retries)."""
+    with models_db.session_scope() as session:
+        op = session.get(res_models.Operation, operation_id)
+        resource = session.get(res_models.Resource, op.resource_uid)
+        terminal = int((op.request or {}).get("terminal", 0))
+        targets = replay_checks.targets_txn(session, version=resource, terminal=terminal)
+        version = {"uid": resource.uid, "space": resource.space, "spec": resource.spec, "observed": resource.observed or {}}
+    per_instance, started = replay_checks.instance_timeout_s(), time.monotonic()
+    deadline = started + replay_checks.total_timeout_s()
+    zygote = sandbox.get_zygote() if targets else None
+    results: list[dict[str, Any]] = []
+    shown = 0.0
+    for target in targets:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            results.append({"workflow": target.workflow, "id": target.instance_id, "status": target.status,
+                            "result": "not_checked", "message": "the check's total time limit was reached"})
+            continue
+        assert zygote is not None
+        results.append(_check_target(target, version=version, zygote=zygote, time_limit=min(per_instance, left)))
+        if time.monotonic() - shown >= 0.5 or len(results) == len(targets):
+            shown = time.monotonic()
+            progress = {"checked": len(results), "total": len(targets), "totals": _totals(results)}
+            with models_db.session_scope() as session:
+                if not replay_checks.progress_txn(session, operation_id=operation_id, progress=progress, now=utcnow()):
+                    return "done"
+    now = utcnow()
+    with models_db.session_scope() as session:
+        op = session.get(res_models.Operation, operation_id, with_for_update=True, populate_existing=True)
+        if op is None or op.state not in operations.UNFINISHED:
+            return "done"
+        resource = session.get(res_models.Resource, op.resource_uid, with_for_update={"key_share": True}, populate_existing=True)
+        check = replay_checks.summary(operation_id=operation_id, terminal=terminal, results=results, now=now)
+        replay_checks.record_txn(session, version=resource, check=check)
+        op.request = {**(op.request or {}), "progress": {"checked": len(results), "total": len(targets), "totals": check["totals"]}}
+        operations.set_state(op, operations.SUCCEEDED, now=now)
+    log.info("replay check done", extra={"operation": operation_id, "version": version["uid"], "totals": check["totals"]})
+    return "done"
+
+
+def _totals(results: list[dict[str, Any]]) -> dict[str, int]:
+    return {k: sum(1 for r in results if r["result"] == k) for k in replay_checks.RESULTS}

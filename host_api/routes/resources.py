@@ -12,7 +12,7 @@ from host_api import body as request_body
 from host_api import db, query, schemas
 from models.base import utcnow
 from models.errors import DomainError
-from services import dispatch, forms, operations, resources
+from services import dispatch, forms, operations, replay_checks, resources
 
 bp = flask.Blueprint("resources", __name__)
 
@@ -115,6 +115,23 @@ def delete_resource(space: str, uid: str) -> flask.Response:
     with db.session() as session:
         accepted = resources.accept_delete_txn(
             session, space=space, uid=uid, key=key, request_hash=fingerprint, now=utcnow()
+        )
+    return _accepted(space, accepted)
+
+
+@bp.post("/v2/spaces/<space>/resources/<uid>/check")
+def check_version(space: str, uid: str) -> flask.Response:
+    """``POST …/resources/{versionUid}/check`` ``{"terminal"?: N}`` → ``202`` Operation of kind
+    ``check``: replay the Version against live instances (``services.replay_checks``)."""
+    key = request_body.idempotency_key(required=True)
+    body = request_body.json_body(required=False)
+    if body is not None and not isinstance(body, dict):
+        raise DomainError("invalid_request", "the request body must be a JSON object")
+    fingerprint = request_body.request_fingerprint(body)
+    with db.session() as session:
+        accepted = replay_checks.accept_check_txn(
+            session, space=space, uid=uid, key=key, request_hash=fingerprint,
+            request=replay_checks.parse_request(body), now=utcnow(),
         )
     return _accepted(space, accepted)
 
