@@ -10,9 +10,11 @@ the pytest controller and shared by the xdist workers.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import uuid
+import warnings
 
 import pytest
 import sqlalchemy as sa
@@ -32,6 +34,10 @@ DB_URL = servers.database_url(DB_NAME)
 # Settings are read from the environment at import time by the Celery app: set them first.
 os.environ["TAKOHOST_DATABASE_URL"] = DB_URL
 os.environ["TAKOHOST_NAMESPACE"] = f"tkt{_RUN}"
+#: What the session's own processes and app run on. A session fixture is created when a test first
+#: asks for it, which may be while a module's private database is in the environment
+#: (``workflows.isolated_database``, ``private_stack``): they must never take that one.
+SESSION_ENV = {"TAKOHOST_DATABASE_URL": DB_URL, "TAKOHOST_NAMESPACE": f"tkt{_RUN}"}
 os.environ["TAKOHOST_REDIS_URL"] = os.environ[servers.REDIS_VAR]
 os.environ.pop("TAKOHOST_BROKER_URL", None)
 os.environ.setdefault("TAKOHOST_SWEEP_INTERVAL_S", "1")
@@ -142,10 +148,12 @@ def space_token(db_url: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def app(db_url: str):
-    """The Flask app on this session's database."""
+    """The Flask app on this session's database (whatever database the environment names now)."""
+    from core import config
     from host_api.app import create_app
 
-    return create_app()
+    return create_app(dataclasses.replace(config.load_settings(), database_url=DB_URL,
+                                          namespace=SESSION_ENV["TAKOHOST_NAMESPACE"]))
 
 
 @pytest.fixture()
@@ -159,7 +167,7 @@ def worker(db_url: str):
     """One real Celery worker process for the session (``takohost worker``)."""
     from tests.support import processes
 
-    process = processes.start_worker(concurrency=2)
+    process = processes.start_worker(concurrency=2, env=SESSION_ENV)
     yield process
     process.stop()
 
@@ -169,7 +177,7 @@ def beat_process(db_url: str):
     """One real beat process for the session (``takohost beat``)."""
     from tests.support import processes
 
-    process = processes.start_beat()
+    process = processes.start_beat(env=SESSION_ENV)
     yield process
     process.stop()
 
@@ -179,6 +187,24 @@ def api_server(db_url: str):
     """One real API server process (gunicorn) for the session: its base URL is ``.extra['url']``."""
     from tests.support import processes
 
-    process = processes.start_api()
+    process = processes.start_api(env=SESSION_ENV)
     yield process
     process.stop()
+
+
+@pytest.fixture(autouse=True)
+def _database_environment(request):
+    """Before each test, the environment names the database it should: the innermost open
+    ``workflows.isolated_database`` block's, else the session's. A test or fixture that left it
+    pointing elsewhere would make later tests create rows in one database and read another
+    ("unknown token", "no such DurableWorkflow"): it is put right, and said loudly."""
+    from tests.support import workflows
+
+    url, namespace = (workflows.ACTIVE_DATABASES[-1] if workflows.ACTIVE_DATABASES
+                      else (SESSION_ENV["TAKOHOST_DATABASE_URL"], SESSION_ENV["TAKOHOST_NAMESPACE"]))
+    found = (os.environ.get("TAKOHOST_DATABASE_URL"), os.environ.get("TAKOHOST_NAMESPACE"))
+    if found != (url, namespace):
+        warnings.warn(f"{request.node.nodeid}: the environment named {found}, not {(url, namespace)}; "
+                      "put right (a test or fixture before it left it changed)", stacklevel=1)
+        os.environ["TAKOHOST_DATABASE_URL"], os.environ["TAKOHOST_NAMESPACE"] = url, namespace
+    yield

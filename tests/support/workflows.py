@@ -361,6 +361,12 @@ def start_zygote():
     return zygote
 
 
+#: ``(TAKOHOST_DATABASE_URL, TAKOHOST_NAMESPACE)`` of the :func:`isolated_database` blocks open in
+#: this process, innermost last: what the environment must name while they run (tests/conftest.py
+#: checks it before every test).
+ACTIVE_DATABASES: list[tuple[str, str]] = []
+
+
 @contextlib.contextmanager
 def isolated_database():
     """A fresh database (a copy of the run's migrated template) that ``TAKOHOST_DATABASE_URL``
@@ -388,8 +394,11 @@ def isolated_database():
     try:
         os.environ["TAKOHOST_DATABASE_URL"] = url
         os.environ["TAKOHOST_NAMESPACE"] = namespace
+        ACTIVE_DATABASES.append((url, namespace))
         yield url
     finally:
+        if (url, namespace) in ACTIVE_DATABASES:
+            ACTIVE_DATABASES.remove((url, namespace))
         for key, value in previous.items():
             if value is None:
                 os.environ.pop(key, None)
