@@ -1,7 +1,7 @@
 """Decide which cron matches of one schedule to record and which to skip (pure, no I/O).
 
 Seed 003: a match the Host could not record in time is skipped, never back-filled or
-accumulated; once recorded, the handler is owed at least one call. CONTRACT §7: a match is
+accumulated; once recorded, the handler is owed at least one call. docs/spec/cron-trigger.md#cr-runs: a match is
 recorded only while ``now − scheduledTime < 60 s``. The beat applies a ``Plan`` in one
 transaction (``beat.cron_recorder``); everything here takes ``now`` as a parameter.
 
@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 from core import cron
 
-#: CONTRACT §7: a match is recorded only while now − scheduledTime < 60 s.
+#: docs/spec/cron-trigger.md#cr-runs: a match is recorded only while now − scheduledTime < 60 s.
 RECORD_GRACE = dt.timedelta(seconds=60)
 #: For one long gap, skipped matches listed one by one at its start and at its end.
 SKIPS_KEPT_EACH_END = 50
@@ -54,7 +54,7 @@ class Decision:
 
 @dataclasses.dataclass(frozen=True)
 class Ticks:
-    """What beat knows about its own ticks, to say truly why a match was skipped (issue 15 item 8).
+    """What beat knows about its own ticks, to say truly why a match was skipped (docs/spec/host-features.md#hf-newcomer).
 
     ``previous``: any beat's latest tick before this one (None: unknown). ``running_since``: this
     beat process's first tick — it has been ticking ever since, so a match after it was missed by
@@ -92,7 +92,7 @@ def plan(
     own_previous_tick: dt.datetime | None = None,
     clock_jump: dt.timedelta | None = None,
 ) -> Plan:
-    """Decide every match ``t`` with ``considered_until < t <= now`` (seed 003, CONTRACT §7).
+    """Decide every match ``t`` with ``considered_until < t <= now`` (docs/spec/cron-trigger.md#cr-grammar, docs/spec/cron-trigger.md#cr-runs).
 
     ``segments``: ascending by ``end``; only the last may have ``end`` None. ``previous_tick``:
     when any beat last ticked before this tick (None: unknown); with ``running_since``,

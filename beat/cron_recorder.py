@@ -1,4 +1,4 @@
-"""Record due cron matches, then dispatch their deliveries (beat duty; seed 003, CONTRACT §7).
+"""Record due cron matches, then dispatch their deliveries (beat duty; docs/spec/cron-trigger.md#cr-grammar, docs/spec/cron-trigger.md#cr-runs).
 
 One tick: claim due schedule rows (``next_due_at <= now``) with ``FOR UPDATE SKIP LOCKED`` so
 two beats never work on the same row, apply each row's ``cron_plan.plan`` — match rows
@@ -138,7 +138,7 @@ def record_batch_txn(
     """Claim up to ``limit`` due schedules and apply their plans in the caller's transaction.
 
     ``own`` (this beat process's own ticks, :class:`OwnTicks`) lets a skip say truly why: a
-    clock jump, a late beat, or no beat at all (issue 15 item 8).
+    clock jump, a late beat, or no beat at all (docs/spec/host-features.md#hf-newcomer).
 
     Returns ``(rows claimed, [(match_pk, trigger_uid) of newly recorded matches])``; the caller
     commits, then dispatches. Rows locked by another beat are skipped (``SKIP LOCKED``).
@@ -250,8 +250,8 @@ def record_batch_txn(
 def observe_next_match_txn(
     session: orm.Session, *, moved: dict[str, tuple[str, dt.datetime]], now: dt.datetime
 ) -> int:
-    """Move each trigger's ``observed.nextMatchAt`` past the matches beat just decided (issue 15
-    item 7; seed 003 "次回一致を計算できた場合のみ nextMatchAt"), with ``observedAt = now``.
+    """Move each trigger's ``observed.nextMatchAt`` past the matches beat just decided (docs/spec/host-features.md#hf-newcomer
+    item 7; docs/spec/cron-trigger.md#cr-observed "次回一致を計算できた場合のみ nextMatchAt"), with ``observedAt = now``.
 
     ``moved`` maps a trigger UID to ``(its current expression, the instant matches were decided
     up to)``; ``nextMatchAt`` becomes the first match of that expression strictly after that

@@ -1,4 +1,4 @@
-"""``HostScheduler``: the custom Celery beat scheduler that ``takohost beat`` runs (DESIGN "Beat").
+"""``HostScheduler``: the custom Celery beat scheduler that ``takohost beat`` runs (docs/spec/architecture.md#ar-beat "Beat").
 
 Unlike Celery's own schedulers it keeps no schedule of Celery entries: Postgres is the
 schedule. Each tick (about once a second, and right at the next cron match) runs the beat

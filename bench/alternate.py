@@ -1,5 +1,5 @@
 """Run benchmark variants in alternation and print each run and the medians side by side
-(issue 12: on a shared machine, compare only in alternating runs, with the load next to figures).
+(docs/spec/host-features.md#hf-performance: on a shared machine, compare only in alternating runs, with the load next to figures).
 
     python -m bench.alternate --runs 3 \\
         --variant solo='python -m bench.engine_bench' \\

@@ -1,4 +1,4 @@
-"""Benchmark the resource API: create and GET at a fixed concurrency (issue 2 item 10).
+"""Benchmark the resource API: create and GET at a fixed concurrency (docs/spec/host-features.md#hf-foundation).
 
 Not a timed test: it prints one JSON line per operation kind,
 ``{"op", "n", "p50_ms", "p99_ms", "rps"}``, and exits 0 unless requests failed.

@@ -1,4 +1,4 @@
-"""Benchmark the web console's page loads with 10,000 instances in one workflow (issue 14 item 5).
+"""Benchmark the web console's page loads with 10,000 instances in one workflow (docs/spec/host-features.md#hf-console).
 
 Not a timed test: it prints one JSON line per page, ``{"page", "n", "api_cpu_ms", "p50_ms",
 "p95_ms", "max_ms", "bytes"}`` — the wall time of a full ``GET`` (request sent to last byte read)

@@ -1,5 +1,5 @@
 """Replay contexts run in this process, one after another: the engine's host-side cost per context
-without HTTP or Celery (issue 12).
+without HTTP or Celery (docs/spec/host-features.md#hf-performance).
 
     python -m bench.context_bench                       # this checkout
     python -m bench.alternate --runs 5 \

@@ -1,4 +1,4 @@
-"""The API's create path alone (issue 12 item 3): ``POST …/instances`` over HTTP against
+"""The API's create path alone (docs/spec/host-features.md#hf-performance): ``POST …/instances`` over HTTP against
 ``takohost api`` with no worker (the messages just queue), one request at a time.
 
     python -m bench.create_bench --creates 1000

@@ -1,5 +1,5 @@
 """The same workloads with DBOS Transact on the same Postgres, side by side with takohost
-(issue 3 item 13, issue 12 item 3: "always compare side by side in one run").
+(docs/spec/host-features.md#hf-engine, docs/spec/host-features.md#hf-performance: "always compare side by side in one run").
 
     python -m bench.dbos_baseline                    # 3 alternating runs of each; medians and ratios
     python -m bench.dbos_baseline --runs 1 --instances 100 --latency-samples 30   # a quick look

@@ -1,4 +1,4 @@
-"""Benchmark the durable-workflow engine on the local stack (issue 3 item 13, issue 12 item 3).
+"""Benchmark the durable-workflow engine on the local stack (docs/spec/host-features.md#hf-engine, docs/spec/host-features.md#hf-performance).
 
 Prints one JSON object: instances/s and steps/s of N instances of a 10-step workflow (trivial
 effects) started at once, CPU per instance counted per process (``bench.proc_cpu``), create →

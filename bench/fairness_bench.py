@@ -1,4 +1,4 @@
-"""How long does a Space wait beside a hostile neighbour? (issue 24 items 2 and 3)
+"""How long does a Space wait beside a hostile neighbour? (docs/spec/host-features.md#hf-neighbours)
 
 Prints one JSON object with two measurements, each on a scratch stack of its own
 (``bench.engine_bench.Scratch``: its own database and Redis namespace, ``takohost api`` and

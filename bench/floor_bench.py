@@ -1,5 +1,5 @@
 """The floor of a context's sandbox cost: what the kernel charges for the isolation primitives
-alone, with none of takohost's Python work in the child (issue 12 item 3: "where a target is
+alone, with none of takohost's Python work in the child (docs/spec/host-features.md#hf-performance: "where a target is
 missed, report the measured breakdown").
 
     python -m bench.floor_bench                  # 3 alternating rounds of 300 iterations each

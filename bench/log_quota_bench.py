@@ -1,4 +1,4 @@
-"""Is the log store bounded under a log flood? (issue 24 item 4: "a context printing a 1 Mi-character
+"""Is the log store bounded under a log flood? (docs/spec/host-features.md#hf-neighbours: "a context printing a 1 Mi-character
 burst, then sleeping 1 s for a fresh context, repeated" grew ``tenant_logs`` 1.4 MB → 36.5 MB in 17 s.)
 
 Prints one JSON object. Each run is a scratch stack (``bench.engine_bench.Scratch``: its own

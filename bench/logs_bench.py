@@ -1,4 +1,4 @@
-"""Does tenant log capture cost the engine? (issue 13 item 1: "a chatty effect (100,000 lines)
+"""Does tenant log capture cost the engine? (docs/spec/host-features.md#hf-observability: "a chatty effect (100,000 lines)
 cannot stall the engine or blow up memory: measure steps/s with and without it").
 
 Prints one JSON object. On a scratch stack (``bench.engine_bench.Scratch``: its own database,

@@ -1,4 +1,4 @@
-"""What a pinned package costs a context (issue 23 item 10; docs/packages.md "Cost"): a Version
+"""What a pinned package costs a context (docs/spec/host-features.md#hf-real-work; docs/packages.md "Cost"): a Version
 whose main module imports ``requests`` from its layer against a stdlib-only Version that imports
 ``json`` and ``urllib.request``, side by side.
 

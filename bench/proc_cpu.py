@@ -1,4 +1,4 @@
-"""CPU counted per process from ``/proc`` (issue 12: never whole-machine CPU, which the other jobs
+"""CPU counted per process from ``/proc`` (docs/spec/host-features.md#hf-performance: never whole-machine CPU, which the other jobs
 of a shared machine inflate).
 
 A process tree's CPU is the sum, over its live processes, of ``utime + stime + cutime + cstime``:

@@ -1,4 +1,4 @@
-"""How the host's cost grows with what it holds (issue 12 item 4). Prints one JSON object.
+"""How the host's cost grows with what it holds (docs/spec/host-features.md#hf-performance). Prints one JSON object.
 
     python -m bench.scale_bench                  # the issue's sizes (10×) and a tenth of them (1×)
     python -m bench.scale_bench --scale 0.1      # a quick run: every size ÷ 10

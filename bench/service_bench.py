@@ -1,4 +1,4 @@
-"""The API's two hot service calls in one process, without HTTP or a worker (issue 12 item 3):
+"""The API's two hot service calls in one process, without HTTP or a worker (docs/spec/host-features.md#hf-performance):
 ``instances.create`` and ``instance_events.send_event`` to a waiting instance (the event goes
 straight to its wait and wakes it), one call at a time against a scratch database.
 

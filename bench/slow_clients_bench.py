@@ -1,4 +1,4 @@
-"""A victim's latency while hostile clients attack the API (issue 24 item 5).
+"""A victim's latency while hostile clients attack the API (docs/spec/host-features.md#hf-neighbours).
 
 Prints one JSON object: the victim's GETs (a fresh connection each, one every 50 ms) measured
 alone and under attack, alternately for ``--rounds`` rounds, and the medians over the rounds::

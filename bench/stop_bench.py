@@ -1,4 +1,4 @@
-"""How long the stop proof holds up a status (issue 26 item 2): a frozen cgroup against
+"""How long the stop proof holds up a status (docs/spec/host-features.md): a frozen cgroup against
 kill-and-wait for the exit.
 
     python -m bench.stop_bench                      # 3 rounds of 30 alternating pairs, 40 MiB

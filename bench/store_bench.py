@@ -1,4 +1,4 @@
-"""Per-step commit cost of the engine store: raw psycopg vs SQLAlchemy (issue 11 item 2).
+"""Per-step commit cost of the engine store: raw psycopg vs SQLAlchemy (docs/spec/host-features.md#hf-one-stack).
 
 A replay context commits each finished ``step.do`` once (``ContextStore.commit_attempt``: the
 fenced ``UPDATE instances`` with the step upsert and two history rows). This bench times that

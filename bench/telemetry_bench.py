@@ -1,4 +1,4 @@
-"""The telemetry a replay context pays for, without the rest of the context (issue 13 items 4–6).
+"""The telemetry a replay context pays for, without the rest of the context (docs/spec/host-features.md#hf-observability).
 
 Prints one JSON object: microseconds of CPU per context of ``--steps`` step attempts spent in
 ``workers.engine.observe`` (log fields, the store's commit wrapper, metrics, spans), with metrics

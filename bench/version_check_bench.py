@@ -1,4 +1,4 @@
-"""The cost of checking a candidate Version against one recorded history in the sandbox (issue 28
+"""The cost of checking a candidate Version against one recorded history in the sandbox (docs/spec/host-features.md#hf-testing
 item 5): ``workers.version_check.check_spec`` on a history of ``--steps`` completed ``do`` steps
 and a pending wait, recorded in process by ``takohost.testing``.
 

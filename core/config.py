@@ -1,4 +1,4 @@
-"""Host configuration read from the environment (CONTRACT §9).
+"""Host configuration read from the environment (docs/spec/architecture.md#ar-operating).
 
 Every setting is an environment variable; production values are fixed here. Settings whose
 name contains ``TEST`` exist only so that tests can compress time (documented in README.md,
@@ -33,9 +33,9 @@ class Settings:
             at most this minus one of them in a process (``workers.operations_tasks``).
         scheduled_timeout_s: seconds one call of a ``scheduled`` handler (with its
             ``wait_until`` work) may take before it is killed and recorded as a failed run
-            (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; CONTRACT §8 "Host limits").
+            (``TAKOHOST_SCHEDULED_TIMEOUT_S``, ``900``; docs/spec/host-limits.md#hl-decisions "Host limits").
         step_timeout_s: seconds one attempt of ``step.do`` may run, and code outside steps between
-            two step calls (``TAKOHOST_STEP_TIMEOUT_SECONDS``, ``600``; CONTRACT §8 "Attempt time
+            two step calls (``TAKOHOST_STEP_TIMEOUT_SECONDS``, ``600``; docs/spec/host-limits.md#hl-decisions "Attempt time
             limit"): past it the context's child is killed and proven dead; an attempt is then a
             failed attempt (``StepTimeout``, retried per its policy), code outside steps ends the
             instance ``errored``/``run_threw`` (it is deterministic: a retry would run as long).
@@ -86,10 +86,10 @@ class Settings:
     #: exits right after committing a match of that trigger and before dispatching it.
     test_beat_exit_after_record: str | None = None
     #: Test-only (``TAKOHOST_TEST_LIFETIME_SECONDS``): instance lifetime in seconds for instances
-    #: created by this process; production is seed 000's 31536000 (``None`` = production).
+    #: created by this process; production is docs/spec/durable-workflow.md's 31536000 (``None`` = production).
     test_lifetime_seconds: float | None = None
     #: Test-only (``TAKOHOST_TEST_RETENTION_SECONDS``): seconds a terminal instance is kept before
-    #: the retention sweep purges it; production is seed 000's 2592000 (``None`` = production).
+    #: the retention sweep purges it; production is docs/spec/durable-workflow.md#dw-retention's 2592000 (``None`` = production).
     test_retention_seconds: float | None = None
 
     @property

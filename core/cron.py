@@ -1,7 +1,7 @@
 """The strict UTC cron grammar of WorkerCronTrigger 0.3.0 and its matcher (pure, no I/O).
 
-Spec sources: seed 003 "cron文法と実行" (five fields, UTC only, the rejection list, the step origin,
-the day-of-month / day-of-week OR rule, impossible dates never fire) and CONTRACT §8 (a day field
+Spec sources: docs/spec/cron-trigger.md#cr-grammar "cron文法と実行" (five fields, UTC only, the rejection list, the step origin,
+the day-of-month / day-of-week OR rule, impossible dates never fire) and docs/spec/host-limits.md#hl-decisions (a day field
 is "restricted" iff its text is not exactly ``*``). Field cases: CR-01 … CR-38.
 
 Grammar (after the expression-level checks: a ``str``, 1..64 characters, ASCII only, exactly five
@@ -79,7 +79,7 @@ _FIELDS = (
 
 
 class CronSyntaxError(ValueError):
-    """A cron expression that the WorkerCronTrigger 0.3.0 grammar rejects (seed 003, CR-11…CR-32).
+    """A cron expression that the WorkerCronTrigger 0.3.0 grammar rejects (docs/spec/cron-trigger.md, CR-11…CR-32).
 
     Attributes: ``expression`` (the rejected text), ``field`` (``"minute"``, ``"hour"``,
     ``"day-of-month"``, ``"month"``, ``"day-of-week"``, or ``None`` for expression-level problems
@@ -108,7 +108,7 @@ class CronSchedule:
 
     ``minutes`` ⊆ 0..59, ``hours`` ⊆ 0..23, ``days_of_month`` ⊆ 1..31, ``months`` ⊆ 1..12,
     ``days_of_week`` ⊆ 0..6 (0 = Sunday); each non-empty. ``dom_restricted`` / ``dow_restricted``
-    are true iff that field's text is not exactly ``*`` (CONTRACT §8). Build it with ``parse``;
+    are true iff that field's text is not exactly ``*`` (docs/spec/host-limits.md#hl-decisions). Build it with ``parse``;
     the constructor checks the shapes and raises ``ValueError`` on sets that no expression yields.
     """
 
@@ -173,7 +173,7 @@ class CronSchedule:
 
 
 def parse(expression: str) -> CronSchedule:
-    """Parse a WorkerCronTrigger 0.3.0 cron expression (seed 003 "cron文法と実行").
+    """Parse a WorkerCronTrigger 0.3.0 cron expression (docs/spec/cron-trigger.md#cr-grammar "cron文法と実行").
 
     Returns a ``CronSchedule``. Raises ``TypeError`` if ``expression`` is not a ``str`` and
     ``CronSyntaxError`` (a ``ValueError``) for anything outside the grammar in the module
@@ -284,7 +284,7 @@ def _parse_element(element: str, spec: _Field, fail: _Fail) -> range:
         step = _parse_number(step_text, "step", fail)
         if not 1 <= step <= spec.width:
             raise fail(f"step {step} is out of range 1..{spec.width}")
-    # The step counts from the range's low end (or the field minimum for '*'): seed 003.
+    # The step counts from the range's low end (or the field minimum for '*'): docs/spec/cron-trigger.md.
     return range(low, high + 1, step)
 
 
@@ -314,7 +314,7 @@ def matches(schedule: CronSchedule, at: datetime) -> bool:
     """True iff ``at`` (timezone-aware; converted to UTC) is a match of ``schedule``.
 
     Only whole UTC minutes can match: a nonzero second or microsecond gives False. Day rule
-    (seed 003, CONTRACT §8): both day fields restricted → day-of-month OR day-of-week; one
+    (docs/spec/cron-trigger.md#cr-spec, docs/spec/host-limits.md#hl-decisions): both day fields restricted → day-of-month OR day-of-week; one
     restricted → only that one; neither → every day. Raises ``TypeError`` if ``at`` is not a
     ``datetime`` and ``ValueError`` if it is naive.
     """
@@ -408,7 +408,7 @@ def _iterate_matches(schedule: CronSchedule, start: datetime, end: datetime) -> 
 def format_rfc3339(t: datetime) -> str:
     """Render ``t`` (timezone-aware) as RFC 3339 UTC with whole seconds: ``2026-10-05T12:05:00Z``.
 
-    Fractional seconds are dropped (truncated). Used for ``observed.nextMatchAt`` (seed 003).
+    Fractional seconds are dropped (truncated). Used for ``observed.nextMatchAt`` (docs/spec/cron-trigger.md).
     Raises ``TypeError`` if ``t`` is not a ``datetime`` and ``ValueError`` if it is naive.
     """
     utc = _to_utc(t, "t")

@@ -1,11 +1,11 @@
-"""Where is it? What a DurableWorkflow instance is doing or waiting for (issue 13 item 3); pure.
+"""Where is it? What a DurableWorkflow instance is doing or waiting for (docs/spec/host-features.md#hf-observability); pure.
 
 :func:`progress` decides the body of ``GET …/instances/{id}/progress`` from what the store holds —
 the instance's status, its pending step (the steps table: at most one step is pending at a time,
 steps run one after the other), the latest ``ContextStarted`` event of its history, the step attempt
 a context runs right now (published by its worker's heartbeat, at most one lease renewal late) and
 whether a Version can run it now — with the clock passed in. It is a view beside the seed's ``status()``,
-whose shape it never changes (CONTRACT §4.5), and it adds nothing to the history.
+whose shape it never changes (docs/spec/durable-workflow.md#dw-binding), and it adds nothing to the history.
 
 Body (``TypedDict`` :class:`Progress`)::
 

@@ -1,7 +1,7 @@
 """Admission of large request bodies: a Space cannot take the API from everyone else.
 
 Parsing, measuring and canonicalising a body costs CPU in proportion to its size (and several
-times more when it nests deeply: about 3 s for the deepest 1 MiB document, CONTRACT §8 "Document
+times more when it nests deeply: about 3 s for the deepest 1 MiB document, docs/spec/host-limits.md#hl-decisions "Document
 depth"), all inside one API thread that holds the GIL for most of it. So each API process works on
 at most ``TAKOHOST_API_LARGE_BODIES`` (default 1) bodies over ``LARGE_BODY_BYTES`` at once; one more
 is answered at once with ``503 backend_unavailable`` and ``Retry-After: 1`` (nothing is read,

@@ -25,7 +25,7 @@ HSTS = "max-age=31536000"
 
 
 class DeepJSONProvider(flask.json.provider.DefaultJSONProvider):
-    """Flask's JSON provider, for answers holding documents of any depth (issue 15 item 5): a
+    """Flask's JSON provider, for answers holding documents of any depth (docs/spec/host-features.md#hf-newcomer): a
     value too deep for the stdlib encoder is written by ``takohost.domain.deepjson`` instead."""
 
     def dumps(self, obj: object, **kwargs: object) -> str:
@@ -52,7 +52,7 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     app.json = DeepJSONProvider(app)
     app.json.ensure_ascii = False
     app.json.sort_keys = False
-    # Routing never redirects (a redirect is an HTML page, CONTRACT §2.4) and each route has one
+    # Routing never redirects (a redirect is an HTML page, docs/spec/http-api.md#api-errors) and each route has one
     # spelling: '//' is not merged into '/' and a trailing slash is not a second spelling of a
     # path (no rule ends in '/', so strict slashes never redirect). Rules copy these when added.
     app.url_map.merge_slashes = False

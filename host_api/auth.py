@@ -1,4 +1,4 @@
-"""Bearer-token authentication and Space scoping (CONTRACT §2.1, API-auth)."""
+"""Bearer-token authentication and Space scoping (docs/spec/http-api.md#api-auth, API-auth)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ PUBLIC_ENDPOINTS = {"meta.healthz", "meta.openapi", "static"}
 SELF_AUTHENTICATING_BLUEPRINTS = {"ui"}
 
 
-#: Seconds a known token's Space is remembered by an API process (issue 12 item 3: no database
+#: Seconds a known token's Space is remembered by an API process (docs/spec/host-features.md#hf-performance: no database
 #: transaction per request). A token deleted from the database is refused by every API process at
 #: most this long after (README "Security model"); an unknown token is never remembered.
 TOKEN_CACHE_SECONDS = 5.0

@@ -1,4 +1,4 @@
-"""Request bodies (CONTRACT §2 API-json, §2.4) and Idempotency-Key fingerprints (§2.3 API-op).
+"""Request bodies (docs/spec/http-api.md API-json, §2.4) and Idempotency-Key fingerprints (§2.3 API-op).
 
 Every route reads its body through :func:`raw_body` (directly or via :func:`json_body`), which
 reads the WSGI input itself with a hard limit of ``MAX_CONTENT_LENGTH`` bytes: more is

@@ -1,4 +1,4 @@
-"""The JSON error envelope and the one table from error codes to HTTP statuses (CONTRACT §2.4).
+"""The JSON error envelope and the one table from error codes to HTTP statuses (docs/spec/http-api.md#api-errors).
 
 ``{"error": {"code", "message", "details"?}}`` — never an HTML page, never a stack trace.
 """

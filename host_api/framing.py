@@ -1,4 +1,4 @@
-"""Where a request's body ends, decided from the bytes received so far (pure; issue 24 item 5).
+"""Where a request's body ends, decided from the bytes received so far (pure; docs/spec/host-features.md#hf-neighbours).
 
 The API's worker (``host_api/server.py``) reads a request's body in its main loop, before a
 thread takes the request, so it must know how much to wait for: :func:`body_framing` reads the

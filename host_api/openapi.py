@@ -1,9 +1,9 @@
 """The API's OpenAPI 3 document, generated with apispec from the marshmallow schemas that validate
-requests (``host_api.schemas``), served at ``GET /v2/openapi.json`` (issue 2 item 9).
+requests (``host_api.schemas``), served at ``GET /v2/openapi.json`` (docs/spec/host-features.md#hf-foundation).
 
 Closed request schemas (``unknown=RAISE``) come out with ``additionalProperties: false``; the
 create/update ``spec`` is a ``oneOf`` of the five Form spec schemas. Every route of the API is
-described here, including the instance (CONTRACT §2.5) and cron-run (§7) routes; a test checks
+described here, including the instance (docs/spec/http-api.md#api-inst) and cron-run (§7) routes; a test checks
 that each Flask URL rule has a path here.
 """
 
@@ -52,7 +52,7 @@ IDEMPOTENCY_KEY = {
     "in": "header",
     "required": True,
     "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"},
-    "description": "same key + same request → the same Operation; another request → 422 (CONTRACT §2.3)",
+    "description": "same key + same request → the same Operation; another request → 422 (docs/spec/http-api.md#api-op)",
 }
 OPTIONAL_KEY = {**IDEMPOTENCY_KEY, "required": False}
 PAGE_TOKEN = {
@@ -189,7 +189,7 @@ def _paths() -> dict[str, dict]:
         resources: {
             "parameters": [SPACE],
             "post": {
-                "summary": "create a resource of one of the five Forms (CONTRACT §2.2)",
+                "summary": "create a resource of one of the five Forms (docs/spec/http-api.md#api-res)",
                 "parameters": [IDEMPOTENCY_KEY],
                 "requestBody": {
                     "required": True,
@@ -433,7 +433,7 @@ def document() -> dict:
         openapi_version="3.0.3",
         plugins=[MarshmallowPlugin()],
         info={
-            "description": "Host API v2 as takohost renders it (CONTRACT §2). Every error body is "
+            "description": "Host API v2 as takohost renders it (docs/spec/http-api.md). Every error body is "
             '{"error": {"code", "message", "details"?}}.'
         },
     )

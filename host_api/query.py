@@ -1,4 +1,4 @@
-"""Query-string parameters (CONTRACT §2.4: a malformed one is ``400 invalid_request``)."""
+"""Query-string parameters (docs/spec/http-api.md#api-errors: a malformed one is ``400 invalid_request``)."""
 
 from __future__ import annotations
 

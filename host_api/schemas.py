@@ -1,7 +1,7 @@
 """Request and response schemas (marshmallow, closed: ``unknown=RAISE``) for the Host API.
 
-One schema per Form spec (CONTRACT §3; seeds 000 "入力、観測、CRUD" and 003 "入力", "未知の
-フィールド") plus the create/update envelopes of CONTRACT §2.2. The same schemas generate the
+One schema per Form spec (docs/spec/worker-forms.md; docs/spec/durable-workflow.md "入力、観測、CRUD" and 003 "入力", "未知の
+フィールド") plus the create/update envelopes of docs/spec/http-api.md#api-res. The same schemas generate the
 OpenAPI document (``host_api.openapi``). Validation here is pure: it never reads the database;
 cross-resource rules live in ``services.forms``.
 
@@ -28,7 +28,7 @@ MAX_MODULE_BYTES = 1024 * 1024
 MAX_TOTAL_MODULE_BYTES = 4 * 1024 * 1024
 MAX_BINDINGS = 64
 MAX_DESCRIPTION = 1024
-#: Instance ids and event types: 1..256 Unicode scalar values (seed 000; documentation here, the
+#: Instance ids and event types: 1..256 Unicode scalar values (docs/spec/durable-workflow.md#dw-doc; documentation here, the
 #: instance service validates).
 MAX_SCALAR_STRING = identifiers.MAX_SCALAR_STRING_LENGTH
 
@@ -41,7 +41,7 @@ class _Closed(ma.Schema):
 
 
 class Reference(_Closed):
-    """``{"resourceUid": string}`` and nothing else (CONTRACT §2.1)."""
+    """``{"resourceUid": string}`` and nothing else (docs/spec/http-api.md#api-auth)."""
 
     resourceUid = fields.String(
         required=True,
@@ -57,13 +57,13 @@ class Reference(_Closed):
 
 
 class ModuleWorkerSpec(_Closed):
-    """ModuleWorker 0.3.0 spec: ``{}`` or ``{"description": string ≤ 1024}`` (CONTRACT §3.1)."""
+    """ModuleWorker 0.3.0 spec: ``{}`` or ``{"description": string ≤ 1024}`` (docs/spec/worker-forms.md#wf-worker)."""
 
     description = fields.String(validate=validate.Length(max=MAX_DESCRIPTION))
 
 
 class WorkflowBinding(_Closed):
-    """``{"name": VAR_NAME, "resource": {"resourceUid"}}``: ``env.NAME`` (CONTRACT §3.2, §4.5)."""
+    """``{"name": VAR_NAME, "resource": {"resourceUid"}}``: ``env.NAME`` (docs/spec/worker-forms.md#wf-version, docs/spec/durable-workflow.md#dw-binding)."""
 
     name = fields.String(
         required=True,
@@ -73,11 +73,11 @@ class WorkflowBinding(_Closed):
 
 
 class WorkerVersionSpec(_Closed):
-    """WorkerVersion 0.5.0 spec (CONTRACT §3.2): an immutable code snapshot.
+    """WorkerVersion 0.5.0 spec (docs/spec/worker-forms.md#wf-version): an immutable code snapshot.
 
     ``modules``: 1–64 files named ``^[A-Za-z_][A-Za-z0-9_]*\\.py$`` (optionally under package
     directories), each ≤ 1 MiB of UTF-8, total ≤ 4 MiB; ``mainModule`` one of them; ``vars``
-    a document (CONTRACT §5) keyed by ``^[A-Z_][A-Z0-9_]*$``; binding names distinct and not
+    a document (docs/spec/durable-workflow.md#dw-doc) keyed by ``^[A-Z_][A-Z0-9_]*$``; binding names distinct and not
     colliding with a var; ``requirements`` at most 64 exact pins ``name==version`` (optionally
     `` --hash=sha256:<hex>``), each package once (``takohost.domain.requirements``).
     """
@@ -96,7 +96,7 @@ class WorkerVersionSpec(_Closed):
     )
     vars = fields.Dict(
         metadata={
-            "description": "a document (CONTRACT §5) keyed by ^[A-Z_][A-Z0-9_]*$; integers within "
+            "description": "a document (docs/spec/durable-workflow.md#dw-doc) keyed by ^[A-Z_][A-Z0-9_]*$; integers within "
             "±(2**53-1), nesting at most 512 levels",
             "maxProperties": documents.MAX_KEYS,
         }
@@ -186,14 +186,14 @@ class PointedMessage(str):
 
 
 class DeploymentEntry(_Closed):
-    """``{"version": {"resourceUid"}, "weight": 1..100}`` (CONTRACT §3.3)."""
+    """``{"version": {"resourceUid"}, "weight": 1..100}`` (docs/spec/worker-forms.md#wf-deployment)."""
 
     version = fields.Nested(Reference, required=True)
     weight = fields.Integer(required=True, strict=True, validate=validate.Range(min=1, max=100))
 
 
 class WorkerDeploymentSpec(_Closed):
-    """WorkerDeployment 0.4.0 spec: 1–10 distinct Versions, weights summing to 100 (CONTRACT §3.3)."""
+    """WorkerDeployment 0.4.0 spec: 1–10 distinct Versions, weights summing to 100 (docs/spec/worker-forms.md#wf-deployment)."""
 
     worker = fields.Nested(Reference, required=True)
     versions = fields.List(
@@ -219,7 +219,7 @@ class WorkerDeploymentSpec(_Closed):
 
 
 class DurableWorkflowSpec(_Closed):
-    """DurableWorkflow 0.3.0 spec (seed 000 "specはworker…とclassName…だけを必須とする")."""
+    """DurableWorkflow 0.3.0 spec (docs/spec/durable-workflow.md#dw-abi "specはworker…とclassName…だけを必須とする")."""
 
     worker = fields.Nested(Reference, required=True)
     className = fields.String(
@@ -238,13 +238,13 @@ def _valid_cron(expression: str) -> None:
 
 
 class WorkerCronTriggerSpec(_Closed):
-    """WorkerCronTrigger 0.3.0 spec (seed 003 "入力"): ``worker`` and a UTC ``cron``, nothing else."""
+    """WorkerCronTrigger 0.3.0 spec (docs/spec/cron-trigger.md "入力"): ``worker`` and a UTC ``cron``, nothing else."""
 
     worker = fields.Nested(Reference, required=True)
     cron = fields.String(
         required=True,
         validate=_valid_cron,
-        metadata={"minLength": 9, "description": "a strict 5-field UTC cron expression (CONTRACT §3.4)"},
+        metadata={"minLength": 9, "description": "a strict 5-field UTC cron expression (docs/spec/durable-workflow.md)"},
     )
 
 
@@ -261,11 +261,11 @@ SPEC_SCHEMAS: dict[str, type[ma.Schema]] = {
 
 
 class CreateResourceBody(_Closed):
-    """``POST …/resources`` body: ``{"form", "name", "spec", "privateInputs"?}`` (CONTRACT §2.2).
+    """``POST …/resources`` body: ``{"form", "name", "spec", "privateInputs"?}`` (docs/spec/http-api.md#api-res).
 
     ``spec`` is checked against the Form's schema separately; ``privateInputs`` must be absent
-    or ``{}``: none of the five Forms takes secret inputs (seed 000 "既定値も秘密入力もない";
-    seed 003 "空でない privateInputs は拒否します"; CONTRACT §3.1–3.3 define none).
+    or ``{}``: none of the five Forms takes secret inputs (docs/spec/durable-workflow.md "既定値も秘密入力もない";
+    docs/spec/cron-trigger.md#cr-crud "空でない privateInputs は拒否します"; docs/spec/worker-forms.md#wf-worker, docs/spec/worker-forms.md#wf-deployment define none).
     """
 
     form = fields.String(required=True, metadata={"enum": sorted(forms.FORM_URLS.values())})
@@ -381,7 +381,7 @@ def _escape(token: object) -> str:
 
 
 class ErrorDetail(ma.Schema):
-    """The error object of CONTRACT §2.4."""
+    """The error object of docs/spec/http-api.md#api-errors."""
 
     code = fields.String(required=True)
     message = fields.String(required=True)
@@ -389,7 +389,7 @@ class ErrorDetail(ma.Schema):
 
 
 class ErrorBody(ma.Schema):
-    """``{"error": {"code", "message", "details"?}}`` (CONTRACT §2.4)."""
+    """``{"error": {"code", "message", "details"?}}`` (docs/spec/http-api.md#api-errors)."""
 
     error = fields.Nested(ErrorDetail, required=True)
 
@@ -404,7 +404,7 @@ class OperationError(ma.Schema):
 
 
 class OperationView(ma.Schema):
-    """An Operation (CONTRACT §2.3)."""
+    """An Operation (docs/spec/http-api.md#api-op)."""
 
     id = fields.String(required=True)
     kind = fields.String(required=True, validate=validate.OneOf(["create", "update", "delete"]))
@@ -420,7 +420,7 @@ class OperationView(ma.Schema):
 
 
 class ResourceView(ma.Schema):
-    """A Resource (CONTRACT §2.2); ``privateInputs`` are never returned."""
+    """A Resource (docs/spec/http-api.md#api-res); ``privateInputs`` are never returned."""
 
     uid = fields.String(required=True)
     form = fields.String(required=True)
@@ -446,13 +446,13 @@ class ResourceList(ma.Schema):
 
 
 class InstanceCreateBody(_Closed):
-    """``POST …/instances`` body (CONTRACT §2.5): ``{"id"?, "params"?}``."""
+    """``POST …/instances`` body (docs/spec/http-api.md#api-inst): ``{"id"?, "params"?}``."""
 
     id = fields.String(
         validate=validate.Length(min=1, max=MAX_SCALAR_STRING),
         metadata={"description": "1-256 Unicode scalar values (no lone surrogates)"},
     )
-    params = fields.Dict(metadata={"description": "a document (CONTRACT §5)"})
+    params = fields.Dict(metadata={"description": "a document (docs/spec/durable-workflow.md#dw-doc)"})
 
 
 class InstanceId(ma.Schema):
@@ -505,7 +505,7 @@ class EventBody(_Closed):
         validate=validate.Length(min=1, max=MAX_SCALAR_STRING),
         metadata={"description": "1-256 Unicode scalar values (no lone surrogates)"},
     )
-    payload = fields.Dict(metadata={"description": "a document (CONTRACT §5)"})
+    payload = fields.Dict(metadata={"description": "a document (docs/spec/durable-workflow.md#dw-doc)"})
 
 
 class QueuedEvent(ma.Schema):
@@ -564,7 +564,7 @@ class InstanceProgress(ma.Schema):
 
 
 class HistoryEvent(ma.Schema):
-    """One history event (CONTRACT §6)."""
+    """One history event (docs/spec/durable-workflow.md#dw-history)."""
 
     eventId = fields.Integer(required=True)
     eventTimestamp = fields.String(required=True, metadata={"format": "date-time"})
@@ -580,7 +580,7 @@ class HistoryPage(ma.Schema):
 
 
 class CronDeliveryView(ma.Schema):
-    """One delivery of a cron match (CONTRACT §7)."""
+    """One delivery of a cron match (docs/spec/cron-trigger.md#cr-runs)."""
 
     startedAt = fields.String(required=True, metadata={"format": "date-time"})
     finishedAt = fields.String(metadata={"format": "date-time"})
@@ -589,7 +589,7 @@ class CronDeliveryView(ma.Schema):
 
 
 class CronRunView(ma.Schema):
-    """One recorded (or skipped) match of a trigger (CONTRACT §7)."""
+    """One recorded (or skipped) match of a trigger (docs/spec/cron-trigger.md#cr-runs)."""
 
     cron = fields.String(required=True)
     scheduledTime = fields.String(required=True, metadata={"format": "date-time"})
@@ -607,7 +607,7 @@ class CronRunList(ma.Schema):
 
 
 class LogLine(ma.Schema):
-    """One captured line of an instance (issue 13; README "Logs"): ``stream`` ``stdout``/``stderr``
+    """One captured line of an instance (docs/spec/host-features.md#hf-observability; README "Logs"): ``stream`` ``stdout``/``stderr``
     (the tenant's) or ``host`` (markers, failures with their traceback, replay diagnostics)."""
 
     time = fields.String(required=True, metadata={"format": "date-time"})

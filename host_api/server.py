@@ -2,13 +2,13 @@
 
 gunicorn answers requests it cannot parse (a request line over ``limit_request_line``: 414; a
 header over ``limit_request_field_size``: 431; an invalid header, method or chunk: 400; …) itself,
-before the app sees them, with an HTML page written by ``gunicorn.util.write_error``. CONTRACT
+before the app sees them, with an HTML page written by ``gunicorn.util.write_error``. docs/spec/README.md
 §2.4 says "No HTML error pages, ever", and gunicorn has no setting for the format, so this
 worker — gunicorn's ``gthread`` worker otherwise — replaces that one function in its own process
 with :func:`write_json_error`. gunicorn keeps deciding *which* status and message an error gets
 (``Worker.handle_error``) and keeps logging it; only the rendering changes.
 
-Slow request heads (slowloris, issue 10 item 7). ``gthread`` hands a connection to one of its
+Slow request heads (slowloris, docs/spec/host-features.md#hf-isolation). ``gthread`` hands a connection to one of its
 ``threads`` as soon as its first bytes arrive, and the thread then reads the request head with a
 blocking socket and no deadline: gunicorn has no header timeout (benoitc/gunicorn#2255 was
 closed unimplemented; #3519 only defers connections that send nothing at all). A few dozen
@@ -23,7 +23,7 @@ never a thread; ``worker_connections`` (1000 per worker process) still bounds ho
 are. Plain-HTTP/1.x only: with TLS or HTTP/2 prior knowledge configured (``takohost api``
 configures neither) connections go to the threads as gunicorn does it.
 
-Slow request bodies (issue 24 item 5). A thread reading a body blocks on its socket just as it
+Slow request bodies (docs/spec/host-features.md#hf-neighbours). A thread reading a body blocks on its socket just as it
 did on a head: 32 connections that send a complete ``POST`` head with ``Content-Length:
 1000000`` and then one byte every few seconds held every thread and the API stopped answering.
 So the main loop reads the body too (its framing from :mod:`host_api.framing`), and a request

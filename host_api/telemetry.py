@@ -1,4 +1,4 @@
-"""HTTP latency by route for the Prometheus metrics (issue 13 item 4; ``services.telemetry.metrics``).
+"""HTTP latency by route for the Prometheus metrics (docs/spec/host-features.md#hf-observability; ``services.telemetry.metrics``).
 
 :func:`register` adds the app's first ``before_request`` (start the clock) and an ``after_request``
 that observes ``takohost_http_request_duration_seconds{method, route, status}``. ``route`` is the

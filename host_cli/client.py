@@ -1,6 +1,6 @@
-"""A small HTTP client of the Host API (CONTRACT §2), used by the ``takohost`` CLI.
+"""A small HTTP client of the Host API (docs/spec/http-api.md), used by the ``takohost`` CLI.
 
-One method per API call; answers are the decoded JSON bodies (``dict``), exactly as CONTRACT §2
+One method per API call; answers are the decoded JSON bodies (``dict``), exactly as docs/spec/http-api.md
 shapes them. Every error answer becomes :class:`ClientError` ``(code, message, status)`` from the
 ``{"error": {"code", "message", "details"?}}`` envelope (§2.4); a host that cannot be reached
 becomes :class:`HostUnreachable` (code ``unreachable``).
@@ -10,7 +10,7 @@ an answer (connection refused/reset, read timeout): ``GET``s, mutations carrying
 ``Idempotency-Key`` (the host answers a repeated key with the same Operation, §2.3), ``send_event``
 with a key, and ``terminate`` (idempotent by the seed: "すでにterminalなら成功する").
 ``create_instance`` is never retried: a lost answer is resolved by the caller (a repeated create
-with the same id answers ``instance_exists``, seed 000).
+with the same id answers ``instance_exists``, docs/spec/durable-workflow.md).
 
 Instance ids are arbitrary Unicode (API-inst-id) and are sent as ONE path segment:
 ``urllib.parse.quote(id, safe="")``; an id of only dots (``.``, ``..``) has its dots sent as
@@ -48,7 +48,7 @@ _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD"})
 
 
 class ClientError(Exception):
-    """The host answered with an error: ``code`` (CONTRACT §2.4), ``message``, HTTP ``status``.
+    """The host answered with an error: ``code`` (docs/spec/http-api.md#api-errors), ``message``, HTTP ``status``.
 
     ``details`` is the envelope's optional ``details`` object (``{}`` when absent). ``status`` is
     ``None`` when no HTTP answer was received (:class:`HostUnreachable`).
@@ -144,7 +144,7 @@ class Client:
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
         data = None
-        if body is not None:  # any depth (issue 15 item 5): requests' own json= recurses
+        if body is not None:  # any depth (docs/spec/host-features.md#hf-newcomer): requests' own json= recurses
             headers["Content-Type"] = "application/json"
             data = deepjson.dumps(body).encode("utf-8")
         prepared = requests.Request(method, url, headers=headers, data=data).prepare()
@@ -179,7 +179,7 @@ class Client:
         """``GET /healthz`` → ``{"ok": true}`` (no token needed)."""
         return self._request("GET", "/healthz", authenticated=False)
 
-    # --- resources and Operations (CONTRACT §2.2, §2.3) ----------------------------------------
+    # --- resources and Operations (docs/spec/http-api.md#api-res, docs/spec/http-api.md#api-op) ----------------------------------------
 
     def create_resource(
         self, *, form: str, name: str, spec: dict[str, Any], idempotency_key: str
@@ -266,7 +266,7 @@ class Client:
             time.sleep(interval)
             interval = min(interval * 1.5, 2.0)
 
-    # --- instances (CONTRACT §2.5) ------------------------------------------------------------
+    # --- instances (docs/spec/http-api.md#api-inst) ------------------------------------------------------------
 
     def _instances_path(self, workflow_uid: str, *rest: str) -> str:
         return self._space_path("resources", encode_segment(workflow_uid), "instances", *rest)
@@ -369,7 +369,7 @@ class Client:
             query={"pageToken": page_token},
         )
 
-    # --- cron runs (CONTRACT §7) ------------------------------------------------------------
+    # --- cron runs (docs/spec/cron-trigger.md#cr-runs) ------------------------------------------------------------
 
     def get_run_logs(
         self, trigger_uid: str, scheduled_time: str, *, page_token: str | None = None

@@ -1,4 +1,4 @@
-"""The client half of the ``takohost`` command (issue 6 item 3; CONTRACT §9): the ``deploy DIR``,
+"""The client half of the ``takohost`` command (docs/spec/host-features.md#hf-one-command; docs/spec/architecture.md#ar-operating): the ``deploy DIR``,
 ``undeploy DIR`` and ``runs TRIGGER`` commands, and the registration of every client command on the ``takohost`` group.
 
 The ``instances …`` and ``status`` commands are ``host_cli.instances``; the deploy engine is

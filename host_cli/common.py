@@ -1,5 +1,5 @@
 """The plumbing shared by the client commands (``host_cli.client_commands``, ``host_cli.instances``):
-the connection options, error reporting and JSON output (CONTRACT §9).
+the connection options, error reporting and JSON output (docs/spec/architecture.md#ar-operating).
 
 Connection: ``--url``/``TAKOHOST_URL``, ``--token``/``TAKOHOST_TOKEN`` and
 ``--space``/``TAKOHOST_SPACE`` (:func:`client_command`); without a URL or token, those of a
@@ -8,7 +8,7 @@ Connection: ``--url``/``TAKOHOST_URL``, ``--token``/``TAKOHOST_TOKEN`` and
 2-space indent). Progress goes to stderr (:data:`stderr`).
 
 Errors print ``error: <code>: <message>`` on stderr and exit 1 — API errors with the API's code
-(CONTRACT §2.4), failed Operations with the Operation's code, a host that does not answer as
+(docs/spec/http-api.md#api-errors), failed Operations with the Operation's code, a host that does not answer as
 ``unreachable`` ("cannot reach the host at URL") — never a traceback. Usage errors are click's
 (exit 2); Ctrl-C exits 130 (``interrupted``). Tables fill the terminal, and are never cut
 when written to a file or pipe (:func:`stdout_console`).
@@ -54,7 +54,7 @@ DEFAULT_SPACE = "dev"
 stderr = Console(stderr=True, highlight=False)
 
 #: Columns of a table written to a file or a pipe (no terminal to fit): wide enough that no cell
-#: is cut or wrapped (issue 27 item 13).
+#: is cut or wrapped (docs/spec/host-features.md#hf-console).
 PIPE_WIDTH = 100_000
 
 
@@ -82,7 +82,7 @@ def _reported_errors() -> Iterator[None]:
         sys.exit(130)
     except (click.exceptions.Exit, click.ClickException, SystemExit):
         raise
-    except Exception as exc:  # never a traceback (issue 6 item 3)
+    except Exception as exc:  # never a traceback (docs/spec/host-features.md#hf-one-command)
         _fail("internal_error", f"{type(exc).__name__}: {exc}")
 
 

@@ -1,4 +1,4 @@
-"""The deploy engine behind ``takohost deploy DIR`` (CONTRACT §9): converge a Space on a directory
+"""The deploy engine behind ``takohost deploy DIR`` (docs/spec/architecture.md#ar-operating): converge a Space on a directory
 manifest (:class:`host_cli.manifest.Project`) through the HTTP client (``host_cli.client``).
 
 :class:`Deployer` decides from the Space's current resources and applies each change as one
@@ -31,7 +31,7 @@ class Deployer:
 
     1. the ModuleWorker (found by name; created, or PUT when its description changed);
     2. the DurableWorkflows (created before the Version, whose ``workflowBindings`` name their
-       UIDs; seed 000 allows a Workflow without a Deployment). A create that the host rejects
+       UIDs; docs/spec/durable-workflow.md allows a Workflow without a Deployment). A create that the host rejects
        with ``dependency_conflict`` because the current Deployment's code lacks the class is
        deferred: the new code is deployed first, then the Workflow is created, then a Version
        with its binding is deployed;
@@ -40,7 +40,7 @@ class Deployer:
     4. the Deployment of the Worker, at 100 % on that Version;
     5. the WorkerCronTriggers (created, or PUT with the new cron).
 
-    Every mutation waits for its Operation (CONTRACT §2.3) and carries an ``Idempotency-Key``
+    Every mutation waits for its Operation (docs/spec/http-api.md#api-op) and carries an ``Idempotency-Key``
     derived from its content and from the state it changes (create: the body and, after a
     deleted namesake, that namesake's UID; update: the body and the generation it replaces),
     so re-running after a lost answer finds the same Operation. ``resource_busy`` is retried
@@ -237,7 +237,7 @@ class Deployer:
                     "immutable_field",
                     f"DurableWorkflow {decl.name!r} runs class "
                     f"{spec.get('className')!r}, not {decl.class_name!r}",
-                    "a workflow's class cannot change (seed 000): choose another name, or "
+                    "a workflow's class cannot change (docs/spec/durable-workflow.md): choose another name, or "
                     "delete the workflow and its instances first",
                 )
         for trigger in m.triggers:
@@ -249,7 +249,7 @@ class Deployer:
                 raise CommandFailed(
                     "immutable_field",
                     f"WorkerCronTrigger {trigger.name!r} belongs to another Worker",
-                    "a trigger's worker cannot change (seed 003): choose another name",
+                    "a trigger's worker cannot change (docs/spec/cron-trigger.md): choose another name",
                 )
 
     def _note_unmanaged(self, m: manifests.Manifest) -> None:

@@ -1,4 +1,4 @@
-"""Where a running ``takohost dev`` can be found (issue 27 item 11): ``DATA_DIR/dev.json``.
+"""Where a running ``takohost dev`` can be found (docs/spec/host-features.md#hf-console): ``DATA_DIR/dev.json``.
 
 The dev supervisor writes ``{"pid", "url", "space", "databaseUrl"}`` there (``0600``, in the
 ``0700`` data dir, beside the token and the database password it already keeps) once its API

@@ -1,4 +1,4 @@
-"""``takohost dev``: the production stack on one machine, started from wheels (DESIGN "Dev mode").
+"""``takohost dev``: the production stack on one machine, started from wheels (docs/spec/architecture.md#ar-embedded "Dev mode").
 
 One foreground supervisor starts, in the data dir (``0700``):
 

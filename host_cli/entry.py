@@ -1,7 +1,7 @@
 """The ``takohost`` console script: :func:`run` imports the command and runs it, so that a Ctrl-C
 at any moment — while the heavy modules import at start-up, inside a command, on the way out —
 ends the command with ``interrupted`` on stderr and exit status 130, never a traceback
-(issue 27 item 10). Kept tiny: the console script imports this module first.
+(docs/spec/host-features.md#hf-console). Kept tiny: the console script imports this module first.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``takohost instances …`` commands and the ``takohost status`` alias (CONTRACT §9): create,
+"""The ``takohost instances …`` commands and the ``takohost status`` alias (docs/spec/architecture.md#ar-operating): create,
 list, inspect, follow, signal, terminate and read the history of workflow instances over HTTP.
 
 Commands: ``instances create|list|status|send-event|terminate|history``; ``status`` (alias of
@@ -45,7 +45,7 @@ _STATUS_STYLE = {
 
 
 def _parse_document_option(raw: str | None, *, option: str) -> dict[str, Any] | None:
-    """``--params``/``--payload`` text → a JSON object (strict JSON, CONTRACT §2 API-json)."""
+    """``--params``/``--payload`` text → a JSON object (strict JSON, docs/spec/http-api.md API-json)."""
     if raw is None:
         return None
     try:

@@ -1,4 +1,4 @@
-"""Tenant logs and failure tracebacks on the command line (issue 13 items 1, 2).
+"""Tenant logs and failure tracebacks on the command line (docs/spec/host-features.md#hf-observability).
 
 Commands: ``takohost instances logs WORKFLOW ID [--follow]`` (registered on the ``instances``
 group by ``host_cli.client_commands``) and ``takohost run-logs TRIGGER SCHEDULED_TIME

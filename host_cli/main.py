@@ -1,4 +1,4 @@
-"""The ``takohost`` command (CONTRACT §9): operate the host from the shell; the server commands
+"""The ``takohost`` command (docs/spec/architecture.md#ar-operating): operate the host from the shell; the server commands
 (``api``, ``worker``, ``beat``, ``dev``, ``db``, ``token``) live here, the client commands in
 :mod:`host_cli.client_commands`.
 
@@ -244,7 +244,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _check_sandbox(metrics_port)
         supervisor = worker_pool.Supervisor(command=worker_pool.solo_command(loglevel=loglevel),
                                             concurrency=concurrency, stop_timeout=stop_timeout)
-        supervisor.add_process(_control_command(loglevel))  # issue 15 item 6
+        supervisor.add_process(_control_command(loglevel))  # docs/spec/host-features.md#hf-newcomer
         supervisor.add_process(_validation_command(loglevel))
         raise SystemExit(supervisor.run())
     if supervised:
@@ -255,7 +255,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         _check_sandbox(metrics_port)
     from services.celery_app import app
 
-    if validation:  # issue 24 item 3: several import checks at once, no Space takes them all
+    if validation:  # docs/spec/host-features.md#hf-neighbours: several import checks at once, no Space takes them all
         from core import config
         from workers.engine import sandbox
 
@@ -269,7 +269,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
         # prefork pool processes start their zygote on worker_process_init; solo has no pool process
         children.prespawn(sandbox.get_zygote())
     if pool == "prefork":
-        _start_control_process(loglevel)  # issue 15 item 6
+        _start_control_process(loglevel)  # docs/spec/host-features.md#hf-newcomer
     queue = (app.conf.takohost_control_queue if control
              else app.conf.takohost_validation_queue if validation else app.conf.task_default_queue)
     if not (control or validation):  # its slots count in the live fleet the per-Space cap follows
@@ -281,7 +281,7 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
                      "--without-heartbeat"])
 
 
-# --- the control plane's own process (issue 15 item 6) ---------------------------------------
+# --- the control plane's own process (docs/spec/host-features.md#hf-newcomer) ---------------------------------------
 # Operations (and anything else in services.celery_app.CONTROL_TASKS) go to a queue of their own,
 # consumed by one more process that every `takohost worker` starts and that runs no workflow or
 # handler code (only the time-limited import check of a new WorkerVersion):

@@ -36,7 +36,7 @@ __all__ = [
 
 
 def check_cron(expression: str) -> str | None:
-    """``None`` when ``expression`` is a valid five-field UTC cron (seed 003), else the reason."""
+    """``None`` when ``expression`` is a valid five-field UTC cron (docs/spec/cron-trigger.md), else the reason."""
     try:
         cron.parse(expression)
     except cron.CronSyntaxError as exc:

@@ -1,4 +1,4 @@
-"""The ``takohost workflows|triggers|resources …`` commands (issue 15 item 4): list, show and
+"""The ``takohost workflows|triggers|resources …`` commands (docs/spec/host-features.md#hf-newcomer): list, show and
 delete the resources of a Space by name (or UID) over HTTP.
 
 Commands: ``workflows list``; ``triggers list``, ``triggers delete TRIGGER``; ``resources list

@@ -1,4 +1,4 @@
-"""The ``takohost spaces usage`` command (issue 24 item 4): what the Space holds against each of
+"""The ``takohost spaces usage`` command (docs/spec/host-features.md#hf-neighbours): what the Space holds against each of
 its quotas, as a table or (``--json``) the API's ``GET /v2/spaces/{space}/usage`` document.
 
 Options, output and errors follow ``host_cli.common``; ``host_cli.client_commands`` registers the

@@ -1,4 +1,4 @@
-"""The teardown behind ``takohost undeploy DIR`` (issue 27 item 9): delete what ``takohost deploy
+"""The teardown behind ``takohost undeploy DIR`` (docs/spec/host-features.md#hf-console): delete what ``takohost deploy
 DIR`` made, in the order the host accepts it.
 
 :func:`plan` reads the Space's resources and lists, for the directory's manifest: its

@@ -1,5 +1,5 @@
 """``takohost versions check DIR``: replay a candidate Version's code against the recorded history
-of every live instance of its workflows before it gets traffic (issue 28 item 3; docs/testing.md
+of every live instance of its workflows before it gets traffic (docs/spec/host-features.md#hf-testing; docs/testing.md
 "Checking a candidate against live instances").
 
 For each ``[[workflows]]`` entry of ``DIR/takohost.toml`` that is deployed in the Space, every

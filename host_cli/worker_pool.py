@@ -1,5 +1,5 @@
 """``takohost worker --concurrency N`` (the default pool): N single-process Celery workers
-(``--pool solo``) under one supervisor (issue 12 item 2).
+(``--pool solo``) under one supervisor (docs/spec/host-features.md#hf-performance).
 
 Why not Celery's prefork pool: a prefork worker is a main process that reads the broker and hands
 each task to a pool process over a pipe — one more hop and one more process's CPU per task. Side by
@@ -93,7 +93,7 @@ class Supervisor:
         self.kill_now = False
 
     def add_process(self, command: list[str]) -> None:
-        """Supervise one more process that runs ``command`` instead of the pool's (issue 15 item 6:
+        """Supervise one more process that runs ``command`` instead of the pool's (docs/spec/host-features.md#hf-newcomer:
         the control-plane consumer of ``takohost worker``); restarted and stopped like the others."""
         self.slots.append(_Slot(index=len(self.slots), command=command))
 

@@ -27,7 +27,7 @@ class ScalarText(sa.types.TypeDecorator):
     """A ``str`` of Unicode scalar values stored as its UTF-8 bytes.
 
     Instance ids, step names and event types may contain any scalar value, U+0000 included
-    (seed 000: "idは1〜256 Unicodeスカラー値"); Postgres ``text`` cannot hold NUL, ``bytea``
+    (docs/spec/durable-workflow.md#dw-instance-id: "idは1〜256 Unicodeスカラー値"); Postgres ``text`` cannot hold NUL, ``bytea``
     can, and equality/uniqueness on the bytes equals equality on the strings.
     """
 

@@ -1,4 +1,4 @@
-"""Cron schedules, the match ledger and deliveries (CONTRACT §7; seed 003).
+"""Cron schedules, the match ledger and deliveries (docs/spec/cron-trigger.md#cr-runs; docs/spec/cron-trigger.md).
 
 A match is a row under a unique ``(trigger_uid, scheduled_time)`` constraint, inserted
 before its delivery is dispatched, so no restart, second beat or redelivery can create a
@@ -18,7 +18,7 @@ from models.base import Base, JSONText, UTCDateTime, utcnow
 
 #: ``CronMatch.state`` values: ``pending`` until one delivery finished ok/failed, then ``done``.
 MATCH_STATES = ("pending", "done")
-#: ``CronDelivery.outcome`` values (CONTRACT §7); NULL while the delivery runs.
+#: ``CronDelivery.outcome`` values (docs/spec/cron-trigger.md#cr-runs); NULL while the delivery runs.
 DELIVERY_OUTCOMES = ("ok", "failed", "unknown")
 
 
@@ -26,7 +26,7 @@ class CronSchedule(Base):
     """The schedule of one WorkerCronTrigger, as beat sees it (one row per trigger UID, kept forever).
 
     ``considered_until``: beat has decided (recorded or skipped) every match at or before this
-    instant — the persisted boundary that survives restarts, updates and deletes (seed 003
+    instant — the persisted boundary that survives restarts, updates and deletes (docs/spec/cron-trigger.md
     "解除前後の一致境界をHostが永続化"). ``cron`` is the expression in force after the last entry of
     ``superseded``; ``superseded`` lists earlier expressions still owed a decision, as
     ``[{"cron": "...", "until": "<RFC 3339>"}]`` ascending (an update made at ``until``: the old
@@ -52,7 +52,7 @@ class CronSchedule(Base):
 
 
 class CronMatch(Base):
-    """A recorded match: the Host now owes at least one handler call for it (seed 003).
+    """A recorded match: the Host now owes at least one handler call for it (docs/spec/cron-trigger.md).
 
     Carries everything a delivery needs (``space``, ``worker_uid``, the ``cron`` that matched)
     so that it is delivered even after its trigger was deleted. ``dispatched_at``: when a
@@ -80,7 +80,7 @@ class CronDelivery(Base):
     """One attempt to call ``scheduled`` for a match; ``outcome`` ok/failed/unknown (NULL: running).
 
     ``worker_id`` names the Celery worker process (``host:pid``) that holds the delivery's Redis
-    lease; ``version_uid`` the WorkerVersion picked by weight at the start (CONTRACT §3.3).
+    lease; ``version_uid`` the WorkerVersion picked by weight at the start (docs/spec/worker-forms.md#wf-deployment).
     """
 
     __tablename__ = "cron_deliveries"

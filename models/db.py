@@ -21,7 +21,7 @@ _makers: dict[tuple[int, str], orm.sessionmaker[orm.Session]] = {}
 
 #: A pooled connection idle longer than this (seconds) is pinged when checked out, and replaced if
 #: dead (Postgres restarted, an idle timeout dropped it). A connection reused sooner is not: a ping
-#: on every checkout cost a round trip per request and per session (issue 12 item 3). One that died
+#: on every checkout cost a round trip per request and per session (docs/spec/host-features.md#hf-performance). One that died
 #: within this window fails its statement once, and SQLAlchemy then invalidates the whole pool.
 PING_AFTER_IDLE_SECONDS = 10.0
 
@@ -52,7 +52,7 @@ def get_engine(url: str) -> sa.Engine:
             url,
             pool_size=5,
             max_overflow=10,
-            # JSON columns hold documents of any depth (issue 15 item 5): see takohost.domain.deepjson
+            # JSON columns hold documents of any depth (docs/spec/host-features.md#hf-newcomer): see takohost.domain.deepjson
             json_serializer=deepjson.dumps_stored,
             json_deserializer=deepjson.loads_stored,
         )

@@ -1,6 +1,6 @@
 """The one root of domain errors shared by services, workers and the API (STYLE §4).
 
-``code`` is the snake_case code of CONTRACT §2.4; the HTTP layer maps codes to statuses
+``code`` is the snake_case code of docs/spec/http-api.md#api-errors; the HTTP layer maps codes to statuses
 in one table (``host_api.errors``). No HTTP knowledge here.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 class DomainError(Exception):
-    """A rule said no. ``code`` (CONTRACT §2.4), human ``message``, optional ``details``."""
+    """A rule said no. ``code`` (docs/spec/http-api.md#api-errors), human ``message``, optional ``details``."""
 
     def __init__(self, code: str, message: str, details: dict | None = None) -> None:
         super().__init__(message)

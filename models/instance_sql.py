@@ -77,7 +77,7 @@ WHERE s.instance_pk = (SELECT i.pk FROM instances i
 #: The event, the counters and ``EventAccepted`` in one statement; or, for a waiting matching wait
 #: (``%(direct)s``, the wait named ``%(wait_name)s``), the event consumed at once: the wait's result,
 #: ``EventAccepted``, ``EventConsumed`` and ``StepCompleted``, the instance woken (``running``) and its
-#: timeout timer deleted, the event never in the inbox (seed 000: "最古の一致eventを原子的に消費し
+#: timeout timer deleted, the event never in the inbox (docs/spec/durable-workflow.md#dw-step-wait: "最古の一致eventを原子的に消費し
 #: step結果と一緒にcommitする"). ``%(name_json)s``/``%(type_json)s`` are ASCII JSON strings.
 ACCEPT_EVENT = """
 WITH f AS (

@@ -1,4 +1,4 @@
-"""Workflow instances, steps, history, inbox and timers (DESIGN "Tables"; CONTRACT §4–6).
+"""Workflow instances, steps, history, inbox and timers (docs/spec/architecture.md#ar-tables "Tables"; docs/spec/worker-forms.md#wf-abi, docs/spec/durable-workflow.md#dw-history).
 
 Postgres is the truth: replay reads ``steps`` by name, the history is written in the same
 transaction as the state it records, and timers are rows fired by beat.
@@ -99,12 +99,12 @@ class Step(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-#: CONTRACT §6 history event types (defined with their builders in ``takohost.domain.history``).
+#: docs/spec/durable-workflow.md#dw-history history event types (defined with their builders in ``takohost.domain.history``).
 HISTORY_EVENT_TYPES = domain_history.EVENT_TYPES
 
 
 class HistoryEvent(Base):
-    """One SWF-style history event (CONTRACT §6); ``event_id`` counts 1, 2, 3 … per instance."""
+    """One SWF-style history event (docs/spec/durable-workflow.md#dw-history); ``event_id`` counts 1, 2, 3 … per instance."""
 
     __tablename__ = "history_events"
     __table_args__ = (sa.UniqueConstraint("instance_pk", "event_id"),)
@@ -118,7 +118,7 @@ class HistoryEvent(Base):
 
 
 class InboxEvent(Base):
-    """An accepted, not yet consumed event (seed: sendEvent; CONTRACT §2.5 inbox).
+    """An accepted, not yet consumed event (seed: sendEvent; docs/spec/http-api.md#api-inst inbox).
 
     ``canonical_bytes`` is the RFC 8785 size of the stored ``{type, payload?}`` that counts
     toward the 1 MiB queue limit.

@@ -1,4 +1,4 @@
-"""Installed package layers and the WorkerVersions that use them (CONTRACT §3.2; docs/packages.md).
+"""Installed package layers and the WorkerVersions that use them (docs/spec/worker-forms.md#wf-version; docs/packages.md).
 
 ``package_layers``: one row per layer key (``takohost.domain.requirements.layer_key``: the
 canonical pin set and the interpreter): the pins it was built from (``requirements``, canonical

@@ -1,4 +1,4 @@
-"""Spaces, tokens, resources, Operations and idempotency records (CONTRACT §2)."""
+"""Spaces, tokens, resources, Operations and idempotency records (docs/spec/http-api.md)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Token(Base):
 
 
 class ConsoleSession(Base):
-    """A web-console sign-in (issue 24 item 6): the browser holds a random session id, this row
+    """A web-console sign-in (docs/spec/host-features.md#hf-neighbours): the browser holds a random session id, this row
     its SHA-256 (``id_hash``), the token it was made from (deleting the token deletes its
     sessions), the session's own CSRF token, and when it began and was last used (idle timeout
     and absolute lifetime: ``services.console_sessions``)."""
@@ -50,7 +50,7 @@ LIVE_DEPLOYMENT = sa.text("deleted_at IS NULL AND form = 'WorkerDeployment'")
 
 
 class Resource(Base):
-    """One Takoform resource of any of the five Forms (CONTRACT §2.2).
+    """One Takoform resource of any of the five Forms (docs/spec/http-api.md#api-res).
 
     ``form`` holds the short Form name (``ModuleWorker``, ``WorkerVersion``,
     ``WorkerDeployment``, ``DurableWorkflow``, ``WorkerCronTrigger``). ``worker_uid`` is the
@@ -93,7 +93,7 @@ ACTIVE_OPERATION = sa.text("state IN ('pending', 'running')")
 
 
 class Operation(Base):
-    """An accepted mutation, reconciled by a worker task (CONTRACT §2.3, API-op).
+    """An accepted mutation, reconciled by a worker task (docs/spec/http-api.md#api-op, API-op).
 
     At most one unfinished Operation per resource: the partial unique index decides
     ``resource_busy``, not a check in Python. ``request`` holds what the reconciler applies
@@ -129,7 +129,7 @@ class Operation(Base):
 
 
 class ResourceRef(Base):
-    """One ``{"resourceUid"}`` reference held by a live resource's spec (CONTRACT §2.1, §3).
+    """One ``{"resourceUid"}`` reference held by a live resource's spec (docs/spec/http-api.md#api-auth, docs/spec/worker-forms.md).
 
     ``kind`` says which field holds it: ``worker`` (any Form's ``worker``), ``version`` (a
     Deployment's weighted Version), ``binding`` (a Version's ``workflowBindings[].resource``).

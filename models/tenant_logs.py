@@ -1,4 +1,4 @@
-"""Tenant log lines of instances and cron deliveries (issue 13 item 1; limits in
+"""Tenant log lines of instances and cron deliveries (docs/spec/host-features.md#hf-observability; limits in
 ``takohost.domain.tenant_logs``).
 
 One row per line. A line belongs to exactly one owner: an instance (``instance_pk``, with the

@@ -1,4 +1,4 @@
-"""What each Space holds, counted for its quotas (issue 24 item 4; ``services.quotas``).
+"""What each Space holds, counted for its quotas (docs/spec/host-features.md#hf-neighbours; ``services.quotas``).
 
 One row per Space, kept exact by the statements that change what it counts, so that a quota check
 is one primary-key read, never a count over a table:

@@ -1,5 +1,5 @@
 """The Redis broker transport of the Celery app: kombu's, with one publishing client per channel
-(issue 12 item 3: lean publish path).
+(docs/spec/host-features.md#hf-performance: lean publish path).
 
 kombu's Redis channel builds a new ``redis.Redis`` client object for every message it publishes
 (``Channel._create_client``; the socket comes from the channel's connection pool either way).

@@ -1,4 +1,4 @@
-"""The Celery application shared by workers, beat and the API's dispatch (CONTRACT §1).
+"""The Celery application shared by workers, beat and the API's dispatch (docs/spec/architecture.md#ar-shape).
 
 Redis is the broker (and lease store); Postgres holds the truth, so a lost message is
 recovered by a beat sweep, never by the broker. Tasks are acknowledged late and are all
@@ -16,7 +16,7 @@ from services import broker, message_guard
 #: Modules that define tasks; imported by worker processes only.
 TASK_MODULES = ["workers.tasks"]
 
-#: Tasks of the control plane (issue 15 item 6): they run no tenant code and go to
+#: Tasks of the control plane (docs/spec/host-features.md#hf-newcomer): they run no tenant code and go to
 #: :func:`control_queue`, which only the control process of every ``takohost worker`` consumes,
 #: so an Operation never waits behind tenant code holding every slot. Everything else (replay
 #: contexts, cron deliveries: tenant code) goes to ``Settings.queue``.
@@ -68,7 +68,7 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
             **{name: {"queue": control_queue(settings)} for name in CONTROL_TASKS},
             **{name: {"queue": validation_queue(settings)} for name in VALIDATION_TASKS},
         },
-        # Holding the broker URL must not make anyone the fleet's operator (issue 10 item 7):
+        # Holding the broker URL must not make anyone the fleet's operator (docs/spec/host-features.md#hf-isolation):
         # workers join no control exchange, so Celery's remote control (ping, inspect, shutdown,
         # revoke, cancel_consumer, pool_restart…) reaches no one, and they publish no events.
         worker_enable_remote_control=False,
@@ -91,7 +91,7 @@ def make_celery(settings: config.Settings | None = None) -> Celery:
         broker_transport_options={
             "global_keyprefix": f"{settings.namespace}:",
             # Redelivery of unacknowledged messages is a backstop only: beat sweeps
-            # re-dispatch from Postgres long before this (DESIGN "Beat").
+            # re-dispatch from Postgres long before this (docs/spec/architecture.md#ar-beat "Beat").
             "visibility_timeout": 600,
         },
         timezone="UTC",

@@ -10,7 +10,7 @@ ever read. Lists are keyset-paged (an opaque token of the last row's sort key), 
 the same with 10 or 10,000 instances.
 
 Helpers suffixed ``_txn`` run in the caller's session and never commit (STYLE §5); they only read.
-Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes.
+Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes.
 """
 
 from __future__ import annotations
@@ -441,7 +441,7 @@ def instance_log_tail_txn(
 def operations_page_txn(
     session: orm.Session, *, space: str, page_token: str | None = None, limit: int = PAGE_SIZE
 ) -> tuple[list[dict], str | None]:
-    """One page of ``space``'s Operations, newest first: the Operation's JSON view (CONTRACT §2.3)
+    """One page of ``space``'s Operations, newest first: the Operation's JSON view (docs/spec/http-api.md#api-op)
     plus ``resourceName`` and ``resourceForm`` (short Form name); returns ``(rows, next token)``."""
     op = res_models.Operation
     query = (

@@ -1,4 +1,4 @@
-"""Web-console sessions (issue 24 item 6): a random id in the browser, its row in Postgres.
+"""Web-console sessions (docs/spec/host-features.md#hf-neighbours): a random id in the browser, its row in Postgres.
 
 Signing in with a Space token creates a session: a random id (``secrets.token_urlsafe(32)``,
 256 bits) that only the browser's cookie holds — the table keeps its SHA-256 — and a CSRF token

@@ -1,4 +1,4 @@
-"""The cron runs ledger: deliveries of recorded matches and the runs listing (CONTRACT §7; seed 003).
+"""The cron runs ledger: deliveries of recorded matches and the runs listing (docs/spec/cron-trigger.md#cr-runs; docs/spec/cron-trigger.md).
 
 A recorded match (``cron_matches``) is ``pending`` until one delivery finishes ``ok`` or
 ``failed``, then ``done``; a delivery whose worker vanished is finished as ``unknown`` and the
@@ -52,14 +52,14 @@ def epoch_ms(t: dt.datetime) -> int:
 
 
 def event_of(match: cron_models.CronMatch | sa.Row) -> dict:
-    """The ``scheduled`` event of ``match``: the cron that matched and its instant (seed 003)."""
+    """The ``scheduled`` event of ``match``: the cron that matched and its instant (docs/spec/cron-trigger.md)."""
     return {"cron": match.cron, "scheduledTime": epoch_ms(match.scheduled_time)}
 
 
 @dataclasses.dataclass(frozen=True)
 class MatchToDeliver:
     """A pending match a delivery has claimed: its trigger, Space, Worker and ``scheduled`` event
-    (``{"cron", "scheduledTime"}``, UTC epoch milliseconds; CONTRACT §4.6)."""
+    (``{"cron", "scheduledTime"}``, UTC epoch milliseconds; docs/spec/cron-trigger.md#cr-handler)."""
 
     pk: int
     trigger_uid: str
@@ -110,9 +110,9 @@ def match_space_txn(session: orm.Session, *, match_pk: int) -> str | None:
 def trigger_stopping_txn(session: orm.Session, *, trigger_uid: str, lock: bool = False) -> bool:
     """True while a DELETE of WorkerCronTrigger ``trigger_uid`` is accepted and not yet applied.
 
-    That is the fence of running deliveries (CONTRACT §7, "Deleting a trigger"): a delivery
+    That is the fence of running deliveries (docs/spec/cron-trigger.md#cr-runs, "Deleting a trigger"): a delivery
     running when the DELETE is accepted stops its handler; none starts until the DELETE is
-    applied (matches recorded before it are still owed and delivered after it; seed 003).
+    applied (matches recorded before it are still owed and delivered after it; docs/spec/cron-trigger.md).
     ``lock=True`` takes ``FOR SHARE`` on the trigger row, so a concurrent DELETE acceptance (which
     locks it ``FOR UPDATE``) is ordered with the caller's delivery row: either this sees the
     DELETE, or the DELETE's reconcile sees the delivery.
@@ -181,7 +181,7 @@ def finish_delivery_txn(
     """Record ``outcome`` (``ok`` or ``failed``, + ``error`` text) and mark the match ``done``.
 
     A real outcome replaces an ``unknown`` that a sweep guessed meanwhile. A failure is never
-    retried (seed 003: "その失敗だけを理由に同じ一致分の中で再試行しません"). Returns False when the
+    retried (docs/spec/cron-trigger.md: "その失敗だけを理由に同じ一致分の中で再試行しません"). Returns False when the
     delivery row does not exist.
     """
     if outcome not in ("ok", "failed"):
@@ -264,7 +264,7 @@ def note_dispatched_txn(session: orm.Session, *, match_pks: list[int], now: dt.d
 
 
 def list_runs_txn(session: orm.Session, *, space: str, trigger_uid: str, page_token: str | None) -> dict:
-    """One page of the trigger's runs ledger, newest ``scheduledTime`` first (CONTRACT §7).
+    """One page of the trigger's runs ledger, newest ``scheduledTime`` first (docs/spec/cron-trigger.md#cr-runs).
 
     Returns ``{"runs": [...], "nextPageToken"?}``. A recorded match is ``{"cron",
     "scheduledTime", "recordedAt", "deliveries": [{"startedAt", "finishedAt"?, "outcome",

@@ -1,4 +1,4 @@
-"""Register, update and unregister a WorkerCronTrigger's schedule (seed 003 "CRUD、拒否、再起動").
+"""Register, update and unregister a WorkerCronTrigger's schedule (docs/spec/cron-trigger.md "CRUD、拒否、再起動").
 
 Called by the Operation reconciler inside its transaction (``_txn``: never commits). Beat
 reads the ``cron_schedules`` rows written here (``beat.cron_recorder``) and decides the
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def observed_for(expression: str, *, now: dt.datetime) -> dict:
-    """The trigger's ``observed`` dict once its schedule is registered (seed 003 "観測", API-05).
+    """The trigger's ``observed`` dict once its schedule is registered (docs/spec/cron-trigger.md "観測", API-05).
 
     ``{"cron", "timezone": "UTC", "scheduleReady": True, "nextMatchAt"?}``; ``nextMatchAt`` is
     the first match strictly after ``now`` as RFC 3339 UTC ``…Z``, absent (not null) when the
@@ -41,7 +41,7 @@ def register_schedule_txn(session: orm.Session, *, trigger: res_models.Resource,
     Create: the schedule considers matches strictly after ``now`` only. Update with another
     expression: the old one keeps the matches up to and including ``now`` (beat still decides
     those), the new one owns only later matches — never both at once, never an immediate call
-    (seed 003 "新しい式の将来の一致だけに適用", CB-05). The same expression again (a retried
+    (docs/spec/cron-trigger.md "新しい式の将来の一致だけに適用", CB-05). The same expression again (a retried
     reconcile, or a PUT with an identical spec) changes nothing. Locks the schedule row.
     ``trigger.spec`` must already be valid (``{"worker": {"resourceUid"}, "cron"}``).
     """
@@ -65,7 +65,7 @@ def register_schedule_txn(session: orm.Session, *, trigger: res_models.Resource,
         session.flush()
         return observed
     if row.deleted_at is not None:
-        # A deleted trigger's UID is never reused (CONTRACT §2.2); never revive its schedule.
+        # A deleted trigger's UID is never reused (docs/spec/http-api.md#api-res); never revive its schedule.
         log.error("register on a deleted schedule ignored", extra={"trigger": trigger.uid})
         return observed
     if row.cron != expression:
@@ -79,7 +79,7 @@ def register_schedule_txn(session: orm.Session, *, trigger: res_models.Resource,
 
 
 def unregister_schedule_txn(session: orm.Session, *, trigger_uid: str, now: dt.datetime) -> None:
-    """Remove the schedule of ``trigger_uid`` and persist the boundary (seed 003 "削除").
+    """Remove the schedule of ``trigger_uid`` and persist the boundary (docs/spec/cron-trigger.md#cr-crud "削除").
 
     No match after ``now`` is ever recorded; matches up to ``now`` are still decided by beat,
     and recorded ones are still delivered. Idempotent: a second call keeps the first boundary.

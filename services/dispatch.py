@@ -114,8 +114,8 @@ def deliver_cron_matches(match_pks: Sequence[int]) -> int:
     """Ask workers to deliver each recorded cron match of ``match_pks``: one
     ``takohost.deliver_cron_match`` message per pk, in order, all through one producer.
 
-    For beat, which dispatches a minute's matches (thousands) at once (seed 003 at-least-once;
-    CONTRACT §7). Returns how many messages the broker surely accepted (``len(match_pks)`` unless
+    For beat, which dispatches a minute's matches (thousands) at once (docs/spec/cron-trigger.md#cr-delivery at-least-once;
+    docs/spec/cron-trigger.md#cr-runs). Returns how many messages the broker surely accepted (``len(match_pks)`` unless
     the broker failed); the others are left to ``workers.cron_tasks.sweep`` with a warning, as
     for ``deliver_cron_match``. Call after the matches are committed. Never raises.
     """

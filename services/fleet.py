@@ -1,5 +1,5 @@
-"""The live fleet's worker slots in Redis, so that the per-Space cap follows them (issue 24 item 2;
-CONTRACT §8 "Fair share and quotas"; README "Production", "Fair share").
+"""The live fleet's worker slots in Redis, so that the per-Space cap follows them (docs/spec/host-features.md#hf-neighbours;
+docs/spec/host-limits.md#hl-decisions "Fair share and quotas"; README "Production", "Fair share").
 
 Every process that consumes the tenant-work queue (``Settings.queue``: replay contexts and cron
 deliveries) registers its slots in the ZSET ``{namespace}:fleet-slots``

@@ -1,4 +1,4 @@
-"""Per-Form acceptance rules that need the database (CONTRACT §2.1, §3; seeds 000 and 003).
+"""Per-Form acceptance rules that need the database (docs/spec/http-api.md#api-auth, docs/spec/worker-forms.md; docs/spec/durable-workflow.md and 003).
 
 Everything here runs inside the accepting transaction, *before* side effects: a rule that
 says no raises ``DomainError`` and the caller's transaction rolls back, leaving the database
@@ -14,7 +14,7 @@ one of them may pass):
   WorkerCronTrigger create/update of that Worker: the "is this allocation compatible with these
   Workflows and Triggers" checks of one Worker run one at a time.
 
-Error codes (CONTRACT §2.3: never confuse a short race with a lasting dependency):
+Error codes (docs/spec/http-api.md#api-op: never confuse a short race with a lasting dependency):
 ``reference_not_found`` (404), ``dependency_conflict`` (409, lasting), ``resource_busy`` (409,
 short-lived: an unverified Version, a referrer being deleted), ``immutable_field`` (409).
 """
@@ -38,7 +38,7 @@ FORM_BY_URL: dict[str, str] = {url: form for form, url in FORM_URLS.items()}
 
 
 def label(resource: res_models.Resource) -> str:
-    """How an error message names a resource: ``"WorkerVersion 'orders-1a2b' (<uid>)"`` (issue 15
+    """How an error message names a resource: ``"WorkerVersion 'orders-1a2b' (<uid>)"`` (docs/spec/host-features.md#hf-newcomer
     item 4: by name as well as UID)."""
     return f"{resource.form} {resource.name!r} ({resource.uid})"
 
@@ -144,7 +144,7 @@ def resolve_refs_txn(session: orm.Session, *, space: str, refs: list[Ref]) -> di
 def check_create_txn(
     session: orm.Session, *, form: str, spec: dict, resolved: dict[str, res_models.Resource]
 ) -> None:
-    """The Form rules of a create, after :func:`resolve_refs_txn` (CONTRACT §3; seeds 000, 003).
+    """The Form rules of a create, after :func:`resolve_refs_txn` (docs/spec/worker-forms.md; docs/spec/durable-workflow.md, 003).
 
     Raises:
         DomainError: ``dependency_conflict``, ``resource_busy``.
@@ -163,8 +163,8 @@ def check_immutable(resource: res_models.Resource, spec: dict) -> None:
     """The fields a PUT (whole replacement) may not change; pure, checked before anything else.
 
     ``worker`` never changes; a WorkerVersion spec never changes; a DurableWorkflow keeps its
-    ``className`` (seed 000 "PUTは全体置換で、同じworkerとclassNameだけ許す"; seed 003 "Worker
-    UIDの変更は副作用前に拒否します"; CONTRACT §3.2).
+    ``className`` (docs/spec/durable-workflow.md#dw-abi "PUTは全体置換で、同じworkerとclassNameだけ許す"; docs/spec/cron-trigger.md#cr-spec "Worker
+    UIDの変更は副作用前に拒否します"; docs/spec/worker-forms.md#wf-version).
 
     Raises:
         DomainError: ``immutable_field`` (with ``details.pointer``).
@@ -221,7 +221,7 @@ def _lock_worker_txn(session: orm.Session, worker_uid: str) -> None:
 def _check_allocation_txn(
     session: orm.Session, *, spec: dict, resolved: dict[str, res_models.Resource]
 ) -> None:
-    """WorkerDeployment create/update (CONTRACT §3.3): distinct validated Versions of this Worker
+    """WorkerDeployment create/update (docs/spec/worker-forms.md#wf-deployment): distinct validated Versions of this Worker
     that export every live Workflow's class and, while a Trigger exists, ``scheduled``."""
     worker_uid = spec["worker"]["resourceUid"]
     _lock_worker_txn(session, worker_uid)
@@ -271,7 +271,7 @@ def _check_allocation_txn(
 
 
 def _check_workflow_class_txn(session: orm.Session, *, worker_uid: str, class_name: str) -> None:
-    """DurableWorkflow create (seed 000 "Workflow作成要求の受理前に…"): every weighted Version of
+    """DurableWorkflow create (docs/spec/durable-workflow.md "Workflow作成要求の受理前に…"): every weighted Version of
     the applied allocation and of an accepted-but-unfinished create/allocation update must export
     ``class_name``. A definite lack wins over an unverified Version; no Deployment is allowed."""
     _lock_worker_txn(session, worker_uid)
@@ -301,7 +301,7 @@ def _refuse_unverified(unverified: list[res_models.Resource]) -> None:
 
 
 def _check_scheduled_handler_txn(session: orm.Session, *, worker_uid: str) -> None:
-    """WorkerCronTrigger create/update (seed 003 "作成: …scheduled handlerの宣言と提供…"): the
+    """WorkerCronTrigger create/update (docs/spec/cron-trigger.md#cr-handler "作成: …scheduled handlerの宣言と提供…"): the
     Worker's live Deployment exists and every weighted Version provides ``scheduled``."""
     _lock_worker_txn(session, worker_uid)
     if live_deployment_txn(session, worker_uid=worker_uid) is None:
@@ -329,7 +329,7 @@ def _check_scheduled_handler_txn(session: orm.Session, *, worker_uid: str) -> No
 
 
 def check_delete_txn(session: orm.Session, *, resource: res_models.Resource) -> None:
-    """The DELETE rules (CONTRACT §3.1–3.2; seed 000 "削除は…"; seed 003 "Worker削除は参照が残る間拒否").
+    """The DELETE rules (docs/spec/worker-forms.md#wf-worker, docs/spec/worker-forms.md#wf-version; docs/spec/durable-workflow.md#dw-delete "削除は…"; docs/spec/cron-trigger.md#cr-crud "Worker削除は参照が残る間拒否").
 
     ModuleWorker: no live resource refers to it. WorkerVersion: no live Deployment weights it.
     DurableWorkflow: no live WorkerVersion binds it (weighted or not). A referrer that is itself
@@ -450,7 +450,7 @@ def _live_dependents_txn(session: orm.Session, *, worker_uid: str, form: str) ->
 
 
 def workflow_ready_txn(session: orm.Session, *, workflow: res_models.Resource) -> bool:
-    """DurableWorkflow ``observed.ready`` (seed 000 "全weighted Versionに正しいclassが揃うまでReadyでない";
+    """DurableWorkflow ``observed.ready`` (docs/spec/durable-workflow.md#dw-abi "全weighted Versionに正しいclassが揃うまでReadyでない";
     "ready:trueは新規instanceを受理できることだけを表し"): :func:`workflow_unready_reason_txn` is None."""
     return workflow_unready_reason_txn(session, workflow_uid=workflow.uid) is None
 

@@ -1,4 +1,4 @@
-"""Idempotency-Key records (CONTRACT §2.3, API-op): the database decides "same key, same request".
+"""Idempotency-Key records (docs/spec/http-api.md#api-op, API-op): the database decides "same key, same request".
 
 A key is claimed with ``INSERT … ON CONFLICT DO NOTHING RETURNING`` inside the accepting
 transaction, before any rule runs: a concurrent request with the same key waits on the unique

@@ -1,4 +1,4 @@
-"""Host-generated identifiers: resource UIDs and Operation ids (CONTRACT §2.2–2.3).
+"""Host-generated identifiers: resource UIDs and Operation ids (docs/spec/http-api.md#api-res, docs/spec/http-api.md#api-op).
 
 The host makes every UID and Operation id itself, as the canonical lowercase text of a random
 UUID (``3f2b…-…``, 36 characters). A value of any other shape therefore names nothing, and is

@@ -1,4 +1,4 @@
-"""Binding calls from workflow code: ``env.NAME.create/get/status/sendEvent/terminate`` (CONTRACT §4.5).
+"""Binding calls from workflow code: ``env.NAME.create/get/status/sendEvent/terminate`` (docs/spec/durable-workflow.md#dw-binding).
 
 The sandbox child of a replay context (``workers.engine.context``) or of a scheduled handler
 (``workers.cron_tasks``) relays each call of a workflow binding; both answer it through
@@ -29,7 +29,7 @@ _BINDING_ARGS = {
 def call_binding(
     *, space: str, workflow_uid: str, call: str, args: dict, now: dt.datetime | None = None
 ) -> Any:
-    """Run one binding call from workflow code (CONTRACT §4.5), the same code path as HTTP.
+    """Run one binding call from workflow code (docs/spec/durable-workflow.md#dw-binding), the same code path as HTTP.
 
     ``args`` as the sandbox sends them (``id``, ``params``, ``type``, ``payload``; absent keys are
     "not given"). Returns the ``binding_result`` value: ``{"id"}`` for create/get, the status

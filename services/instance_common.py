@@ -2,15 +2,15 @@
 
 Shared by ``instances`` (create/get/status/list), ``instance_events`` (sendEvent, inbox),
 ``instance_history`` and ``instance_stop`` (terminate, DELETE purge), the one code path of HTTP
-(CONTRACT §2.5) and bindings (§4.5):
+(docs/spec/http-api.md#api-inst) and bindings (§4.5):
 
 * argument checks: :func:`id_or_error` (an instance id or event type; ``invalid_request``,
-  CONTRACT §8) and :func:`document_or_error` (a params/payload document; ``ABSENT`` when omitted);
+  docs/spec/host-limits.md#hl-decisions) and :func:`document_or_error` (a params/payload document; ``ABSENT`` when omitted);
 * row lookups in the caller's transaction: :func:`workflow_txn` (``not_found``) and
   :func:`instance_txn` (``unknown_instance``);
 * :func:`rfc3339`, the time format of every instance answer.
 
-Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Helpers suffixed
+Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Helpers suffixed
 ``_txn`` run in the caller's transaction and never commit (STYLE §5). This module must not import
 ``workers.engine`` (the API imports it).
 """

@@ -1,4 +1,4 @@
-"""Events sent to DurableWorkflow instances: sendEvent and the inbox (CONTRACT §2.5, bindings §4.5).
+"""Events sent to DurableWorkflow instances: sendEvent and the inbox (docs/spec/http-api.md#api-inst, bindings §4.5).
 
 Seed 000 sendEvent: durable acceptance in per-instance order (``sequence``), at most
 ``MAX_QUEUED_EVENTS`` unconsumed events and ``MAX_QUEUED_BYTES`` canonical bytes of
@@ -9,7 +9,7 @@ answer. :func:`inbox` lists the accepted, unconsumed events.
 
 Every function opens its own session and commits before it dispatches (STYLE §5). The instance row
 is locked ``FOR UPDATE`` and the event accepted in one statement. Domain
-failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Times are aware UTC
+failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC
 datetimes. This module must not import ``workers.engine`` (the API imports it).
 """
 
@@ -49,7 +49,7 @@ def send_event(
     idempotency: tuple[str, str] | None = None,
     now: dt.datetime | None = None,
 ) -> dict:
-    """Durably accept an event for an instance in per-instance order (seed 000 sendEvent).
+    """Durably accept an event for an instance in per-instance order (docs/spec/durable-workflow.md#dw-events sendEvent).
 
     ``payload`` ``ABSENT`` → no payload. ``idempotency`` = ``(key, request fingerprint)``: the same
     key and request replay the first answer without queueing twice. An event that a waiting
@@ -171,7 +171,7 @@ def _accept_event_txn(
 
 def inbox(*, space: str, workflow_uid: str, instance_id: str) -> dict:
     """``{"events": [{"sequence", "type", "payload"?, "acceptedAt"}]}``: accepted, unconsumed events
-    in acceptance order (the inspectable inbox, CONTRACT §2.5)."""
+    in acceptance order (the inspectable inbox, docs/spec/http-api.md#api-inst)."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)

@@ -1,11 +1,11 @@
-"""The history of a DurableWorkflow instance (CONTRACT §6): its event types, appending, paging.
+"""The history of a DurableWorkflow instance (docs/spec/durable-workflow.md#dw-history): its event types, appending, paging.
 
 History events are numbered per instance from 1 (``InstanceCreated``) by ``next_event_id`` and
 stamped never earlier than the instance's newest event (``last_event_at``), so ``eventId`` and
 ``eventTimestamp`` both ascend. :func:`append_history_txn` appends in the caller's transaction
 (STYLE §5; the caller holds the row lock); :func:`history` serves the paged, read-only view.
 
-Domain failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Times are aware UTC
+Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC
 datetimes. This module must not import ``workers.engine`` (the API imports it).
 """
 
@@ -98,7 +98,7 @@ def history(
     limit: int | None = None,
 ) -> dict:
     """``{"events": [{"eventId", "eventTimestamp", "eventType", "attributes"}], "nextPageToken"?}``,
-    oldest first (CONTRACT §6). ``StepCompleted`` of a ``do``/``wait`` step carries the recorded
+    oldest first (docs/spec/durable-workflow.md#dw-history). ``StepCompleted`` of a ``do``/``wait`` step carries the recorded
     ``result`` read from the step row (the data replay reads, not a copy)."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     after = instance_pages.decode_token(page_token, maximum=instance_pages.MAX_EVENT_ID) or 0

@@ -1,9 +1,9 @@
-"""Paging of the instance list and of an instance's history (CONTRACT §2.5, §6).
+"""Paging of the instance list and of an instance's history (docs/spec/http-api.md#api-inst, docs/spec/durable-workflow.md#dw-history).
 
 A page token is opaque to clients: unpadded URL-safe base64 of ``{"after": n}``, where ``n`` is
 the last instance pk (list) or event id (history) of the previous page. :func:`decode_token`
 accepts only what :func:`encode_token` can have produced, so a forged or mangled token is
-``invalid_request`` (CONTRACT §8), never a database error; :func:`page_size` checks ``limit``.
+``invalid_request`` (docs/spec/host-limits.md#hl-decisions), never a database error; :func:`page_size` checks ``limit``.
 Pure functions: no I/O.
 """
 

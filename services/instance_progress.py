@@ -1,11 +1,11 @@
-"""Where is it? ``GET …/instances/{id}/progress`` (issue 13 item 3): the store's facts about one
+"""Where is it? ``GET …/instances/{id}/progress`` (docs/spec/host-features.md#hf-observability): the store's facts about one
 instance handed to the pure ``core.progress.progress``.
 
 Reads, in one read-only transaction: the instance row, its pending step (at most one at a time),
 its latest ``ContextStarted`` event, the step attempt a context runs now (one Redis ``GET`` of
 what the worker's heartbeat published, for a ``running`` instance) and — only for an instance a context could be running or about
 to run — whether an applied Deployment can run its workflow (``forms``). Never writes, never
-changes the seed's ``status()`` (CONTRACT §4.5). This module must not import ``workers.engine``
+changes the seed's ``status()`` (docs/spec/durable-workflow.md#dw-binding). This module must not import ``workers.engine``
 (the API imports it).
 """
 

@@ -1,13 +1,13 @@
-"""Stopping DurableWorkflow instances: terminate (CONTRACT §8) and the DELETE purge of a whole UID.
+"""Stopping DurableWorkflow instances: terminate (docs/spec/host-limits.md#hl-decisions) and the DELETE purge of a whole UID.
 
 Seed 000 terminate(): fence the owner (epoch bump), cancel the continuations, prove the stop,
-then publish ``terminated``; seed 000 DELETE: close the UID, fence and stop every instance, then
+then publish ``terminated``; docs/spec/durable-workflow.md#dw-delete DELETE: close the UID, fence and stop every instance, then
 delete them all. A stop is proven when no replay-context lease of the instance is live
 (``leases.live_leases``); ``stop_signals`` asks the owners to stop now rather than at their next
 heartbeat.
 
 Every function opens its own sessions and commits before it publishes or waits (STYLE §5). Domain
-failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes. Times are aware UTC
+failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC
 datetimes; durations are in seconds. This module must not import ``workers.engine`` (the API
 imports it).
 """
@@ -31,7 +31,7 @@ from services.telemetry import lifecycle
 
 log = logging.getLogger(__name__)
 
-#: CONTRACT §8: terminate() that cannot prove the stop in 30 s → backend_unavailable.
+#: docs/spec/host-limits.md#hl-decisions: terminate() that cannot prove the stop in 30 s → backend_unavailable.
 TERMINATE_WAIT_SECONDS = 30.0
 
 NON_TERMINAL = ("queued", "running", "sleeping", "waiting")
@@ -47,11 +47,11 @@ def terminate(
     reason: str | None = None,
     by: str | None = None,
 ) -> dict:
-    """Terminate an instance (seed 000 terminate(); CONTRACT §8); returns ``{"status"}``.
+    """Terminate an instance (docs/spec/durable-workflow.md#dw-terminate terminate(); docs/spec/host-limits.md#hl-decisions); returns ``{"status"}``.
 
     ``reason`` (at most :data:`MAX_REASON` characters) and ``by`` (who asked: ``"console (Space
     S)"``, ``"API (Space S)"``) are recorded in the ``InstanceTerminated`` event's attributes
-    (issue 27 item 6), whichever call or sweep finishes the termination; the first call's are kept.
+    (docs/spec/host-features.md#hf-console), whichever call or sweep finishes the termination; the first call's are kept.
 
     1. one transaction: bump the epoch (fences the owner), mark ``stopping = 'terminate'``, cancel
        every timer (queued wakes are refused by the fence: a context starts only while ``stopping``
@@ -151,7 +151,7 @@ def purge_continuations_txn(session: orm.Session, *, instance_pk: int) -> None:
 
 
 def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
-    """Stop and purge every instance of DurableWorkflow ``workflow_uid`` (seed 000 DELETE).
+    """Stop and purge every instance of DurableWorkflow ``workflow_uid`` (docs/spec/durable-workflow.md#dw-delete DELETE).
 
     Closes the UID for new create/event/wake, fences every owner (epoch bump, ``stopping =
     'delete'``), cancels every timer, and — once no instance of the UID holds a live lease (every

@@ -1,4 +1,4 @@
-"""DurableWorkflow instances: create, get, status and list (CONTRACT §2.5, bindings §4.5).
+"""DurableWorkflow instances: create, get, status and list (docs/spec/http-api.md#api-inst, bindings §4.5).
 
 Seed 000 "Caller Bindingとinstance": create (``instance_exists`` for a retained id, generated ids;
 a ``lifetime`` timer at creation + 31536000 s), get (``unknown_instance``), status (seven
@@ -9,8 +9,8 @@ in ``instance_events``, the history in ``instance_history``, terminate and the D
 and row lookups they share in ``instance_common``.
 
 Every function opens its own session and commits before it dispatches (STYLE §5). Domain
-failures are ``models.errors.DomainError`` with CONTRACT §2.4 codes; ``TypeError``-class argument
-problems are ``invalid_request`` (CONTRACT §8). Times are aware UTC datetimes; durations are in
+failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes; ``TypeError``-class argument
+problems are ``invalid_request`` (docs/spec/host-limits.md#hl-decisions). Times are aware UTC datetimes; durations are in
 seconds. This module must not import ``workers.engine`` (the API imports it).
 """
 
@@ -98,7 +98,7 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
 
 def _refuse_unready(readiness: forms.Readiness) -> None:
     """``409 dependency_conflict`` (rolling the insert back) when the workflow is not ``ready``:
-    seed 000 "ready:trueは新規instanceを受理できることだけを表し" — this host accepts a new instance
+    docs/spec/durable-workflow.md#dw-resource "ready:trueは新規instanceを受理できることだけを表し" — this host accepts a new instance
     exactly when ``observed.ready`` would be true now (README "When a workflow accepts instances"),
     so no instance waits ``queued`` for code that does not exist."""
     reason = readiness.unready_reason()
@@ -122,7 +122,7 @@ def create(
 
     ``instance_id`` ``None`` → a host-generated unique id; ``params`` ``ABSENT`` → no params
     (``None`` given explicitly is ``invalid_params``). Commits the ``queued`` instance, its
-    ``InstanceCreated`` event and its ``lifetime`` timer (due at creation + 31536000 s, seed 000),
+    ``InstanceCreated`` event and its ``lifetime`` timer (due at creation + 31536000 s, docs/spec/durable-workflow.md),
     then dispatches the first replay context.
 
     Raises DomainError: ``invalid_request`` (bad id), ``invalid_params`` / ``document_too_large``

@@ -1,4 +1,4 @@
-"""Stop proofs from replay-context leases in Redis (CONTRACT §8, DESIGN "Terminate and delete").
+"""Stop proofs from replay-context leases in Redis (docs/spec/host-limits.md#hl-decisions, docs/spec/architecture.md#ar-terminate "Terminate and delete").
 
 A worker owns an instance while it holds the key ``{namespace}:lease:{pk}``
 (``services.redis_keys.lease_key``; taken, renewed and dropped by ``workers.engine.lease``, which

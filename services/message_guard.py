@@ -1,5 +1,5 @@
 """Refuse every task message this host's own producers never send, before Celery reads it
-(issue 10 item 7: a forged or malformed message can change nothing it should not).
+(docs/spec/host-features.md#hf-isolation: a forged or malformed message can change nothing it should not).
 
 Whoever holds the broker URL can publish into the queue. The tasks themselves trust nothing but
 the id they re-read from Postgres; this guard protects the worker around them. Celery's consumer

@@ -1,4 +1,4 @@
-"""The Operation state machine, its JSON view and the beat sweep (CONTRACT §2.3, API-op).
+"""The Operation state machine, its JSON view and the beat sweep (docs/spec/http-api.md#api-op, API-op).
 
 ::
 
@@ -113,7 +113,7 @@ def set_state(
 
 
 def view(op: res_models.Operation) -> dict:
-    """The Operation's JSON (CONTRACT §2.3): ``{"id", "kind", "resourceUid", "generation",
+    """The Operation's JSON (docs/spec/http-api.md#api-op): ``{"id", "kind", "resourceUid", "generation",
     "state", "effect"?, "error"?, "createdAt", "updatedAt"}``."""
     body: dict = {
         "id": op.id,

@@ -1,4 +1,4 @@
-"""Quotas per Space (issue 24 item 4): what one Space may hold, counted exactly and cheaply.
+"""Quotas per Space (docs/spec/host-features.md#hf-neighbours): what one Space may hold, counted exactly and cheaply.
 
 Five quotas, each a limit from the settings (``core.config.Settings.quota_*``; ``0`` = none),
 the same for every Space (README "Quotas"):
@@ -23,7 +23,7 @@ of one Space decide one after another and only the marker lines, which are alway
 a line dropped over it is counted in the context's single marker line (:func:`dropped_text`).
 
 A ``quota_exceeded`` error's details are ``{"quota", "current", "limit"}`` (counts, or bytes).
-A direct event delivery to a waiting wait stores nothing and is never refused (seed 000).
+A direct event delivery to a waiting wait stores nothing and is never refused (docs/spec/durable-workflow.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The names of this host's Redis keys and channels (CONTRACT §1, DESIGN "Leases"); no I/O.
+"""The names of this host's Redis keys and channels (docs/spec/architecture.md#ar-shape, docs/spec/architecture.md#ar-lease "Leases"); no I/O.
 
 Every key starts with the host's ``namespace`` (``Settings.namespace``), so several hosts or test
 sessions can share one Redis. Both the engine (which takes and renews the leases) and the

@@ -1,4 +1,4 @@
-"""The replay check of a created WorkerVersion as an Operation (issue 28 items 3 and 4;
+"""The replay check of a created WorkerVersion as an Operation (docs/spec/host-features.md#hf-testing;
 docs/testing.md "Checking a candidate against live instances").
 
 ``POST /v2/spaces/{space}/resources/{versionUid}/check`` (``Idempotency-Key``, optional
@@ -13,7 +13,7 @@ to the Operation meanwhile (:func:`progress_txn`, shown as the Operation's ``pro
 :func:`gate_txn` is the server-side deploy gate (``TAKOHOST_DEPLOY_REPLAY_GATE=1``): an update of a
 WorkerDeployment that adds weight to a Version without a passed check is ``409
 replay_check_failed``. A passed check proves no incompatibility with the histories it replayed;
-it never proves compatibility in general (seed 000: "Hostは…その互換性を一般に証明できない").
+it never proves compatibility in general (docs/spec/durable-workflow.md: "Hostは…その互換性を一般に証明できない").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Accepting resource mutations, and reading resources (CONTRACT §2.2–2.3).
+"""Accepting resource mutations, and reading resources (docs/spec/http-api.md#api-res, docs/spec/http-api.md#api-op).
 
 Every mutation is accepted in **one** transaction that (1) claims the Idempotency-Key (a
 replay returns the first Operation, whatever happened since), (2) runs every rule of
@@ -131,7 +131,7 @@ def accept_update_txn(
     """Accept ``PUT …/resources/{uid}`` (whole replacement). ``validate(body, form)`` checks the
     body against the schema of the resource's Form (short name) and returns the new spec; it runs
     after the key is claimed, so a replay answers even once the resource is gone. An identical
-    spec still makes a new Operation and generation (CONTRACT §2.3).
+    spec still makes a new Operation and generation (docs/spec/http-api.md#api-op).
 
     Raises:
         DomainError: ``not_found``, ``idempotency_key_reused``, ``invalid_spec``, ``immutable_field``,
@@ -211,7 +211,7 @@ def accept_delete_txn(
     resource.latest_operation_id = op_id
     resource.updated_at = now
     if resource.form == "WorkerCronTrigger":
-        # The match boundary is the acceptance (seed 003 "解除前後の一致境界"): no match after it is
+        # The match boundary is the acceptance (docs/spec/cron-trigger.md "解除前後の一致境界"): no match after it is
         # recorded, even while no worker is free to run the reconcile. ``phase = "deleting"`` is
         # also the fence that running deliveries of this trigger watch (``cron_runs``).
         cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
@@ -223,7 +223,7 @@ def _claim_txn(
     session: orm.Session, *, space: str, key: str, request_hash: str, now: dt.datetime
 ) -> tuple[str, Accepted | None]:
     """Claim the Idempotency-Key for a new Operation: ``(operation id, None)``, or ``(…, the
-    earlier call's Accepted)`` when the key already answered (CONTRACT §2.3).
+    earlier call's Accepted)`` when the key already answered (docs/spec/http-api.md#api-op).
 
     Raises:
         DomainError: ``idempotency_key_reused``.
@@ -298,7 +298,7 @@ def replace_refs_txn(session: orm.Session, *, source_uid: str, refs: list[forms.
 
 
 def view(resource: res_models.Resource) -> dict:
-    """The Resource JSON (CONTRACT §2.2); ``privateInputs`` are never included."""
+    """The Resource JSON (docs/spec/http-api.md#api-res); ``privateInputs`` are never included."""
     body: dict = {
         "uid": resource.uid,
         "form": forms.FORM_URLS[resource.form],
@@ -354,7 +354,7 @@ def list_txn(
 
     Raises:
         DomainError: ``invalid_request`` for a ``limit`` outside 1..``MAX_PAGE_SIZE`` or a
-            ``page_token`` this API did not issue (CONTRACT §2.4: a bad query parameter is a
+            ``page_token`` this API did not issue (docs/spec/http-api.md#api-errors: a bad query parameter is a
             bad request; ``invalid_params`` is for documents).
     """
     if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:

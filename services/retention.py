@@ -1,4 +1,4 @@
-"""Retention of terminal instances (seed 000: "terminal履歴とIDはterminal遷移から少なくとも2592000秒
+"""Retention of terminal instances (docs/spec/durable-workflow.md#dw-instance-id: "terminal履歴とIDはterminal遷移から少なくとも2592000秒
 保持する。その後はHostが破棄でき、getがunknown_instanceになり得る").
 
 A terminal instance (``complete``, ``errored``, ``terminated``) is kept, with its id, steps and

@@ -1,4 +1,4 @@
-"""Stop requests to the workers that own instances (DESIGN "Terminate and delete" step 2).
+"""Stop requests to the workers that own instances (docs/spec/architecture.md#ar-terminate "Terminate and delete" step 2).
 
 A terminate or a DurableWorkflow DELETE first fences the owner in Postgres (epoch bump); then it
 publishes the instance pks on the Redis channel ``{namespace}:stop``. Every worker process whose

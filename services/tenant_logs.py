@@ -1,4 +1,4 @@
-"""Reading tenant logs (issue 13 item 1): an instance's lines and a cron run's lines, paged.
+"""Reading tenant logs (docs/spec/host-features.md#hf-observability): an instance's lines and a cron run's lines, paged.
 
 ``GET …/resources/{uid}/instances/{id}/logs`` and ``GET …/resources/{uid}/runs/{scheduledTime}/logs``
 answer ``{"logs": [...], "nextPageToken", "removedLines"}``, oldest line first. An instance line is

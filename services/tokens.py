@@ -1,4 +1,4 @@
-"""Spaces and bearer tokens (CONTRACT §2.1): tokens are stored as SHA-256 digests only."""
+"""Spaces and bearer tokens (docs/spec/http-api.md#api-auth): tokens are stored as SHA-256 digests only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Periodic observation of DurableWorkflows (seed 000 "入力、観測、CRUD": "確認済みならready:booleanと
+"""Periodic observation of DurableWorkflows (docs/spec/durable-workflow.md "入力、観測、CRUD": "確認済みならready:booleanと
 …instanceCountsを返す。時点はobservedAtであり、GET時の即時照会を保証しない").
 
 A DurableWorkflow's ``observed`` (built by :func:`observe_workflow_txn`) is written by its
@@ -37,7 +37,7 @@ _last_run = 0.0
 
 def observe_workflow_txn(session: orm.Session, *, workflow: res_models.Resource, ready: bool) -> dict:
     """A DurableWorkflow's ``observed``: ``{"ready": ready, "instanceCounts": {status: n}}`` with all
-    seven statuses (seed 000 "確認済みならready:booleanと…instanceCounts"). Runs in the caller's
+    seven statuses (docs/spec/durable-workflow.md#dw-resource "確認済みならready:booleanと…instanceCounts"). Runs in the caller's
     transaction; ``ready`` is decided by the caller (every weighted Version exports the class)."""
     counts = dict.fromkeys(inst_models.STATUSES, 0)
     rows = session.execute(

@@ -1,7 +1,7 @@
 """takohost: a durable-workflow and cron host.
 
 The package root exports the host errors that workflow code imports (``from takohost import
-StepFailed``); it must stay importable with the standard library alone (CONTRACT §4.4).
+StepFailed``); it must stay importable with the standard library alone (docs/spec/worker-forms.md#wf-errors).
 """
 
 from __future__ import annotations

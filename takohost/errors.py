@@ -1,4 +1,4 @@
-"""The host errors that workflow code and binding callers see (CONTRACT §4.4, seed 000).
+"""The host errors that workflow code and binding callers see (docs/spec/worker-forms.md#wf-errors, docs/spec/durable-workflow.md).
 
 Seed 000: "StepのHost Errorは正確なsnake-case nameをown・読取専用・非列挙として持ち…". In Python
 every instance carries ``.name``, exactly the seed's snake_case string, as a **read-only**
@@ -58,7 +58,7 @@ class HostError(Exception):
 
 
 class StepFailed(HostError):
-    """A ``step.do`` exhausted its retry policy (seed 000: "最終失敗はstep_failedを記録する")."""
+    """A ``step.do`` exhausted its retry policy (docs/spec/durable-workflow.md#dw-step-do: "最終失敗はstep_failedを記録する")."""
 
     error_name = "step_failed"
 
@@ -82,13 +82,13 @@ class UnknownInstance(HostError):
 
 
 class InvalidParams(HostError):
-    """params or an event payload is not a document (CONTRACT §5, HTTP 400)."""
+    """params or an event payload is not a document (docs/spec/durable-workflow.md#dw-doc, HTTP 400)."""
 
     error_name = "invalid_params"
 
 
 class DocumentTooLarge(HostError):
-    """A document's RFC 8785 form exceeds 1 048 576 bytes (CONTRACT §5, HTTP 413)."""
+    """A document's RFC 8785 form exceeds 1 048 576 bytes (docs/spec/durable-workflow.md#dw-doc, HTTP 413)."""
 
     error_name = "document_too_large"
 

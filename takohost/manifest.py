@@ -1,4 +1,4 @@
-"""``DIR/takohost.toml``: what ``takohost deploy DIR`` creates (issue 6 item 3; CONTRACT §3), read
+"""``DIR/takohost.toml``: what ``takohost deploy DIR`` creates (docs/spec/host-features.md#hf-one-command; docs/spec/worker-forms.md), read
 by the CLI (``host_cli.manifest``, which adds the host's cron check) and by the test kit
 (``takohost.testing``, which runs the directory's workflows in process).
 
@@ -9,19 +9,19 @@ here first, so that a typo fails before any request is sent::
     requirements = ["requests==2.32.3"]  # optional, before any table: exact pins (docs/packages.md)
 
     [worker]
-    name = "orders"               # ModuleWorker resource name (CONTRACT §2.2 name rule)
+    name = "orders"               # ModuleWorker resource name (docs/spec/http-api.md#api-res name rule)
     main = "main.py"              # WorkerVersion mainModule (default "main.py")
-    description = "Order flow"    # optional, at most 1024 characters (CONTRACT §3.1)
+    description = "Order flow"    # optional, at most 1024 characters (docs/spec/worker-forms.md#wf-worker)
 
-    [vars]                        # optional: env.NAME values, a document (CONTRACT §3.2, §5)
+    [vars]                        # optional: env.NAME values, a document (docs/spec/worker-forms.md#wf-version, docs/spec/durable-workflow.md#dw-doc)
     CURRENCY = "EUR"
 
-    [[workflows]]                 # one DurableWorkflow resource each (seed 000)
+    [[workflows]]                 # one DurableWorkflow resource each (docs/spec/durable-workflow.md)
     name = "order-flow"           # resource name
-    class = "OrderWorkflow"       # className (seed 000 regex)
+    class = "OrderWorkflow"       # className (docs/spec/durable-workflow.md regex)
     binding = "ORDERS"            # optional: env.ORDERS in the Version's workflowBindings
 
-    [[triggers]]                  # one WorkerCronTrigger resource each (seed 003)
+    [[triggers]]                  # one WorkerCronTrigger resource each (docs/spec/cron-trigger.md)
     name = "order-digest"
     cron = "0 6 * * *"            # five-field UTC cron
 
@@ -30,7 +30,7 @@ Derived names: the Deployment is ``<worker>-deployment`` and each Version is
 Resource names are unique per Space across all Forms, so every name here must be distinct.
 
 :func:`collect_modules` reads every ``.py`` file under ``DIR`` (relative ``/`` paths, skipping
-hidden directories and ``__pycache__``) and checks the WorkerVersion limits of CONTRACT §3.2.
+hidden directories and ``__pycache__``) and checks the WorkerVersion limits of docs/spec/worker-forms.md#wf-version.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class Manifest:
         return _join_name(self.worker, "-" + digest[:_DIGEST_CHARS])
 
     def worker_spec(self) -> dict[str, Any]:
-        """The ModuleWorker 0.3.0 spec: ``{}`` or ``{"description": …}`` (CONTRACT §3.1)."""
+        """The ModuleWorker 0.3.0 spec: ``{}`` or ``{"description": …}`` (docs/spec/worker-forms.md#wf-worker)."""
         return {} if self.description is None else {"description": self.description}
 
 
@@ -200,8 +200,8 @@ def parse(text: str, *, source: str = MANIFEST_FILE, check_cron: CronCheck | Non
 
     Raises:
         ManifestError: TOML syntax, unknown keys, missing or mistyped values, names that break
-            the resource/class/var rules (CONTRACT §2.2, §3.2, seed 000), a ``[vars]`` table that
-            is not a document (CONTRACT §5), an invalid cron expression (seed 003), duplicate
+            the resource/class/var rules (docs/spec/http-api.md#api-res, docs/spec/worker-forms.md#wf-version, docs/spec/durable-workflow.md), a ``[vars]`` table that
+            is not a document (docs/spec/durable-workflow.md#dw-doc), an invalid cron expression (docs/spec/cron-trigger.md), duplicate
             names, or a binding named like a var.
     """
     try:
@@ -324,7 +324,7 @@ def _workflow(entry: dict[str, Any], where: str) -> WorkflowDecl:
     name = _resource_name(entry, "name", where=where)
     class_name = _string(entry, "class", where=where)
     if identifiers.CLASS_NAME_RE.match(class_name) is None or "$" in class_name:
-        # '$' is allowed by the Form but no Python class can be found by it (CONTRACT §4.2).
+        # '$' is allowed by the Form but no Python class can be found by it (docs/spec/durable-workflow.md#dw-abi).
         raise ManifestError(
             f"{where}.class",
             f"{class_name!r} is not a Python class name (1-64 "
@@ -381,7 +381,7 @@ def _check_unique(manifest: Manifest) -> None:
 def collect_modules(directory: str | pathlib.Path) -> dict[str, str]:
     """Read every ``.py`` file under ``directory``: relative ``/`` path → UTF-8 source text.
 
-    Hidden directories/files (``.name``) and ``__pycache__`` are skipped. Checks CONTRACT §3.2:
+    Hidden directories/files (``.name``) and ``__pycache__`` are skipped. Checks docs/spec/worker-forms.md#wf-version:
     1–64 files, names like ``main.py`` or ``pkg/mod.py``, each ≤ 1 MiB and ≤ 4 MiB in total.
 
     Raises:

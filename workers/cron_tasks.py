@@ -11,9 +11,9 @@ watchdog kills it before the lease can expire. So "unfinished delivery row and n
 worker vanished and no handler of it runs: the sweep finishes such a delivery ``unknown`` and
 dispatches the match again, and a trigger's DELETE (:func:`deliveries_stopped`) can prove the stop.
 
-Host limits (CONTRACT §8): one handler call may run ``TAKOHOST_SCHEDULED_TIMEOUT_S`` seconds
+Host limits (docs/spec/host-limits.md#hl-decisions): one handler call may run ``TAKOHOST_SCHEDULED_TIMEOUT_S`` seconds
 (default 900) from its spawn; over it the child is SIGKILLed, proven dead, and the delivery is a
-failed run, never retried within that match (seed 003). A running delivery reads its trigger's
+failed run, never retried within that match (docs/spec/cron-trigger.md). A running delivery reads its trigger's
 DELETE fence every ``FENCE_POLL_S`` seconds and stops the same way. The job and the binding
 answers are ``workers.sandbox_host``'s, shared with replay contexts.
 """
@@ -111,7 +111,7 @@ class Pinger:
 class DeliveryJob:
     """What one started delivery runs: the match's ``scheduled`` event and the picked Version.
 
-    ``event`` is ``{"cron", "scheduledTime"}`` (UTC epoch milliseconds; CONTRACT §4.6);
+    ``event`` is ``{"cron", "scheduledTime"}`` (UTC epoch milliseconds; docs/spec/cron-trigger.md#cr-handler);
     ``version`` a ``sandbox_host.VersionChoice``, or a ``NoVersion`` whose ``problem`` is the
     failed run's error (no live Deployment, say).
     """
@@ -162,7 +162,7 @@ def deliver(
     While the match's trigger is being deleted no delivery starts (``deferred`` too). An infrastructure failure (database, sandbox
     start) or a lost lease finishes the delivery ``unknown`` and leaves the match ``pending`` for
     the sweep; a handler failure, a handler over ``settings.scheduled_timeout_s`` and a handler
-    stopped by its trigger's DELETE finish it ``failed`` (seed 003: never retried for that).
+    stopped by its trigger's DELETE finish it ``failed`` (docs/spec/cron-trigger.md: never retried for that).
     ``zygote`` defaults to the process's (``sandbox.get_zygote()``).
     """
     settings = settings or config.load_settings()
@@ -263,7 +263,7 @@ def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
 def run_scheduled(
     job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, lease: lease_mod.DeliveryLease
 ) -> Run:
-    """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (CONTRACT §4.6, §8).
+    """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (docs/spec/cron-trigger.md#cr-handler, docs/spec/host-limits.md#hl-decisions).
 
     The job is ``sandbox_host.job_message(kind="scheduled")``; binding calls are answered by
     ``sandbox_host.answer_binding`` (the workflow path's answers). The run ends ``ok``, or
@@ -282,7 +282,7 @@ def run_scheduled(
         kind="scheduled", version=job.version, event=job.event, watchdog_seconds=watchdog
     )
     deadline = time.monotonic() + settings.scheduled_timeout_s
-    # The run's tenant output (issue 13): created before the spawn, so the host's budget starts first.
+    # The run's tenant output (docs/spec/host-features.md#hf-observability): created before the spawn, so the host's budget starts first.
     logs = tenant_logs.LogCollector(
         connection=lambda: store.connection_for(settings.database_url), delivery_pk=job.delivery_pk
     )
@@ -403,7 +403,7 @@ def _stopping(trigger_uid: str, *, settings: config.Settings) -> bool:
 def deliveries_stopped(
     trigger_uid: str, *, now: dt.datetime, settings: config.Settings | None = None
 ) -> bool:
-    """True once no delivery of ``trigger_uid``'s matches runs (the DELETE's stop proof, CONTRACT §7).
+    """True once no delivery of ``trigger_uid``'s matches runs (the DELETE's stop proof, docs/spec/cron-trigger.md#cr-runs).
 
     An unfinished delivery whose lease is gone belonged to a vanished worker (its child died by
     its watchdog before the lease expired): it is finished ``unknown`` here, and its match stays

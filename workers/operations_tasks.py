@@ -1,4 +1,4 @@
-"""The reconcile of an accepted Operation: Celery task ``takohost.reconcile_operation`` (CONTRACT §2.3).
+"""The reconcile of an accepted Operation: Celery task ``takohost.reconcile_operation`` (docs/spec/http-api.md#api-op).
 
 Single runner: a reconcile first takes a Postgres session-level advisory lock named after the
 Operation on a connection of its own. A second message for the same Operation (a sweep, a
@@ -15,7 +15,7 @@ Per Form (create/update → apply the accepted spec; delete → remove):
   ``details.package``), import the code in the sandbox against that layer
   (``workers.sandbox_host.validate_spec``), record ``observed`` and the layer it uses; a failed
   import fails the Operation (``effect: partial``: the record exists with ``phase: failed``).
-* WorkerVersion ``check`` — ``workers.version_check.run_operation`` (the replay check, issue 28).
+* WorkerVersion ``check`` — ``workers.version_check.run_operation`` (the replay check, docs/spec/host-features.md#hf-testing).
 * WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
   every DurableWorkflow of the Worker is re-observed (``ready``).
 * DurableWorkflow — ``observed`` from ``workflow_observer.observe_workflow_txn``; DELETE purges
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 DONE, BUSY, RETRY, FORWARD = "done", "busy", "retry", "forwarded"
 MAX_ATTEMPTS = 5
 #: Seconds before a reconcile that asked to retry (purge not proven yet, transient error) runs
-#: again; short, so a Celery countdown is fine (DESIGN: never long ETAs). The sweep is the backstop.
+#: again; short, so a Celery countdown is fine (docs/spec/architecture.md: never long ETAs). The sweep is the backstop.
 RETRY_DELAY_S = 2.0
 
 
@@ -110,7 +110,7 @@ DEFER_DELAY_S = 0.5
 
 
 class ValidationShare:
-    """Fair share of one validation process's import checks between Spaces (issue 24 item 3).
+    """Fair share of one validation process's import checks between Spaces (docs/spec/host-features.md#hf-neighbours).
 
     The process runs ``slots`` checks at once (``settings.validation_concurrency``, Celery's
     threads pool); one Space runs at most ``slots - 1`` of them, so another Space's Version is

@@ -1,10 +1,10 @@
-"""The host side of the sandbox protocol that every path shares (CONTRACT §3.3, §4.1, §4.5, §4.6;
+"""The host side of the sandbox protocol that every path shares (docs/spec/worker-forms.md#wf-deployment, docs/spec/worker-forms.md#wf-loading, docs/spec/durable-workflow.md#dw-binding, docs/spec/cron-trigger.md#cr-handler;
 ``takohost/runtime/PROTOCOL.md``; STYLE "one way to build a sandbox job and answer a binding call").
 
 Replay contexts (``workers.engine.context``) and cron deliveries (``workers.cron_tasks``) both:
 
 * pick the Version to run with :func:`choose_version` — one WorkerVersion of the Worker's live
-  Deployment by weight, chosen once at the start and kept (CONTRACT §3.3), its spec read through
+  Deployment by weight, chosen once at the start and kept (docs/spec/worker-forms.md#wf-deployment), its spec read through
   one bounded per-process cache (Versions are immutable, §3.2);
 * build the child's ``job`` with :func:`job_message` (``kind``, ``modules``, ``mainModule``,
   ``vars``, ``bindings``, ``event``, ``watchdogSeconds``; ``className`` for a workflow);
@@ -38,7 +38,7 @@ from workers.engine import heartbeat, sandbox
 log = logging.getLogger(__name__)
 
 #: WorkerVersion specs kept per process (LRU). A Version in use by a live Deployment cannot be
-#: deleted (CONTRACT §3.2), so a cached spec of a picked Version is still the live one.
+#: deleted (docs/spec/worker-forms.md#wf-version), so a cached spec of a picked Version is still the live one.
 VERSION_CACHE_SIZE = 64
 #: The ``message`` of a ``backend_unavailable`` answer when the host itself failed (the
 #: exception's text stays in the worker's log: it may name host internals).
@@ -125,7 +125,7 @@ def remember_code(version_uid: str, modules: dict[str, str]) -> bool:
 
 
 def pick_version(deployment_spec: dict | None, *, rng: random.Random | None = None) -> str | None:
-    """One Version uid chosen by weight from a WorkerDeployment spec (CONTRACT §3.3).
+    """One Version uid chosen by weight from a WorkerDeployment spec (docs/spec/worker-forms.md#wf-deployment).
 
     ``deployment_spec`` is ``{"versions": [{"version": {"resourceUid"}, "weight": 1..100}, …]}``
     or ``None`` (no live Deployment). Entries of weight 0 never run. Returns ``None`` when
@@ -148,7 +148,7 @@ def choose_version(
     load: Callable[[str], dict | None],
     rng: random.Random | None = None,
 ) -> VersionChoice | NoVersion:
-    """Pick the Version a replay context or cron delivery runs, once, at its start (CONTRACT §3.3).
+    """Pick the Version a replay context or cron delivery runs, once, at its start (docs/spec/worker-forms.md#wf-deployment).
 
     ``deployment_spec``: the Worker's live WorkerDeployment spec (``None``: none is live).
     ``load(uid)``: the WorkerVersion's spec, or ``None`` when it no longer exists (called only on
@@ -196,9 +196,9 @@ def job_message(
     """The ``job`` frame of a child (PROTOCOL.md "Start"; ``Zygote.spawn`` adds ``op``).
 
     ``kind`` is ``"workflow"`` (``class_name`` required; ``event = {"instanceId", "params"?}``)
-    or ``"scheduled"`` (``event = {"cron", "scheduledTime"}``, epoch ms; CONTRACT §4.6).
+    or ``"scheduled"`` (``event = {"cron", "scheduledTime"}``, epoch ms; docs/spec/cron-trigger.md#cr-handler).
     ``watchdog_seconds``: the child kills itself after that long without a frame from the parent.
-    ``env`` gets exactly the Version's ``vars`` and its binding names (CONTRACT §4.1).
+    ``env`` gets exactly the Version's ``vars`` and its binding names (docs/spec/worker-forms.md#wf-loading).
     ``code``: the Version's compiled modules (:func:`code_for`); ``want_code``: ask the child to
     send them (PROTOCOL.md "Compiled modules").
     ``packages``: the name of the Version's package layer when it has ``requirements``
@@ -255,7 +255,7 @@ def packages_name(version: VersionChoice) -> str:
 
 
 def error_name(exc: DomainError) -> str:
-    """The ``binding_error`` name for a ``DomainError`` of a binding call (CONTRACT §4.4, §4.5, §8).
+    """The ``binding_error`` name for a ``DomainError`` of a binding call (docs/spec/worker-forms.md#wf-errors, docs/spec/durable-workflow.md#dw-binding, docs/spec/host-limits.md#hl-decisions).
 
     An SDK error name (``instance_exists``, ``unknown_instance``, ``invalid_params``,
     ``document_too_large``, ``instance_terminal``, ``event_queue_full``, ``backend_unavailable``)
@@ -300,7 +300,7 @@ def answer_binding(request: dict, *, space: str, bindings: dict[str, str]) -> di
     return {"op": "binding_result", "value": value}
 
 
-# --- WorkerVersion validation (CONTRACT §3.2) ------------------------------------------------
+# --- WorkerVersion validation (docs/spec/worker-forms.md#wf-version) ------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +329,7 @@ def validate_spec(
     The main module is imported in a fresh sandbox child (job kind ``validate``) with a parent-side
     time limit of ``settings.validation_timeout_s`` seconds: an import error, ``sys.exit``,
     ``os._exit``, a signal or an endless loop becomes a failed validation with a clear message,
-    and the child is killed and proven dead before this returns (CONTRACT §3.2). ``packages``:
+    and the child is killed and proven dead before this returns (docs/spec/worker-forms.md#wf-version). ``packages``:
     the name of the Version's installed layer (``workers.packages``), put on its ``sys.path``.
 
     Raises:

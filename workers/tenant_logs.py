@@ -1,5 +1,5 @@
 """The host side of tenant log capture: one :class:`LogCollector` per replay context or cron
-delivery (issue 13 item 1; limits ``takohost.domain.tenant_logs``; frames PROTOCOL.md "Logs").
+delivery (docs/spec/host-features.md#hf-observability; limits ``takohost.domain.tenant_logs``; frames PROTOCOL.md "Logs").
 
 The child is untrusted, so the collector holds every ``log`` frame to the host's own copy of the
 context's budget (started before the job is sent, so an honest child, which spends its own bucket

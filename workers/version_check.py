@@ -1,4 +1,4 @@
-"""Replay a created WorkerVersion, in the sandbox, against one instance's recorded history (issue 28
+"""Replay a created WorkerVersion, in the sandbox, against one instance's recorded history (docs/spec/host-features.md#hf-testing
 item 3: the host's side of ``takohost versions check``; docs/testing.md).
 
 :func:`check_history` starts a sandbox child with the Version's ``workflow`` job — the same job a

@@ -1,6 +1,6 @@
 """A cron trigger that starts one durable report workflow per match.
 
-The ``scheduled`` handler runs at least once per recorded match (seed 003: a redelivery of the
+The ``scheduled`` handler runs at least once per recorded match (docs/spec/cron-trigger.md#cr-delivery: a redelivery of the
 same (cron, scheduledTime) may call it again). It therefore derives the instance id from the
 match's ``scheduledTime``: a second call for the same match asks for an id that already exists,
 gets ``InstanceExists``, and does nothing. The report itself runs as a workflow, so a crash in

@@ -1,4 +1,4 @@
-"""DurableWorkflow instances over HTTP (CONTRACT §2.5): parse, call the instance services
+"""DurableWorkflow instances over HTTP (docs/spec/http-api.md#api-inst): parse, call the instance services
 (``services.instances``, ``instance_events``, ``instance_history``, ``instance_stop``),
 render. The same service functions serve ``env.NAME`` bindings from workflow code (§4.5).
 

@@ -1,4 +1,4 @@
-"""Resources and Operations over HTTP (CONTRACT §2.2–2.3): parse, call a service, render.
+"""Resources and Operations over HTTP (docs/spec/http-api.md#api-res, docs/spec/http-api.md#api-op): parse, call a service, render.
 
 Mutations answer ``202`` with the Operation and ``Location: /v2/spaces/{space}/operations/{id}``;
 the reconcile is dispatched only after the accepting transaction committed.

@@ -1,4 +1,4 @@
-"""``GET /v2/spaces/{space}/resources/{uid}/runs``: a WorkerCronTrigger's runs ledger (CONTRACT §7).
+"""``GET /v2/spaces/{space}/resources/{uid}/runs``: a WorkerCronTrigger's runs ledger (docs/spec/cron-trigger.md#cr-runs).
 
 Thin: authentication put the token's Space in ``flask.g.space``; the service builds the page.
 """

@@ -1,4 +1,4 @@
-"""``GET /v2/spaces/{space}/usage``: what the Space holds against each quota (issue 24 item 4).
+"""``GET /v2/spaces/{space}/usage``: what the Space holds against each quota (docs/spec/host-features.md#hf-neighbours).
 
 Thin: authentication put the token's Space in ``flask.g.space``; ``services.quotas`` reads the
 counters (one primary-key read) and the limits.

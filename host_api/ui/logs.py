@@ -1,4 +1,4 @@
-"""Tenant logs for the console: a cron run's lines (issue 13's ``services.tenant_logs``, the same
+"""Tenant logs for the console: a cron run's lines (docs/spec/host-features.md#hf-observability's ``services.tenant_logs``, the same
 service as ``GET …/runs/{scheduledTime}/logs``), pages followed up to :data:`MAX_LINES`, and
 :func:`line_text` for every panel (an instance's panel reads its newest lines through
 ``services.console.instance_log_tail_txn``: the newest first, filtered, paged back).

@@ -1,7 +1,7 @@
 """Who is signed in to the console, and the CSRF check of its actions.
 
-Signing in takes a Space token (the same tokens as the API, CONTRACT §2.1) and starts a
-server-side session (``services.console_sessions``, issue 24 item 6): the cookie holds only a
+Signing in takes a Space token (the same tokens as the API, docs/spec/http-api.md#api-auth) and starts a
+server-side session (``services.console_sessions``, docs/spec/host-features.md#hf-neighbours): the cookie holds only a
 random session id, never the token, and the page's scripts cannot read it (``HttpOnly``); it is
 sent only to ``/ui`` and only by this site's own pages (``SameSite=Strict``; ``Secure`` when the
 request came over HTTPS, also as seen through ``TAKOHOST_TRUSTED_PROXIES``). Every request checks

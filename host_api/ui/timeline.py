@@ -1,6 +1,6 @@
 """The instance timeline: history events → rows of time segments for the console's chart.
 
-Pure (no I/O, the clock is passed in): :func:`build` reads the CONTRACT §6 history of one
+Pure (no I/O, the clock is passed in): :func:`build` reads the docs/spec/durable-workflow.md#dw-history history of one
 instance (the dicts ``GET …/history`` serves, oldest first) and returns one lane for the replay
 contexts (when worker code ran) and one per step, by first appearance, each a list of
 :class:`Segment` — an attempt of ``step.do`` (ok or failed), the retry delay after a failed
@@ -18,7 +18,7 @@ import datetime as dt
 #: Narrowest drawn segment, in percent of the chart width (a 2 ms attempt must still show).
 MIN_WIDTH_PCT = 0.6
 #: Narrowest failed attempt (percent): a failure is what a person looks for, so a sub-second one
-#: is drawn a few characters wide, never a 1-px sliver (issue 27 item 3).
+#: is drawn a few characters wide, never a 1-px sliver (docs/spec/host-features.md#hf-console).
 MIN_FAILED_PCT = 1.5
 
 

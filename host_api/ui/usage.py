@@ -1,4 +1,4 @@
-"""The console's usage panel (issue 24 item 4): the rows of ``services.quotas.usage`` for people,
+"""The console's usage panel (docs/spec/host-features.md#hf-neighbours): the rows of ``services.quotas.usage`` for people,
 shown on the Space's overview (the workflows page, ``_usage.html``). Pure.
 """
 

@@ -1,4 +1,4 @@
-"""The web console at ``/ui/``: server-rendered pages of one Space (issue 14).
+"""The web console at ``/ui/``: server-rendered pages of one Space (docs/spec/host-features.md#hf-console).
 
 Thin like the rest of ``host_api``: each view resolves the signed-in Space
 (``host_api.ui.session``), reads through the services (``services.console`` for lists and
@@ -129,7 +129,7 @@ def _pretty(value: object) -> str:
 def _json(value: object) -> str:
     """A document as one line of JSON text, characters as they are (``<lambda>``, ``'``, ``é``):
     Jinja's autoescape makes it safe in HTML, unlike ``tojson``, whose ``\\u003c`` escapes are for
-    a ``<script>`` and show as escape codes in a page (issue 27 item 1)."""
+    a ``<script>`` and show as escape codes in a page (docs/spec/host-features.md#hf-console)."""
     try:
         return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
     except RecursionError:

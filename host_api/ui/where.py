@@ -1,6 +1,6 @@
 """Text for people: instants, and the "where is it" sentence of an instance. Pure.
 
-:func:`where_text` turns the API's ``GET …/instances/{id}/progress`` body (issue 13 item 3:
+:func:`where_text` turns the API's ``GET …/instances/{id}/progress`` body (docs/spec/host-features.md#hf-observability:
 ``activity``, ``step``, ``retryAt``, ``lastError``, ``wakeAt``, ``eventType``, ``timeoutAt``,
 ``message``) into one sentence for the instance page.
 """
@@ -80,7 +80,7 @@ def where_text(progress: dict) -> str | None:
 def traceback_text(error: dict) -> str | None:
     """A failure's traceback as Python lays it out, from an error ``{"type"?, "message"?,
     "traceback"?}`` whose ``traceback`` is the tenant's frames (``[{"file", "line", "function",
-    "source"}]``, innermost last; issue 13) or already text; None when it has none."""
+    "source"}]``, innermost last; docs/spec/host-features.md#hf-observability) or already text; None when it has none."""
     frames = error.get("traceback")
     if isinstance(frames, str):
         return frames or None

@@ -1,5 +1,5 @@
 """What the instance services report when an instance is created, sent an event or terminated
-(issue 13 items 4–5): the ``takohost_instances_started_total`` and ``…_finished_total`` counters
+(docs/spec/host-features.md#hf-observability): the ``takohost_instances_started_total`` and ``…_finished_total`` counters
 and the spans of the instance's trace that are not a replay context's (the create span is the
 trace's root; ``services.telemetry.tracing``). Called after the service's commit, by the API and by
 binding calls from workflow code alike; no-ops when metrics and tracing are off.

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the host (issue 13 item 4), with ``prometheus_client``'s multiprocess mode.
+"""Prometheus metrics of the host (docs/spec/host-features.md#hf-observability), with ``prometheus_client``'s multiprocess mode.
 
 Off unless the operator asks: ``takohost api|worker|beat --metrics-port PORT`` (or
 ``TAKOHOST_METRICS_PORT``) makes that command :func:`prepare` a fresh multiprocess directory of its

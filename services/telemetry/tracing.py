@@ -1,4 +1,4 @@
-"""Optional OpenTelemetry traces: one trace per instance (issue 13 item 5).
+"""Optional OpenTelemetry traces: one trace per instance (docs/spec/host-features.md#hf-observability).
 
 Installed with the extra ``takohost[otel]`` (``opentelemetry-api``, ``-sdk`` and the OTLP/HTTP
 exporter) and switched on with ``TAKOHOST_OTEL=1`` in the API, worker and beat environments; the

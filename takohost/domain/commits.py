@@ -2,7 +2,7 @@
 
 A :class:`Commit` says: the instance's new status (if any), whether ``updated_at`` moves, how many
 new step names it adds, the step row to upsert, the timer row to upsert, and the history events
-(CONTRACT §6) — in the order they are numbered. The store (``store``) applies these plans, so step
+(docs/spec/durable-workflow.md#dw-history) — in the order they are numbered. The store (``store``) applies these plans, so step
 semantics exist once (``decide``), their records once (here) and their SQL once (``store``).
 """
 

@@ -1,4 +1,4 @@
-"""Pure step decisions of a replay context (seed 000 "Class ABI、replay、step"; DESIGN point 5).
+"""Pure step decisions of a replay context (docs/spec/durable-workflow.md#dw-replay "Class ABI、replay、step"; docs/spec/architecture.md point 5).
 
 Given the stored step record of a name (or none), the child's request and the clock, say what the
 context answers or commits. No I/O: the context (``context.py``) applies a decision, the store
@@ -15,7 +15,7 @@ Rules, each from the seed:
 * "未完了名の不正なJS引数はTypeError": bad arguments of a not-completed name → ``reject_args``.
 * "同種の保留stepは最初に保存した設定を維持する": a pending step keeps its stored policy /
   deadline / type and timeout.
-* "最多1024 step": the 1025th distinct name ends the instance ``step_limit_exceeded`` (CONTRACT §8).
+* "最多1024 step": the 1025th distinct name ends the instance ``step_limit_exceeded`` (docs/spec/host-limits.md#hl-decisions).
 * "instance寿命は作成から31536000秒": past ``lifetime_ends_at`` the instance ends
   ``lifetime_exceeded``; a deadline beyond it is kept, but its timer fires at the lifetime end.
 * do: the delay after failed attempt k is ``retry.delay_after_attempt``; every retry runs in a fresh
@@ -34,7 +34,7 @@ from typing import Any
 from takohost.domain import retry
 
 MAX_STEPS = 1024
-#: An instance's lifetime from its creation (seed 000 "instance寿命は作成から31536000秒").
+#: An instance's lifetime from its creation (docs/spec/durable-workflow.md#dw-step "instance寿命は作成から31536000秒").
 LIFETIME_SECONDS = 31_536_000
 STEP_KINDS = ("do", "sleep", "wait")
 #: The host error a failed step of each kind replays as (the child's ``raise`` names).
@@ -168,7 +168,7 @@ def wait_timeout_message(event_type: str, timeout_seconds: int) -> str:
 
 
 def timer_due(due: dt.datetime, *, lifetime_ends_at: dt.datetime) -> dt.datetime:
-    """When a deadline's timer fires: the deadline, or the lifetime end if earlier (CONTRACT §8:
+    """When a deadline's timer fires: the deadline, or the lifetime end if earlier (docs/spec/host-limits.md#hl-decisions:
     the deadline is kept, the instance ends when its lifetime does)."""
     return min(due, lifetime_ends_at)
 
@@ -319,7 +319,7 @@ def decide_outcome(
     now: dt.datetime,
 ) -> Outcome:
     """What a finished attempt means. ``ok``/``result`` come from the parent's own validation of
-    the child's report (a non-document result is a failed attempt, CONTRACT §5); ``error`` is
+    the child's report (a non-document result is a failed attempt, docs/spec/durable-workflow.md#dw-doc); ``error`` is
     ``{"type", "message"}`` of a failure."""
     if ok:
         return AttemptSucceeded(result)

@@ -1,4 +1,4 @@
-"""JSON text of any nesting depth, without recursion limits (issue 15 item 5; CONTRACT §8
+"""JSON text of any nesting depth, without recursion limits (docs/spec/host-features.md#hf-newcomer; docs/spec/host-limits.md#hl-decisions
 "Document depth"; pure, stdlib only — the sandbox child imports it too).
 
 The standard library's C decoder and encoder recurse once per nesting level against the

@@ -1,4 +1,4 @@
-"""The one line that flags non-deterministic workflow code (issue 27 item 12). Pure.
+"""The one line that flags non-deterministic workflow code (docs/spec/host-features.md#hf-console). Pure.
 
 The engine records a ``ReplayDiverged`` history event when a replay context asks for steps in a
 way the recorded history contradicts (``takohost.domain.replay_order``: recorded steps skipped, or

@@ -1,11 +1,11 @@
-"""Documents: validation and RFC 8785 canonical bytes (CONTRACT §5 DW-doc; pure, no I/O).
+"""Documents: validation and RFC 8785 canonical bytes (docs/spec/durable-workflow.md#dw-doc DW-doc; pure, no I/O).
 
 Seed 000: "全document（params、step結果、event payload、output）はplainまたはnull-prototypeの
 object rootで最大1024 own property、RFC 8785 canonical UTF-8で最大1048576 bytes。内部はnull、
 boolean、有限数、Unicode文字列、同条件のobjectまたは穴のない通常配列に限る。…循環…を拒否する。
 共有する非循環objectはよい。getterやtoJSONを実行せず…直列化する。"
 
-Python rendering (CONTRACT §5):
+Python rendering (docs/spec/durable-workflow.md#dw-doc):
 
 * root: exactly ``dict`` with ``str`` keys, or ``None`` where "none" is allowed;
 * inside: ``None``, ``bool``, ``int`` within ±(2**53−1) (``bool`` is a boolean, never an int),
@@ -21,7 +21,7 @@ Nothing user-defined is ever called: every value is classified by ``type(x) is �
 touched, containers are snapshotted with the C-level ``list(d.items())`` / ``list(l)``, and error
 messages never ``repr`` a value of a foreign type.
 
-Depth (CONTRACT §8, issue 15 item 5): the seed sets no depth limit, so none is added — any nesting
+Depth (docs/spec/host-limits.md#hl-decisions, docs/spec/host-features.md#hf-newcomer): the seed sets no depth limit, so none is added — any nesting
 that fits the key and byte limits is a document (the deepest 1 MiB document nests about 524 000
 levels). The walk and the serialiser here are iterative; the host's other tools on stored
 documents (JSON text in and out, the sandbox frames, the Postgres columns) go through
@@ -112,7 +112,7 @@ def canonical_document(value: object, *, allow_none: bool, max_depth: int | None
 
     ``value`` is the Python value (a ``dict`` root); ``allow_none`` says whether ``None`` means
     "no document" here (step results, outputs, binding params/payload defaults), in which case
-    ``None`` is returned. ``len(result)`` is the document's size in bytes (CONTRACT §5).
+    ``None`` is returned. ``len(result)`` is the document's size in bytes (docs/spec/durable-workflow.md#dw-doc).
 
     ``max_depth`` (levels, the root being level 1) is ``None`` for every document of the seed (no
     depth limit); only ``vars`` pass ``VARS_MAX_DEPTH``. Raises ``InvalidDocument`` (→

@@ -1,6 +1,6 @@
 """Egress policy of tenant code: which address, port and name a context may connect to (pure).
 
-The contract (CONTRACT §8 "Egress"): by default tenant code reaches **public unicast** addresses on
+The contract (docs/spec/host-limits.md#hl-decisions "Egress"): by default tenant code reaches **public unicast** addresses on
 the allowed ports (80 and 443), and nothing else — never loopback, private (RFC 1918, 100.64/10,
 ULA ``fc00::/7``), link-local (``169.254/16`` with the cloud metadata address, ``fe80::/10``),
 multicast, broadcast, unspecified, the host's own addresses, or the host's own services (its
@@ -46,7 +46,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_PORTS = (80, 443)
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-#: Never treated as public, whatever a test setting says (CONTRACT §8: "127.0.0.1 and the host's
+#: Never treated as public, whatever a test setting says (docs/spec/host-limits.md#hl-decisions: "127.0.0.1 and the host's
 #: services stay refused while it is set").
 _NEVER_PUBLIC = frozenset(
     {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"), ipaddress.ip_address("0.0.0.0")}

@@ -1,4 +1,4 @@
-"""History events written by replay contexts (CONTRACT §6; SWF-style audit trail, seed 004), and
+"""History events written by replay contexts (docs/spec/durable-workflow.md#dw-history; SWF-style audit trail, docs/spec/durable-workflow.md#dw-history), and
 the shape the history is served in (:func:`served`).
 
 Each builder returns one :class:`Event` (``eventType`` + ``attributes``); ``store`` numbers and
@@ -18,7 +18,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-#: CONTRACT §6 history event types: the vocabulary of ``models.instances.HistoryEvent.event_type``.
+#: docs/spec/durable-workflow.md#dw-history history event types: the vocabulary of ``models.instances.HistoryEvent.event_type``.
 EVENT_TYPES = (
     "InstanceCreated",
     "ContextStarted",
@@ -36,7 +36,7 @@ EVENT_TYPES = (
     "InstanceCompleted",
     "InstanceErrored",
     "InstanceTerminated",
-    # Not in CONTRACT §6: a diagnostic of non-determinism (issue 13 item 7; takohost.domain.replay_order).
+    # Not in docs/spec/durable-workflow.md#dw-history: a diagnostic of non-determinism (docs/spec/host-features.md#hf-observability; takohost.domain.replay_order).
     "ReplayDiverged",
 )
 
@@ -55,7 +55,7 @@ def served(
     results: dict,
     params: dict | None = None,
 ) -> dict:
-    """One history event as the API serves it (CONTRACT §6): ``{"eventId", "eventTimestamp",
+    """One history event as the API serves it (docs/spec/durable-workflow.md#dw-history): ``{"eventId", "eventTimestamp",
     "eventType", "attributes"}``. Documents stay in their rows and are joined in here: a
     ``StepCompleted`` of a step whose recorded result (``results``: step name → result document) is
     not ``None`` carries it as ``attributes["result"]``, and ``InstanceCreated`` the instance's
@@ -90,7 +90,7 @@ class Event:
 def stamps(events: list[Event], *, now: dt.datetime, after: dt.datetime | None = None) -> list[dt.datetime]:
     """The timestamps to store for ``events`` appended in one commit: each event's own time (or
     ``now``), never earlier than the event before it nor than ``after`` (the newest stored event's
-    time), so the history is newest-last in time as well as by ``eventId`` (CONTRACT §6)."""
+    time), so the history is newest-last in time as well as by ``eventId`` (docs/spec/durable-workflow.md#dw-history)."""
     out: list[dt.datetime] = []
     floor = after
     for event in events:

@@ -1,16 +1,16 @@
-"""Identifier, name and step-argument rules (seed 000, CONTRACT §2.2, §3.2, §4.3, §8; pure).
+"""Identifier, name and step-argument rules (docs/spec/durable-workflow.md#dw-resource, docs/spec/http-api.md#api-res, docs/spec/worker-forms.md#wf-version, docs/spec/durable-workflow.md#dw-step, docs/spec/host-limits.md#hl-decisions; pure).
 
-* Instance ids, step names, event types — seed 000: "idは1〜256 Unicodeスカラー値",
+* Instance ids, step names, event types — docs/spec/durable-workflow.md#dw-instance-id: "idは1〜256 Unicodeスカラー値",
   "nameとevent typeは1〜256 Unicodeスカラー値": a ``str`` of 1..256 code points, none of them a
   surrogate (U+D800..U+DFFF). Python counts code points, so 256 × U+1F600 is valid (it would be
   512 UTF-16 units); a Python "surrogate pair" such as ``"\\ud83d\\ude00"`` is two lone
   surrogates, not a scalar value, and is invalid. Only exact ``str`` is accepted (no subclasses,
   whose methods are user code).
-* Step arguments — seed 000 "• sleep: secondsは0〜31536000整数", "• waitForEvent:
+* Step arguments — docs/spec/durable-workflow.md#dw-step-sleep "• sleep: secondsは0〜31536000整数", "• waitForEvent:
   typeとtimeoutSeconds（1〜31536000整数）は必須": integers only (``bool`` and ``float`` are not).
 
 Every violation raises ``TypeError`` (catchable in workflow code; HTTP maps it to
-``400 invalid_request``, CONTRACT §8). The regexes use ``\\A``/``\\Z`` so that ``match`` and
+``400 invalid_request``, docs/spec/host-limits.md#hl-decisions). The regexes use ``\\A``/``\\Z`` so that ``match`` and
 ``fullmatch`` both refuse a trailing newline (``$`` would accept one).
 """
 
@@ -35,13 +35,13 @@ __all__ = [
 MAX_SCALAR_STRING_LENGTH = 256
 MAX_STEP_SECONDS = 31_536_000
 
-# CONTRACT §2.2: resource names, 1..63 characters.
+# docs/spec/http-api.md#api-res: resource names, 1..63 characters.
 RESOURCE_NAME_RE = re.compile(r"\A[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
-# Seed 000: DurableWorkflow className (``$`` allowed by the Form, CONTRACT §4.2).
+# Seed 000: DurableWorkflow className (``$`` allowed by the Form, docs/spec/durable-workflow.md#dw-abi).
 CLASS_NAME_RE = re.compile(r"\A[A-Za-z_$][A-Za-z0-9_$]{0,63}\Z")
-# CONTRACT §3.2: vars and workflowBindings[].name.
+# docs/spec/worker-forms.md#wf-version: vars and workflowBindings[].name.
 VAR_NAME_RE = re.compile(r"\A[A-Z_][A-Z0-9_]*\Z")
-# CONTRACT §3.2: module file names, optionally under package directories ("pkg/sub/mod.py").
+# docs/spec/worker-forms.md#wf-version: module file names, optionally under package directories ("pkg/sub/mod.py").
 MODULE_NAME_RE = re.compile(r"\A(?:[A-Za-z_][A-Za-z0-9_]*/)*[A-Za-z_][A-Za-z0-9_]*\.py\Z")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -78,7 +78,7 @@ def validate_timeout_seconds(value: object) -> int:
 def validate_wait_options(options: object) -> tuple[str, int]:
     """Validate ``{"type": t, "timeoutSeconds": s}`` and return ``(t, s)``.
 
-    ``options`` must be an exact ``dict`` with exactly those two keys, both required (seed 000:
+    ``options`` must be an exact ``dict`` with exactly those two keys, both required (docs/spec/durable-workflow.md:
     "typeとtimeoutSeconds…は必須"); ``t`` a scalar string, ``s`` an int 1..31536000.
     Raises ``TypeError`` otherwise.
     """

@@ -1,4 +1,4 @@
-"""Pure rules of ``sendEvent`` (seed 000 sendEvent; CONTRACT §2.5): an event's size against the
+"""Pure rules of ``sendEvent`` (docs/spec/durable-workflow.md#dw-events sendEvent; docs/spec/http-api.md#api-inst): an event's size against the
 queue limits, and whether a waiting wait takes it at once. Shared by the instance services
 (``services.instance_events``, which apply them in one locked statement) and the test kit
 (``takohost.testing``). No I/O; times are aware UTC datetimes.

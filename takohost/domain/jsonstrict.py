@@ -1,6 +1,6 @@
-"""Strict JSON text parsing for HTTP bodies (CONTRACT §2 API-json; pure, no I/O).
+"""Strict JSON text parsing for HTTP bodies (docs/spec/http-api.md API-json; pure, no I/O).
 
-CONTRACT §2: "JSON text is parsed strictly: ``NaN``, ``Infinity``, ``-Infinity``, duplicate object
+docs/spec/http-api.md: "JSON text is parsed strictly: ``NaN``, ``Infinity``, ``-Infinity``, duplicate object
 keys, lone surrogates and invalid UTF-8 are rejected with ``400 invalid_json``."
 
 This is the standard library's ``json`` decoder with hooks, not a parser of our own:
@@ -19,7 +19,7 @@ This is the standard library's ``json`` decoder with hooks, not a parser of our 
 
 Integers stay ``int`` whatever their size (up to the interpreter's 4300-digit conversion limit,
 beyond which the text is rejected); the document rules (``documents.canonical_document``) reject
-those outside ±(2**53−1). Nesting has no limit (CONTRACT §8, issue 15 item 5): a text too deep for
+those outside ±(2**53−1). Nesting has no limit (docs/spec/host-limits.md#hl-decisions, docs/spec/host-features.md#hf-newcomer): a text too deep for
 the C decoder is parsed again by ``deepjson``'s iterative parser with the same hooks, so the
 rules above hold at any depth.
 """
@@ -52,7 +52,7 @@ def loads_strict(raw: bytes) -> object:
 
     Returns ``dict``/``list``/``str``/``int``/``float``/``bool``/``None`` as ``json.loads`` does
     (objects are exact ``dict``s in document order). Raises ``StrictJSONError`` for anything
-    CONTRACT API-json rejects (see the module docstring); ``TypeError`` if ``raw`` is not bytes.
+    docs/spec/README.md API-json rejects (see the module docstring); ``TypeError`` if ``raw`` is not bytes.
     """
     if not isinstance(raw, (bytes, bytearray)):
         raise TypeError(f"loads_strict takes bytes, not {type(raw).__name__}")

@@ -1,5 +1,5 @@
 """A hint of non-determinism: does this context's replay follow the recorded steps? (pure;
-issue 13 item 7).
+docs/spec/host-features.md#hf-observability).
 
 Seed 000 asks code outside steps to be deterministic ("constructor/module評価を含めstep外のコードは
 履歴に対し決定的"), so every context asks for the recorded step names again, in the order they

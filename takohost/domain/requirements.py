@@ -1,4 +1,4 @@
-"""A WorkerVersion's ``requirements``: exact pins of third-party packages (CONTRACT §3.2; issue 23
+"""A WorkerVersion's ``requirements``: exact pins of third-party packages (docs/spec/worker-forms.md#wf-version; docs/spec/host-features.md#hf-real-work
 items 7–8; docs/packages.md).
 
 Pure and standard library only: the marshmallow schema (``host_api.schemas``), ``takohost deploy``

@@ -1,4 +1,4 @@
-"""``step.do`` retry policies and their delays (CONTRACT §4.3, seed 000 "• do:"; pure, no I/O).
+"""``step.do`` retry policies and their delays (docs/spec/durable-workflow.md#dw-step, docs/spec/durable-workflow.md#dw-step-do "• do:"; pure, no I/O).
 
 Seed 000: "retryPolicyを省けばmaxAttempts:1。指定時はmaxAttemptsが1〜100、
 initialDelaySeconds既定0、backoff既定constant（またはexponential）、maxDelaySeconds既定43200。
@@ -11,7 +11,7 @@ meaning of omitting the whole policy ("retryPolicyを省けば"), and "指定時
 states what a specified policy carries. So ``{"backoff": "exponential"}`` is a ``TypeError``.
 
 All values are seconds (integers). Every violation is a ``TypeError`` raised in the workflow
-(catchable, CONTRACT §4.3; case WF-08): unknown keys, non-``dict`` policies (also ``dict``
+(catchable, docs/spec/durable-workflow.md#dw-step; case WF-08): unknown keys, non-``dict`` policies (also ``dict``
 subclasses), ``bool`` or ``float`` where an integer is required (``2.0`` too), out-of-range values.
 """
 
@@ -132,7 +132,7 @@ def delay_after_attempt(policy: RetryPolicy, *, attempt: int) -> int:
     """Seconds to wait after failed attempt ``attempt`` (1-based) before the next attempt.
 
     constant: ``min(maxDelaySeconds, initialDelaySeconds)``; exponential:
-    ``min(maxDelaySeconds, initialDelaySeconds * 2**(attempt-1))`` (seed 000 "• do:"). Exact
+    ``min(maxDelaySeconds, initialDelaySeconds * 2**(attempt-1))`` (docs/spec/durable-workflow.md#dw-step-do "• do:"). Exact
     integer arithmetic, so any attempt number is fine. Whether there *is* a next attempt is the
     caller's question (``attempt < policy.max_attempts``). ``ValueError`` if ``attempt`` < 1.
     """

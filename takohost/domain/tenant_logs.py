@@ -1,4 +1,4 @@
-"""Limits of tenant log capture, shared by the sandbox child and the host (pure; issue 13 item 1).
+"""Limits of tenant log capture, shared by the sandbox child and the host (pure; docs/spec/host-features.md#hf-observability).
 
 Tenant code (``run``, effects, ``scheduled``, module import) writes to ``sys.stdout``,
 ``sys.stderr``, file descriptors 1 and 2, or through ``logging`` (which, unconfigured, writes

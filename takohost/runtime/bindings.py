@@ -1,10 +1,10 @@
-"""``env`` and the workflow bindings as user code sees them inside the sandbox (CONTRACT §4.1, §4.5).
+"""``env`` and the workflow bindings as user code sees them inside the sandbox (docs/spec/worker-forms.md#wf-loading, docs/spec/durable-workflow.md#dw-binding).
 
 ``env`` carries exactly the Version's ``vars`` (attributes holding deep copies) and one
-``WorkflowBinding`` per ``workflowBindings[].name``; nothing else (seed 000: "envはそのVersionの
+``WorkflowBinding`` per ``workflowBindings[].name``; nothing else (docs/spec/durable-workflow.md: "envはそのVersionの
 宣言済み環境のみで、管理controlは入れない").
 
-A binding call validates its arguments here, before any side effect (CONTRACT §8: bad id or event
+A binding call validates its arguments here, before any side effect (docs/spec/host-limits.md#hl-decisions: bad id or event
 type → ``TypeError``; bad params/payload → ``InvalidParams`` / ``DocumentTooLarge``), then sends
 one ``binding`` request to the parent and turns the answer into a value or the SDK error named by
 the parent (``takohost.errors.error_from_name``). Standard library and ``takohost`` only.
@@ -21,7 +21,7 @@ from takohost.domain import documents, identifiers
 __all__ = ["TYPE_ERROR_NAME", "Env", "Requester", "WorkflowBinding", "WorkflowInstance", "make_env"]
 
 #: The ``binding_error`` name the parent sends when the host found the arguments invalid
-#: (HTTP ``invalid_request``); the caller gets a ``TypeError`` (CONTRACT §8), not an SDK error.
+#: (HTTP ``invalid_request``); the caller gets a ``TypeError`` (docs/spec/host-limits.md#hl-decisions), not an SDK error.
 TYPE_ERROR_NAME = "invalid_request"
 
 
@@ -70,7 +70,7 @@ def _document_argument(value: object, *, what: str) -> None:
 
 
 class WorkflowBinding:
-    """``env.NAME`` for a ``workflowBindings`` entry: ``create`` and ``get`` (CONTRACT §4.5)."""
+    """``env.NAME`` for a ``workflowBindings`` entry: ``create`` and ``get`` (docs/spec/durable-workflow.md#dw-binding)."""
 
     __slots__ = ("_channel", "_name")
 

@@ -1,5 +1,5 @@
 """The zygote's first code: makes the SDK importable under neutral names, then runs
-``takohost.runtime.zygote`` (issue 24 item 7: no host path in what a context inherits).
+``takohost.runtime.zygote`` (docs/spec/host-features.md#hf-neighbours: no host path in what a context inherits).
 
 ``workers.engine.sandbox.Zygote.start`` runs this file through :func:`command` in an
 interpreter started under the name ``takohost-sandbox``: its command line (``sys.orig_argv``,

@@ -1,4 +1,4 @@
-"""Capture of tenant output in the sandbox child: ``log`` frames to the host (issue 13 item 1).
+"""Capture of tenant output in the sandbox child: ``log`` frames to the host (docs/spec/host-features.md#hf-observability).
 
 :func:`install` (called by ``child.run_forked`` while the pre-spawned child waits for its job, so
 that none of it is on a job's path) points file descriptors 1 and 2 at pipes drained by a thread

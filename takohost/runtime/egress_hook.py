@@ -1,4 +1,4 @@
-"""Clear errors for refused egress, inside the sandbox (CONTRACT §8: "a refused connection fails
+"""Clear errors for refused egress, inside the sandbox (docs/spec/host-limits.md#hl-decisions: "a refused connection fails
 fast ... with a message that says why").
 
 The host's egress proxy is the enforcement point (``workers.egress.proxy``): whatever tenant code

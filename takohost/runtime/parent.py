@@ -1,6 +1,6 @@
 """The parent's side of a replay context, where it is pure: how a child's step request, attempt
 report and final message become decisions, outcomes, step records and the instance's error
-(CONTRACT §4–§5, seed 000 "Class ABI、replay、step"; wire messages in ``PROTOCOL.md``).
+(docs/spec/worker-forms.md#wf-abi, docs/spec/durable-workflow.md#dw-doc, docs/spec/durable-workflow.md#dw-replay "Class ABI、replay、step"; wire messages in ``PROTOCOL.md``).
 
 The engine's replay context (``workers.engine.context``) and the in-process test kit
 (``takohost.testing``) both answer a child with these functions and ``takohost.domain.decide``, so
@@ -61,7 +61,7 @@ def step_request(message: dict) -> decide.Request:
 
 def attempt_outcome(message: dict, *, decision: decide.RunEffect, now: dt.datetime) -> decide.Outcome:
     """The outcome of an attempt from the child's ``effect_result``: the result is validated as a
-    document here too (CONTRACT §5: a non-document is a failed attempt, ``InvalidDocument`` /
+    document here too (docs/spec/durable-workflow.md#dw-doc: a non-document is a failed attempt, ``InvalidDocument`` /
     ``DocumentTooLarge``); a failure's ``traceback`` is re-checked (``tracebacks.clean_frames``)
     and kept for the history."""
     ok, result, error = message["ok"], message.get("result"), message.get("error")

@@ -98,7 +98,7 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     lone surrogate (not UTF-8 encodable), or its body exceeds ``MAX_FRAME_BYTES``.
     """
     try:
-        body = deepjson.dumps(message).encode("utf-8")  # any depth (issue 15 item 5)
+        body = deepjson.dumps(message).encode("utf-8")  # any depth (docs/spec/host-features.md#hf-newcomer)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"message is not encodable as a frame: {exc}") from None
     if len(body) > MAX_FRAME_BYTES:

@@ -1,4 +1,4 @@
-"""Replay a recorded history against a workflow's code and find the first divergence (issue 28;
+"""Replay a recorded history against a workflow's code and find the first divergence (docs/spec/host-features.md#hf-testing;
 docs/testing.md "Replaying a history"; Temporal's ``Replayer`` is the model).
 
 The history's events (the HTTP history: results, params, policies, sleep seconds and wait

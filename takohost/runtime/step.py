@@ -1,7 +1,7 @@
-"""The ``step`` object user code receives, as a client of the parent (CONTRACT §4.2–§4.4, seed 000
+"""The ``step`` object user code receives, as a client of the parent (docs/spec/durable-workflow.md#dw-abi, docs/spec/worker-forms.md#wf-errors, docs/spec/durable-workflow.md
 "Class ABI、replay、step"; wire messages in ``PROTOCOL.md``).
 
-Argument rules (seed 000: "nameを先に検証し、完了済み名の残りの引数は使わない。未完了名の不正な
+Argument rules (docs/spec/durable-workflow.md: "nameを先に検証し、完了済み名の残りの引数は使わない。未完了名の不正な
 JS引数はTypeError"):
 
 1. the name is validated first; a bad name raises ``TypeError`` at once, nothing is sent;
@@ -12,7 +12,7 @@ JS引数はTypeError"):
    ``reject_args`` and the child raises the ``TypeError`` (catchable, nothing recorded).
 
 Host errors raised here are remembered by identity (``Context.raised``): only an uncaught object
-that this module raised as ``StepFailed`` ends the run as ``step_failed`` (CONTRACT §4.4).
+that this module raised as ``StepFailed`` ends the run as ``step_failed`` (docs/spec/worker-forms.md#wf-errors).
 
 Eager first attempts (PROTOCOL.md "Eager first attempts"): once the parent's answer to a step
 carries ``eager {steps, until}``, a ``do`` of a name this context has not asked for yet runs its
@@ -45,7 +45,7 @@ __all__ = ["AsyncStep", "Channel", "Context", "Step", "effect_result_message", "
 
 _RUN_EFFECT = object()
 # The host errors a step may be rejected with. Any kind may get either: a completed name replays
-# its recorded outcome whatever kind the new call is (seed 000: "完了済み名は…記録結果でreplay").
+# its recorded outcome whatever kind the new call is (docs/spec/durable-workflow.md#dw-replay: "完了済み名は…記録結果でreplay").
 _STEP_ERRORS = frozenset({"step_failed", "wait_timeout"})
 
 
@@ -86,7 +86,7 @@ def effect_result_message(
 ) -> dict[str, Any]:
     """The ``effect_result`` message for an attempt that returned ``value`` or raised ``error``.
 
-    A return value that is not a document (CONTRACT §5) is reported as a failed attempt with
+    A return value that is not a document (docs/spec/durable-workflow.md#dw-doc) is reported as a failed attempt with
     error type ``InvalidDocument`` / ``DocumentTooLarge``; the parent re-validates either way.
     """
     if error is None:
@@ -264,7 +264,7 @@ def _validated_name(name: object) -> str:
 
 
 class Step:
-    """``step`` for a plain ``run``: every method blocks and returns the value (CONTRACT §4.3)."""
+    """``step`` for a plain ``run``: every method blocks and returns the value (docs/spec/durable-workflow.md#dw-step)."""
 
     def __init__(self, context: Context) -> None:
         self._context = context

@@ -1,4 +1,4 @@
-"""The tenant's own frames of an exception's traceback (issue 13 item 2), child and host side.
+"""The tenant's own frames of an exception's traceback (docs/spec/host-features.md#hf-observability), child and host side.
 
 In the sandbox child, :func:`tenant_frames` turns an exception into the frames of the Version's
 own modules (their ``__file__`` is ``/takohost/version/<path>``, ``child.importer.VIRTUAL_ROOT``): host,

@@ -8,10 +8,10 @@ sees what it would over the socket and neither side keeps a reference to the oth
 Stopping a context is what the sandbox does, as far as a thread allows: the thread is never
 resumed. A child whose context ends (a sleep, a wait, a retry, the end of ``run``) is *parked*
 on its pending request for good, so not one more line of its code runs — no ``finally:``, no
-``except``: seed 000 "sleeping/waiting/terminalを公開する前にHostはコード停止を確認し". Parked
+``except``: docs/spec/durable-workflow.md#dw-stop "sleeping/waiting/terminalを公開する前にHostはコード停止を確認し". Parked
 threads are daemon threads and are reclaimed when the test process exits.
 
-Module state is fresh in every context (CONTRACT §4.1): a Version directory's modules are
+Module state is fresh in every context (docs/spec/worker-forms.md#wf-loading): a Version directory's modules are
 imported from memory by the sandbox's own importer (``child.importer.SourceModules``); a class's
 module is executed again from its spec into a new module object.
 """

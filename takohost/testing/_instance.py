@@ -113,7 +113,7 @@ class Instance:
     # -- what a test reads --------------------------------------------------------------------------
     @property
     def history(self) -> list[dict]:
-        """Every history event, oldest first, in the HTTP history's shape (CONTRACT §6,
+        """Every history event, oldest first, in the HTTP history's shape (docs/spec/durable-workflow.md#dw-history,
         ``history.served``): ``{"eventId", "eventTimestamp", "eventType", "attributes"}``."""
         results = {name: row.result for name, row in self._rows.items()}
         return [
@@ -170,7 +170,7 @@ class Instance:
             queued.append({"type": error_type, "message": text})
 
     def send_event(self, type: str, payload: Any = _ABSENT) -> None:  # noqa: A002 - the SDK's name
-        """Accept an event now (seed 000 sendEvent): a waiting matching wait takes it at once and
+        """Accept an event now (docs/spec/durable-workflow.md#dw-events sendEvent): a waiting matching wait takes it at once and
         the instance runs on; otherwise it is queued. Raises ``TypeError`` (bad type),
         ``InvalidParams`` / ``DocumentTooLarge`` (payload), ``InstanceTerminal``,
         ``EventQueueFull``."""

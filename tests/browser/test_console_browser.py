@@ -1,4 +1,4 @@
-"""The web console in a real browser (issue 14 item 4): headless Chromium from Debian's packages
+"""The web console in a real browser (docs/spec/host-features.md#hf-console): headless Chromium from Debian's packages
 (``chromium``, ``chromium-driver``; ``.ci/run`` installs them) driven by Selenium against real
 ``takohost api``, ``worker`` and ``beat`` processes on a private database.
 
@@ -379,7 +379,7 @@ def test_console_in_a_browser(stack, browser, tmp_path):
     assert "no beat was running" in runs and "the report store was down" in runs and "failed" in runs
     _accessible(browser)
     _shot(browser, "trigger")
-    # Each recorded run links to its logs (issue 13's per-run logs, where the API serves them).
+    # Each recorded run links to its logs (docs/spec/host-features.md#hf-observability's per-run logs, where the API serves them).
     with models_db.session_scope(stack.db_url) as session:
         for seq, text in enumerate(("building the report", "the report store was down"), start=1):
             session.add(tenant_logs.TenantLog(delivery_pk=delivery_pk, seq=seq, stream="stdout", message=text,

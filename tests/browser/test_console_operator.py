@@ -1,4 +1,4 @@
-"""The console as an operator uses it every day, in real Chromium against the real stack (issue 27,
+"""The console as an operator uses it every day, in real Chromium against the real stack (docs/spec/host-features.md#hf-console,
 console findings): JSON shown as text (no ``\\u003c`` escape codes), going to an instance by id from
 anywhere, URLs by workflow name, back to the page asked for after signing in, copy-link, starting
 an instance with params, terminating with a reason recorded with its actor, and what a terminated

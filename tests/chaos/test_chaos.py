@@ -1,4 +1,4 @@
-"""Chaos (STYLE §8 "chaos/ (SIGKILL and restarts)"; issue 4 item 6): 200 instances with sleeps,
+"""Chaos (STYLE §8 "chaos/ (SIGKILL and restarts)"; docs/spec/host-features.md#hf-stop): 200 instances with sleeps,
 events and retries run on 2–3 real workers that are SIGKILLed and restarted at random (seeded)
 intervals, with a real beat and API. At the end:
 
@@ -7,7 +7,7 @@ intervals, with a real beat and API. At the end:
   to its instance's file; every line of a step is older than the step's ``StepCompleted``);
 * each instance's history is gapless (eventIds 1..n) and newest-last in time.
 
-Effects may run twice (seed 000: "効果の実行後、結果commit前にHostが死ぬと効果は重複し得る"), never
+Effects may run twice (docs/spec/durable-workflow.md: "効果の実行後、結果commit前にHostが死ぬと効果は重複し得る"), never
 after their result is committed. Bounded: the kills stop after ``CHAOS_SECONDS`` (with fewer than
 ``MIN_KILLS`` by then, at ``MIN_KILLS`` or ``3 * CHAOS_SECONDS``); everything must be finished
 ``SETTLE_SECONDS`` later. ``TAKOHOST_CHAOS_SEED`` picks another seed. Lease TTL 3 s

@@ -1,5 +1,5 @@
 """The ``takohost`` CLI client against the real host (API + worker + beat processes): deploy,
-every ``instances`` command with ``--json``, and the error paths (issue 6 item 3)."""
+every ``instances`` command with ``--json``, and the error paths (docs/spec/host-features.md#hf-one-command)."""
 
 from __future__ import annotations
 
@@ -280,7 +280,7 @@ EXPORTED_TOML = """
 def test_an_exported_history_replays_against_the_code_and_shows_a_renamed_step(
     cli: Cli, tmp_path: pathlib.Path
 ) -> None:
-    """issue 28 item 2: ``instances history --export`` writes a replayable file from the real host;
+    """docs/spec/host-features.md#hf-testing: ``instances history --export`` writes a replayable file from the real host;
     ``takohost.testing.replay`` replays it against the deployed directory (compatible) and against
     a candidate that renamed a step (the divergence, at its index)."""
     from takohost import testing
@@ -316,7 +316,7 @@ def test_an_exported_history_replays_against_the_code_and_shows_a_renamed_step(
 
 
 def test_versions_check_replays_a_candidate_against_every_live_instance(cli: Cli, tmp_path: pathlib.Path) -> None:
-    """issue 28 item 3 (the CLI's part): ``takohost versions check DIR`` replays DIR's code against
+    """docs/spec/host-features.md#hf-testing (the CLI's part): ``takohost versions check DIR`` replays DIR's code against
     the history of each live instance (and ``--terminal N`` ended ones): compatible, diverged at
     step K, or error (an endless run under the per-instance time limit); exit 1 unless all replay."""
     project = write_project(tmp_path / "exported", toml=EXPORTED_TOML, modules={"main.py": RETRYING})

@@ -1,4 +1,4 @@
-"""The ``takohost`` CLI as an operator uses it every day, against the real host (issue 27 items 2,
+"""The ``takohost`` CLI as an operator uses it every day, against the real host (docs/spec/host-features.md#hf-console,
 9, 10, 11, 13): console URLs printed, ``undeploy``, Ctrl-C without tracebacks (and an interrupted
 deploy that says what is left), full-width tables in a pipe, and a ``takohost dev`` found from its
 directory (``token create`` included)."""

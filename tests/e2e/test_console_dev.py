@@ -1,4 +1,4 @@
-"""``takohost dev`` serves the web console and prints its URL (issue 14 item 1).
+"""``takohost dev`` serves the web console and prints its URL (docs/spec/host-features.md#hf-console).
 
 A real ``takohost dev`` on a fresh data dir (embedded PostgreSQL and Redis): its banner names
 ``http://127.0.0.1:PORT/ui/``; that page is the sign-in form, served with the console's own

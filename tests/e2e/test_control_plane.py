@@ -1,4 +1,4 @@
-"""The control plane never waits behind tenant code (issue 15 item 6): with every worker slot of
+"""The control plane never waits behind tenant code (docs/spec/host-features.md#hf-newcomer): with every worker slot of
 the real ``takohost worker --concurrency 2`` busy in tenant code (and more tenant work queued
 behind it), a PUT that changes a cron trigger is applied within seconds, because Operations go
 to a queue of their own that the worker's control process consumes.

@@ -1,9 +1,9 @@
-"""Crash tests against real processes (issue 3 item 11; CONTRACT §1): SIGKILLed and frozen workers and
+"""Crash tests against real processes (docs/spec/host-features.md#hf-engine; docs/spec/architecture.md#ar-shape): SIGKILLed and frozen workers and
 a Redis that lost every key of the host. Each test runs its own stack (database, Redis namespace,
 API, workers, beat) so that killing it harms nobody else. Lease TTL 3 s (a normal setting).
 
 Effects count their calls in files: a committed step never runs again; the killed effect may
-(at-least-once, seed 000: "効果の実行後、結果commit前にHostが死ぬと効果は重複し得る").
+(at-least-once, docs/spec/durable-workflow.md: "効果の実行後、結果commit前にHostが死ぬと効果は重複し得る").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Deleting a trigger stops its running deliveries (CONTRACT §7; seed 003 "削除", "過去の一致で進行中の
+"""Deleting a trigger stops its running deliveries (docs/spec/cron-trigger.md#cr-runs; docs/spec/cron-trigger.md#cr-crud "削除", "過去の一致で進行中の
 handlerは、Hostが安全に停止を保証できない限り"): a ``scheduled`` handler that never returns holds the
 only worker slot; a DELETE through the HTTP API succeeds within a bounded time without a worker
 restart, and the handler process is dead (it stops appending to its file in

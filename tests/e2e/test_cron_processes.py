@@ -1,4 +1,4 @@
-"""Cron triggers with real beat and worker processes (issue 5 items 3–5; CB-01, CB-03, CB-04, CB-06).
+"""Cron triggers with real beat and worker processes (docs/spec/host-features.md#hf-cron; CB-01, CB-03, CB-04, CB-06).
 
 One timeline of about eight real minutes on ``* * * * *`` triggers, so the slow parts run
 concurrently:

@@ -1,4 +1,4 @@
-"""DELETE of a DurableWorkflow through the real API, worker and beat (seed 000 "入力、観測、CRUD":
+"""DELETE of a DurableWorkflow through the real API, worker and beat (docs/spec/durable-workflow.md "入力、観測、CRUD":
 "Hostは新規create/event/wakeを閉じ、実行ownerをfenceし、future continuationを取消し、childの物理的
 停止を確認してから、このUIDの全instance ID・step履歴・未一致eventをpurgeする…停止・fenceを証明
 できない間は成功にせず、同じOperationで照合を続ける…他Resource、Worker、Version、外部dataを連鎖削除

@@ -1,5 +1,5 @@
 """The examples, deployed with the CLI and driven to their terminal state on the real host
-(API + worker + beat processes), as their READMEs tell a user to (issue 6 item 4)."""
+(API + worker + beat processes), as their READMEs tell a user to (docs/spec/host-features.md#hf-one-command)."""
 
 from __future__ import annotations
 

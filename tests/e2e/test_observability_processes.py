@@ -1,5 +1,5 @@
 """Metrics, JSON host logs and the where-is-it view through real ``takohost api``, ``worker``
-(a supervisor and its solo processes) and ``beat`` processes (issue 13 items 3, 4, 6 and 8)."""
+(a supervisor and its solo processes) and ``beat`` processes (docs/spec/host-features.md#hf-observability)."""
 
 from __future__ import annotations
 

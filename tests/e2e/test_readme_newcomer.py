@@ -1,4 +1,4 @@
-"""A newcomer follows the README (issue 6 items 1, 2 and 5; issue 11 item 3): on a copy of the
+"""A newcomer follows the README (docs/spec/host-features.md#hf-one-command; docs/spec/host-features.md#hf-one-stack): on a copy of the
 repository, in a fresh virtualenv, with no Postgres or Redis configured (no server URL in the
 environment), the README's first command installs and starts ``takohost dev`` on its embedded
 PostgreSQL and Redis; the five-minute tour runs an order to ``complete``; the other examples

@@ -1,6 +1,6 @@
 """The README's five-minute tour, command by command as the README writes it, against the real
 host (API + worker + beat processes), with each comment's claim checked; the README's workflow
-example; and the CLI commands a new user reaches for (issue 15 items 1, 2 and 4).
+example; and the CLI commands a new user reaches for (docs/spec/host-features.md#hf-newcomer).
 
 If the README drifts from what the host does, this test fails.
 """
@@ -242,7 +242,7 @@ def test_the_commands_a_user_reaches_for(cli: TourCli, tmp_path: pathlib.Path) -
     assert line.startswith("error: not_found: ") and "the Space or the token is wrong" in line
     # help texts cite nothing that is not in the repository
     for command in (["runs"], ["instances", "history"], ["deploy"], ["resources"], ["triggers"]):
-        assert "CONTRACT" not in cli.ok(*command, "--help").stdout, command
+        assert "docs/spec/README.md" not in cli.ok(*command, "--help").stdout, command
 
 
 def test_a_deploy_that_fails_leaves_nothing_half_made(cli: TourCli, tmp_path: pathlib.Path) -> None:
@@ -305,7 +305,7 @@ ECHO_PARAMS = textwrap.dedent(
 
 
 def test_the_readme_cron_handler_runs_for_a_match(cli: TourCli, tmp_path: pathlib.Path) -> None:
-    """Issue 15 item 3: the README's ``scheduled`` example, deployed as written, is called for a
+    """docs/spec/host-features.md#hf-newcomer: the README's ``scheduled`` example, deployed as written, is called for a
     match with ``{"cron", "scheduledTime"}`` (ms), its binding call lands, its ``wait_until`` work
     finishes, and the run is ``ok`` in ``takohost runs``."""
     project = write_project(

@@ -1,5 +1,5 @@
 """Tenant logs, tracebacks and the replay hint through real ``takohost api`` and ``worker``
-processes and the ``takohost`` command (issue 13 items 1, 2, 7 and 8)."""
+processes and the ``takohost`` command (docs/spec/host-features.md#hf-observability)."""
 
 from __future__ import annotations
 

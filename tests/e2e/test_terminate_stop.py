@@ -1,6 +1,6 @@
-"""terminate() through real processes (seed 000: "terminate()はownerをfenceし、future continuationを
+"""terminate() through real processes (docs/spec/durable-workflow.md#dw-terminate: "terminate()はownerをfenceし、future continuationを
 取消し、物理的に実行contextが停止してからterminatedを公開して成功する。停止を証明できなければ成功を
-返さない"; CONTRACT §8; DESIGN "Terminate and delete"), and the async ABI end to end (CONTRACT
+返さない"; docs/spec/host-limits.md#hl-decisions; docs/spec/architecture.md#ar-terminate "Terminate and delete"), and the async ABI end to end (docs/spec/README.md
 §4.2: same rules, same stop guarantees).
 
 One private stack (API, one worker, beat; lease TTL 3 s, the setting any host may use) serves the

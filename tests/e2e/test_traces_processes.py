@@ -1,4 +1,4 @@
-"""One trace per instance across real ``takohost api`` and ``worker`` processes (issue 13 items 5
+"""One trace per instance across real ``takohost api`` and ``worker`` processes (docs/spec/host-features.md#hf-observability
 and 8): both export over OTLP/HTTP (``TAKOHOST_OTEL=1``, the ``otel`` extra) to a collector this
 test runs, and the spans of the create request (api) and of every context, attempt and commit
 (worker) arrive in the instance's one trace."""

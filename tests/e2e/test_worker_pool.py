@@ -1,4 +1,4 @@
-"""``takohost worker --concurrency N`` (default pool, issue 12 item 2): N solo Celery processes
+"""``takohost worker --concurrency N`` (default pool, docs/spec/host-features.md#hf-performance): N solo Celery processes
 under one supervisor (``host_cli.worker_pool``). A crashed process is restarted; SIGTERM/SIGINT of
 the supervisor stops every process, zygote and sandbox child; a SIGKILLed supervisor takes its
 processes with it; a context killed with its process is finished by the next owner.
@@ -140,7 +140,7 @@ class Steps:
 def test_solo_pool_kill_one_process_restart_finish_then_sigterm_leaves_nothing(tmp_path):
     with workflows.private_stack(workers=0) as stack:
         worker = stack.start_worker(pool="solo", concurrency=2)
-        # 2 pool processes + the control-plane process (issue 15 item 6) + the validation process
+        # 2 pool processes + the control-plane process (docs/spec/host-features.md#hf-newcomer) + the validation process
         workflows.wait_until(lambda: worker.log().count("ready.") >= 4, timeout=60, message="4 ready")
         tree = _descendants(worker.pid)
         solo = [pid for pid, cmd in tree.items()

@@ -1,4 +1,4 @@
-"""Stopping is real, through real worker and beat processes (seed 000: "sleeping/waiting/terminalを
+"""Stopping is real, through real worker and beat processes (docs/spec/durable-workflow.md#dw-stop: "sleeping/waiting/terminalを
 公開する前にHostはコード停止を確認し…処理後のstatusを先に見せてからコードを止めてはならない")."""
 
 from __future__ import annotations

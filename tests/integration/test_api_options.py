@@ -1,5 +1,5 @@
 """``OPTIONS`` on any route answers the §2.4 JSON envelope like every other method the API does not
-serve (issue 10 item 7): ``405 method_not_allowed`` with ``Allow`` on the URL-map routes, never
+serve (docs/spec/host-features.md#hf-isolation): ``405 method_not_allowed`` with ``Allow`` on the URL-map routes, never
 Flask's automatic empty ``200``; ``401`` without a token; ``404`` on no route."""
 
 from __future__ import annotations

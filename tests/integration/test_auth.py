@@ -1,4 +1,4 @@
-"""API-auth: tokens, Spaces, 401/404 and the public endpoints (CONTRACT §2.1)."""
+"""API-auth: tokens, Spaces, 401/404 and the public endpoints (docs/spec/http-api.md#api-auth)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_unknown_route_is_json_404(client, space_token):
 
 def test_a_deleted_token_is_refused_once_its_cached_space_expires(client, space_token, db_url, monkeypatch):
     """The API remembers a known token's Space for ``TOKEN_CACHE_SECONDS`` (no transaction per
-    request, issue 12 item 3); a token deleted from the database is refused after at most that."""
+    request, docs/spec/host-features.md#hf-performance); a token deleted from the database is refused after at most that."""
     import sqlalchemy as sa
 
     from host_api import auth

@@ -1,4 +1,4 @@
-"""Bad input gets a clear JSON error and changes nothing (issue 2 item 7; CONTRACT §2, API-json).
+"""Bad input gets a clear JSON error and changes nothing (docs/spec/host-features.md#hf-foundation; docs/spec/http-api.md, API-json).
 
 Every request of the matrix is answered with the §2.4 envelope and the expected status/code, and
 the database holds exactly what it held before: row counts and a content hash of every table

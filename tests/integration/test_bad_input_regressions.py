@@ -1,5 +1,5 @@
 """Regressions found by adversarial testing: each input used to crash (500), change data or answer
-with HTML; each is now the §2.4 JSON envelope with the right code (CONTRACT §2, API-json, API-op).
+with HTML; each is now the §2.4 JSON envelope with the right code (docs/spec/http-api.md, API-json, API-op).
 
 In-process (Flask test client) tests; the gunicorn-level ones are ``tests/e2e/test_api_hardening.py``.
 """

@@ -1,4 +1,4 @@
-"""The Celery app's Redis transport (``services.broker``, issue 12 item 3): publishing reuses one
+"""The Celery app's Redis transport (``services.broker``, docs/spec/host-features.md#hf-performance): publishing reuses one
 Redis client per channel instead of building one per message, and the messages all arrive."""
 
 from __future__ import annotations

@@ -568,7 +568,7 @@ def test_scheduled_handler_outcomes(zygote, tmp_path: Path):
         "op": "scheduled_done",
         "ok": False,
         "message": "ValueError: nope",
-        "traceback": [  # the handler's own frame (issue 13 item 2); the runtime's are trimmed
+        "traceback": [  # the handler's own frame (docs/spec/host-features.md#hf-observability); the runtime's are trimmed
             {"module": "main", "file": "main.py", "line": 2, "function": "scheduled", "source": "raise ValueError('nope')"}
         ],
     }

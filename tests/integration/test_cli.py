@@ -1,4 +1,4 @@
-"""The operator CLI (CONTRACT §9): ``db upgrade`` and ``token create`` as a user runs them."""
+"""The operator CLI (docs/spec/architecture.md#ar-operating): ``db upgrade`` and ``token create`` as a user runs them."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_a_supervised_solo_process_refuses_a_concurrency_it_cannot_give():
 
 
 # --------------------------------------------------------------------------------------------
-# takohost dev (issue 11 item 1): start failures are reported, and no server outlives it
+# takohost dev (docs/spec/host-features.md#hf-one-stack): start failures are reported, and no server outlives it
 
 
 def _dev(data_dir, port: int) -> subprocess.Popen:

@@ -1,4 +1,4 @@
-"""The console's instance list (issue 14 item 2): newest first, filtered by status and id prefix,
+"""The console's instance list (docs/spec/host-features.md#hf-console): newest first, filtered by status and id prefix,
 keyset-paged 50 at a time; and bad page tokens or filters are a plain error page, not a crash.
 
 In-process (the Flask app on this session's database); the instances are inserted directly.

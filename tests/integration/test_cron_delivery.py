@@ -1,5 +1,5 @@
-"""Delivering recorded matches through the real sandbox, Postgres and Redis (seed 003 "一致ごとに
-at-least-once"; CONTRACT §4.6, §7; CB-03, CB-04). The task body runs in-process; the sweep's
+"""Delivering recorded matches through the real sandbox, Postgres and Redis (docs/spec/cron-trigger.md "一致ごとに
+at-least-once"; docs/spec/cron-trigger.md#cr-handler, docs/spec/cron-trigger.md#cr-runs; CB-03, CB-04). The task body runs in-process; the sweep's
 dispatches are captured instead of sent."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Bulk dispatch of cron deliveries through the real Redis broker (seed 003 at-least-once;
-CONTRACT §7): beat sends a minute's matches through one producer in pipelined writes, after
+"""Bulk dispatch of cron deliveries through the real Redis broker (docs/spec/cron-trigger.md#cr-delivery at-least-once;
+docs/spec/cron-trigger.md#cr-runs): beat sends a minute's matches through one producer in pipelined writes, after
 commit, and a broker failure is a warning that leaves the matches to the sweep — never an error
 raised into beat. Each test uses its own Celery app on a private namespace, so no session worker
 consumes its messages."""
@@ -98,7 +98,7 @@ def test_bulk_send_uses_one_producer_and_pipelined_writes(
 
 
 def test_run_contexts_is_the_same_bulk_send(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Timers and sweep wake instances through ``run_contexts`` (issue 12 item 5)."""
+    """Timers and sweep wake instances through ``run_contexts`` (docs/spec/host-features.md#hf-performance)."""
     monkeypatch.setattr(dispatch, "BULK_CHUNK", 100)
     pks = list(range(1, 251))
     assert dispatch.run_contexts(pks) == 250
@@ -150,7 +150,7 @@ def test_a_broker_failure_is_a_warning_left_to_the_sweep(
 
 
 def test_operations_go_to_the_control_queue_and_tenant_work_does_not(broker: Broker) -> None:
-    """Issue 15 item 6: only the control process consumes ``{namespace}.control``."""
+    """docs/spec/host-features.md#hf-newcomer: only the control process consumes ``{namespace}.control``."""
     namespace = broker.queue_key.split(":", 1)[0]
     control_key = f"{namespace}:{namespace}.control"
     validation_key = f"{namespace}:{namespace}.validation"

@@ -1,6 +1,6 @@
 """WorkerCronTrigger through the HTTP API and the Operation reconciler (in-process): the schedule
 that ``register_schedule_txn`` / ``unregister_schedule_txn`` keep, the ``observed`` the trigger
-shows, the runs listing, and the rejected ``cron`` field cases (seed 003; CONTRACT §2, §7)."""
+shows, the runs listing, and the rejected ``cron`` field cases (docs/spec/cron-trigger.md#cr-grammar; docs/spec/http-api.md, docs/spec/cron-trigger.md#cr-runs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Host wall-clock limits on tenant code (CONTRACT §8 "Host limits"; seed 003): a ``scheduled``
+"""Host wall-clock limits on tenant code (docs/spec/host-limits.md#hl-decisions "Host limits"; docs/spec/cron-trigger.md#cr-handler): a ``scheduled``
 handler over ``scheduled_timeout_s`` and a Version import over ``validation_timeout_s`` are killed
 and proven dead, and recorded as failures with their reason; a handler over its limit is a failed
 run that is never retried within that match.

@@ -1,5 +1,5 @@
 """Beat's recording pass against the real database: matches vs skips, no duplicates under
-concurrency, and dispatch only after commit (seed 003; CONTRACT §7; CB-01, CB-06)."""
+concurrency, and dispatch only after commit (docs/spec/cron-trigger.md#cr-grammar; docs/spec/cron-trigger.md#cr-runs; CB-01, CB-06)."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_record_due_dispatches_after_commit_and_notes_the_tick(
 
 
 def test_observed_next_match_moves_on_after_each_match(db_url: str, space_token: tuple[str, str]) -> None:
-    """Issue 15 item 7: ``observed.nextMatchAt`` never keeps showing a match that already fired
+    """docs/spec/host-features.md#hf-newcomer: ``observed.nextMatchAt`` never keeps showing a match that already fired
     (before, it moved only when the trigger was reconciled again)."""
     from models import resources as res_models
 

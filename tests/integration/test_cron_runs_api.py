@@ -1,4 +1,4 @@
-"""``GET /v2/spaces/{space}/resources/{uid}/runs`` (CONTRACT §7): newest first, recorded and
+"""``GET /v2/spaces/{space}/resources/{uid}/runs`` (docs/spec/cron-trigger.md#cr-runs): newest first, recorded and
 skipped matches, deliveries, paging, and the 404 rules."""
 
 from __future__ import annotations

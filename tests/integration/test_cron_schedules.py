@@ -1,5 +1,5 @@
 """Registering, updating and deleting a trigger's schedule, and the ``observed`` it reports
-(seed 003 "観測" and "CRUD"; API-05, CR-05, CR-06, CB-05)."""
+(docs/spec/cron-trigger.md "観測" and "CRUD"; API-05, CR-05, CR-06, CB-05)."""
 
 from __future__ import annotations
 

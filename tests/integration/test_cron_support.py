@@ -1,5 +1,5 @@
 """Shared helpers of the cron tests: a Worker/Version/Deployment/Trigger stack written straight
-into the database (CONTRACT §3 shapes), its schedule registered with ``register_schedule_txn``.
+into the database (docs/spec/worker-forms.md shapes), its schedule registered with ``register_schedule_txn``.
 
 Synthetic clocks of integration tests live in 2030, after the real clock, so a real beat
 process running in the same test session never decides their matches.

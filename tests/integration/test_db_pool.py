@@ -1,4 +1,4 @@
-"""The SQLAlchemy pool of ``models.db`` (issue 12 item 3): one session factory per process and URL,
+"""The SQLAlchemy pool of ``models.db`` (docs/spec/host-features.md#hf-performance): one session factory per process and URL,
 no ping on every checkout, and a connection that died while idle is replaced, not reported."""
 
 from __future__ import annotations

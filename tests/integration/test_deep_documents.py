@@ -1,4 +1,4 @@
-"""Documents of any depth (issue 15 item 5; CONTRACT §8 "Document depth"; seed 000 sets no depth
+"""Documents of any depth (docs/spec/host-features.md#hf-newcomer; docs/spec/host-limits.md#hl-decisions "Document depth"; docs/spec/durable-workflow.md sets no depth
 limit): params, step results, event payloads and output nested 10 000 levels and more go through
 HTTP, Postgres, the sandbox frames and the engine and come back equal; beyond the byte and key
 limits they are refused with one code per fault, whatever the depth.

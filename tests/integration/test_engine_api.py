@@ -1,4 +1,4 @@
-"""Instances over HTTP (CONTRACT §2.5) through the Flask app: shapes, errors, paging, idempotent
+"""Instances over HTTP (docs/spec/http-api.md#api-inst) through the Flask app: shapes, errors, paging, idempotent
 events, and ids that must round-trip through every call (API-inst-id)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""send_event, the inbox, queue limits, terminate and bindings (seed 000 "Caller Bindingとinstance")."""
+"""send_event, the inbox, queue limits, terminate and bindings (docs/spec/durable-workflow.md "Caller Bindingとinstance")."""
 
 from __future__ import annotations
 
@@ -467,7 +467,7 @@ def test_a_binding_call_the_host_finds_invalid_raises_type_error_in_the_workflow
 
 def test_a_wait_with_a_non_ascii_name_takes_its_event_directly(db_url, space, driver):
     """The pending wait is read as raw bytes beside the row lock: its UTF-8 name must come back
-    exactly, or the event would not be consumed by the wait (seed 000: consumed atomically)."""
+    exactly, or the event would not be consumed by the wait (docs/spec/durable-workflow.md: consumed atomically)."""
     source = '''
 class Waiter:
     def __init__(self, env): self.env = env

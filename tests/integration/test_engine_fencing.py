@@ -1,4 +1,4 @@
-"""Fencing (CONTRACT §1): a context whose epoch was bumped can never commit again, and stops."""
+"""Fencing (docs/spec/architecture.md#ar-shape): a context whose epoch was bumped can never commit again, and stops."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Publishing after the stop (seed 000: "sleeping/waiting/terminalを公開する前にHostはコード停止を確認し").
+"""Publishing after the stop (docs/spec/durable-workflow.md#dw-stop: "sleeping/waiting/terminalを公開する前にHostはコード停止を確認し").
 
 Before ``sleeping``, ``waiting``, a retry or a terminal status is committed, the host SIGKILLs the
 child and proves it dead (``ChildHandle.kill_and_wait``). These tests look at the database from

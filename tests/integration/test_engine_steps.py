@@ -282,7 +282,7 @@ class Replayed:
 
 
 def test_a_replayed_wait_timeout_raises_the_message_its_first_context_saw(deploy, driver):
-    """The recorded outcome replays as it was (seed 000): the row kept another text than the one
+    """The recorded outcome replays as it was (docs/spec/durable-workflow.md): the row kept another text than the one
     raised in the context that timed out, so code that returned the message changed on replay."""
     run = deploy(REPLAYED_TIMEOUT, "Replayed")
     run.create("r")
@@ -328,7 +328,7 @@ def test_WF_05_attempts_with_exponential_delays_then_step_failed(deploy, driver,
     run = deploy(WF_05, "Flaky")
     run.create("wf05", {"log": log})
     assert driver.run() == ["retry"]
-    assert run.status("wf05") == {"status": "running"}  # CONTRACT §8: running during retry delays
+    assert run.status("wf05") == {"status": "running"}  # docs/spec/host-limits.md#hl-decisions: running during retry delays
     assert driver.advance(9.999) == []
     assert driver.advance(0.001) == ["retry"]
     assert driver.advance(19.999) == []

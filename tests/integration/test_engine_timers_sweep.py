@@ -1,4 +1,4 @@
-"""Beat duties of the engine: ``timers.fire_due`` and ``sweep.sweep`` (CONTRACT §1, DESIGN "Beat")."""
+"""Beat duties of the engine: ``timers.fire_due`` and ``sweep.sweep`` (docs/spec/architecture.md#ar-shape, docs/spec/architecture.md#ar-beat "Beat")."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_fire_due_fires_only_due_timers_once(db_url, deployed, dispatched):
 
 
 def test_fire_due_sends_a_batch_of_woken_instances_in_one_bulk_send(db_url, deployed, dispatched, monkeypatch):
-    """Timers use the bulk send cron uses (issue 12 item 5): one ``run_contexts`` call per batch
+    """Timers use the bulk send cron uses (docs/spec/host-features.md#hf-performance): one ``run_contexts`` call per batch
     of rows taken, never one ``run_context`` message at a time."""
     now = utcnow()
     names = [f"bulk{i}" for i in range(7)]

@@ -1,5 +1,5 @@
 """A create of a Space already at its cap sends no message: it is recorded as deferred and handed
-the next slot that Space releases (``services.fleet.defer_dispatch``; issue 24 item 2). Real Redis."""
+the next slot that Space releases (``services.fleet.defer_dispatch``; docs/spec/host-features.md#hf-neighbours). Real Redis."""
 
 from __future__ import annotations
 

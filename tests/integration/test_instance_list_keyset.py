@@ -1,4 +1,4 @@
-"""Keyset pages of the instance list (issue 12 item 4): a page is read from the workflow's (and
+"""Keyset pages of the instance list (docs/spec/host-features.md#hf-performance): a page is read from the workflow's (and
 status's) own index range, so rows of other workflows and statuses — before, between and after
 — are never listed, and pages chain without gaps or repeats."""
 

@@ -1,4 +1,4 @@
-"""Host-controlled limits (seed 000: "最多1024 step、instance寿命は作成から31536000秒。上限・期限はHost
+"""Host-controlled limits (docs/spec/durable-workflow.md#dw-step: "最多1024 step、instance寿命は作成から31536000秒。上限・期限はHost
 制御で、アプリがcatchして延命できるsentinelではない"), retention ("terminal履歴とIDはterminal遷移から
 少なくとも2592000秒保持する") and the periodic ``observed`` of a DurableWorkflow — through the real
 engine with contexts run in-process at a controllable clock. Production durations are used throughout; the clock moves instead. The test-only

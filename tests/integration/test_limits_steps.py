@@ -1,4 +1,4 @@
-"""The step limit (seed 000: "最多1024 step"; CONTRACT §8: the 1025th distinct step name ends the
+"""The step limit (docs/spec/durable-workflow.md#dw-step: "最多1024 step"; docs/spec/host-limits.md#hl-decisions: the 1025th distinct step name ends the
 instance ``errored``/``step_limit_exceeded``): the 1025th effect never runs and no ``except
 BaseException`` rescues the instance (1025 commits; the limit is decided by ``decide``)."""
 

@@ -1,5 +1,5 @@
 """Where is it (``…/progress``) and one trace per instance, with contexts run in this process
-(issue 13 items 3 and 5). The trace is read from the OpenTelemetry SDK's in-memory exporter."""
+(docs/spec/host-features.md#hf-observability). The trace is read from the OpenTelemetry SDK's in-memory exporter."""
 
 from __future__ import annotations
 

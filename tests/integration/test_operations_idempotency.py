@@ -1,4 +1,4 @@
-"""Operations and Idempotency-Key (CONTRACT §2.3, API-op)."""
+"""Operations and Idempotency-Key (docs/spec/http-api.md#api-op, API-op)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reconcile's retry paths (CONTRACT §2.3; seed 000 DELETE "停止・fenceを証明できない間は成功にせず、
+"""The reconcile's retry paths (docs/spec/http-api.md#api-op; docs/spec/durable-workflow.md#dw-delete DELETE "停止・fenceを証明できない間は成功にせず、
 同じOperationで照合を続ける")."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unfinished Operations are resumed after a worker dies (CONTRACT §2.3: "unfinished Operations
+"""Unfinished Operations are resumed after a worker dies (docs/spec/http-api.md#api-op: "unfinished Operations
 are resumed after any restart (a sweep finds them)").
 
 A WorkerVersion whose module sleeps 5 s at import is reconciled by a private worker (its own

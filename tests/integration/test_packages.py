@@ -1,4 +1,4 @@
-"""WorkerVersion requirements installed by the host (CONTRACT §3.2; issue 23 items 8, 9, 11;
+"""WorkerVersion requirements installed by the host (docs/spec/worker-forms.md#wf-version; docs/spec/host-features.md#hf-real-work;
 docs/packages.md): wheels built in the test into a local wheelhouse, pip as the resolver, the
 real sandbox importing against the layer. No registry, no internet.
 """
@@ -298,7 +298,7 @@ def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
 def test_a_version_whose_new_layer_would_pass_the_spaces_layer_quota_fails_and_a_shared_one_does_not(
     wheelhouse, client, space_token, monkeypatch
 ) -> None:
-    """The layer-bytes quota (issue 24 item 4) counts the distinct layers a Space's live Versions
+    """The layer-bytes quota (docs/spec/host-features.md#hf-neighbours) counts the distinct layers a Space's live Versions
     use: a second Version with the same pins adds nothing; one that needs a new layer over the
     quota fails its Operation with ``quota_exceeded`` and is never validated."""
     space, token = space_token

@@ -1,4 +1,4 @@
-"""Where a Space's quotas are shown (issue 24 item 4): ``takohost spaces usage`` (table and
+"""Where a Space's quotas are shown (docs/spec/host-features.md#hf-neighbours): ``takohost spaces usage`` (table and
 ``--json``) against a real API process, the refusal as the CLI prints it, and the console's usage
 panel on the workflows page (server-rendered)."""
 

@@ -1,4 +1,4 @@
-"""Quotas per Space (issue 24 item 4) against the real engine and Postgres: each quota refuses new
+"""Quotas per Space (docs/spec/host-features.md#hf-neighbours) against the real engine and Postgres: each quota refuses new
 work with ``429 quota_exceeded`` naming it (the log quota: one marker line per context), nothing
 already accepted is lost or changed, concurrent work never passes a limit, and the counters
 (``space_usage``) equal a recount of the tables after creates, runs, events, terminations,
@@ -174,7 +174,7 @@ def test_stored_events_quota_refuses_the_event_and_keeps_the_inboxes(db_url, spa
     assert [(e["sequence"], e["payload"]) for e in instance_events.inbox(**ids, instance_id="b")["events"]] == [
         (1, {"n": 3})
     ]
-    # a direct delivery to a waiting wait stores nothing and is never refused (seed 000)
+    # a direct delivery to a waiting wait stores nothing and is never refused (docs/spec/durable-workflow.md)
     instance_events.send_event(space=space, workflow_uid=waiter.workflow, instance_id="w", event_type="go")
     assert driver.run() == ["complete"]
     assert assert_counters_exact(db_url, space)[quotas.STORED_EVENTS] == 3

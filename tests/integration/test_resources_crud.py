@@ -1,4 +1,4 @@
-"""Resources over HTTP: shape, names, generations, phases, listing (CONTRACT §2.2, API-res)."""
+"""Resources over HTTP: shape, names, generations, phases, listing (docs/spec/http-api.md#api-res, API-res)."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_listing_filters_by_exact_form_url_and_pages(client, space_token):
     assert seen == workers
     everything = client.get(f"/v2/spaces/{space}/resources", headers=headers(token, None)).get_json()
     assert len(everything["resources"]) == 6 and "nextPageToken" not in everything
-    # issue 15 item 2: the short Form name is accepted as well as the URL, with the same answer
+    # docs/spec/host-features.md#hf-newcomer: the short Form name is accepted as well as the URL, with the same answer
     by_url = client.get(
         f"/v2/spaces/{space}/resources",
         query_string={"form": FORMS["ModuleWorker"]},
@@ -202,8 +202,8 @@ def test_unknown_operation_and_another_spaces_operation_are_404(client, space_to
 
 
 def test_a_token_of_another_space_is_404_saying_the_space_or_token_is_wrong(client, space_token):
-    """Issue 15 item 4: a wrong ``--space`` is not "no such resource or route"; the answer still
-    does not reveal whether the Space exists (CONTRACT §2.1)."""
+    """docs/spec/host-features.md#hf-newcomer: a wrong ``--space`` is not "no such resource or route"; the answer still
+    does not reveal whether the Space exists (docs/spec/http-api.md#api-auth)."""
     space, token = space_token
     for other in (space + "-x", "no-such-space-at-all"):
         answer = client.get(f"/v2/spaces/{other}/resources", headers=headers(token, None))
@@ -310,7 +310,7 @@ def test_workflow_ready_follows_the_deployment(client, space_token):
 
 
 def test_an_instance_is_accepted_exactly_when_the_workflow_is_ready(client, space_token):
-    """Issue 15 item 1 (seed 000 "ready:trueは新規instanceを受理できることだけを表し"): a workflow
+    """docs/spec/host-features.md#hf-newcomer (docs/spec/durable-workflow.md#dw-resource "ready:trueは新規instanceを受理できることだけを表し"): a workflow
     that is not ready refuses new instances (409 dependency_conflict naming it and why; nothing
     is written), instead of keeping them ``queued`` for code that does not exist."""
     space, token = space_token

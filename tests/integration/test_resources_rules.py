@@ -1,4 +1,4 @@
-"""Cross-resource rules, all decided before side effects (CONTRACT §2.1, §3; seeds 000 and 003).
+"""Cross-resource rules, all decided before side effects (docs/spec/http-api.md#api-auth, docs/spec/worker-forms.md; docs/spec/durable-workflow.md and 003).
 
 Every rejected request leaves the Space's rows exactly as they were (``snapshot``).
 """
@@ -71,7 +71,7 @@ def trig(worker, cron="0 9 * * *"):
     return {"worker": {"resourceUid": worker}, "cron": cron}
 
 
-# --- DurableWorkflow create (seed 000 "Workflow作成要求の受理前に…") --------------------------------
+# --- DurableWorkflow create (docs/spec/durable-workflow.md "Workflow作成要求の受理前に…") --------------------------------
 
 
 def test_workflow_create_refused_when_a_weighted_version_lacks_the_class(api, client):
@@ -256,7 +256,7 @@ def test_deployment_worker_is_immutable(api, client):
         api.rejected(api.put(deployment, deployment_spec(other, (version, 100))), 409, "immutable_field")
 
 
-# --- WorkerCronTrigger (seed 003 "作成", "更新") ----------------------------------------------------
+# --- WorkerCronTrigger (docs/spec/cron-trigger.md#cr-crud "作成", "更新") ----------------------------------------------------
 
 
 def test_trigger_needs_a_deployment_whose_versions_provide_scheduled(api):
@@ -302,7 +302,7 @@ def test_API_04_cron_trigger_spec_rejections(api, client):
     assert resource["observed"]["timezone"] == "UTC"
 
 
-# --- references (CONTRACT §2.1) ------------------------------------------------------------------
+# --- references (docs/spec/http-api.md#api-auth) ------------------------------------------------------------------
 
 
 def test_reference_errors(api, client, db_url):

@@ -155,7 +155,7 @@ def test_child_holds_only_its_channel_and_stdio(zygote, tmp_path: Path):
             result = handle.recv(timeout=5)
         fds = result["output"]["fds"]
         # stdin /dev/null, the channel (3), and stdout/stderr: pipes to the child's own log
-        # capture, whose read ends are 4 and 5 (issue 13; takohost.runtime.capture)
+        # capture, whose read ends are 4 and 5 (docs/spec/host-features.md#hf-observability; takohost.runtime.capture)
         assert sorted(fds) == ["0", "1", "2", "3", "4", "5"]
         assert fds["0"] == "/dev/null"
         assert all(fds[fd].startswith("pipe:[") for fd in ("1", "2", "4", "5"))
@@ -192,7 +192,7 @@ class W:
 
 def test_host_only_modules_are_not_in_the_sandbox(zygote):
     """The ``takohost`` directory is mounted into every sandbox: the host's configuration and its
-    cron and progress rules live in ``core/``, outside it (issue 25 item 4)."""
+    cron and progress rules live in ``core/``, outside it (docs/spec/host-features.md#hf-structure)."""
     with zygote.spawn(workflow_job(HOST_ONLY)) as handle:
         result = handle.recv(timeout=5)["output"]
     assert set(result["imports"].values()) == {"ModuleNotFoundError"}, result["imports"]
@@ -457,7 +457,7 @@ def test_validate_lists_classes_and_handlers(zygote):
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        # the traceback's last line, then the Version file and line (issue 13 item 2)
+        # the traceback's last line, then the Version file and line (docs/spec/host-features.md#hf-observability)
         ("x = (\n", "SyntaxError: '(' was never closed (main.py, line 1)"),
         ("import sys\nsys.exit(3)\n", "SystemExit: 3 (main.py, line 2)"),
         (
@@ -753,7 +753,7 @@ def test_the_importer_cache_starts_fresh_in_the_sandbox(zygote):
 
 
 def test_a_ping_in_the_same_read_as_the_job_does_not_kill_the_child(zygote):
-    """Issue 12: the heartbeat may ping right after the job was sent, so both frames can arrive
+    """docs/spec/host-features.md#hf-performance: the heartbeat may ping right after the job was sent, so both frames can arrive
     in one ``recv()``; the child used to kill itself then (``run_threw`` "exited without a
     result"). A non-ping frame before the child asked for one still ends it."""
     handle = zygote.spawn(None)

@@ -1,4 +1,4 @@
-"""The attempt time limit (issue 24 item 1; CONTRACT §8 "Attempt time limit"; seed 000
+"""The attempt time limit (docs/spec/host-features.md#hf-neighbours; docs/spec/host-limits.md#hl-decisions "Attempt time limit"; docs/spec/durable-workflow.md
 "上限・期限はHost制御"): one attempt of ``step.do`` runs at most ``TAKOHOST_STEP_TIMEOUT_SECONDS``,
 and so does code outside steps between two step calls. Past it the context's processes are killed
 and proven dead, and the attempt is a failed attempt (its retry policy applies) whose error names

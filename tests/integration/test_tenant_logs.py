@@ -1,4 +1,4 @@
-"""Logs from tenant code, tracebacks you can act on, and the replay-order hint (issue 13 items 1,
+"""Logs from tenant code, tracebacks you can act on, and the replay-order hint (docs/spec/host-features.md#hf-observability,
 2, 7) through the real engine: database, Redis leases, sandbox children, contexts run in-process
 by ``tests.support.workflows.Driver``. The attacks (forged frames, floods, bytes that look like
 frames) are here too: a log line must never act as a protocol frame or beat the caps.

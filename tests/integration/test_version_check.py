@@ -1,5 +1,5 @@
 """A created Version replayed in the sandbox against live instances' recorded histories
-(``workers.version_check``; issue 28 items 3 and 6): a compatible change, a renamed step,
+(``workers.version_check``; docs/spec/host-features.md#hf-testing): a compatible change, a renamed step,
 reordered steps, a changed kind, changed settings of an unfinished step, an import-time error and
 a never-ending ``run`` (the time limit) — through real sandbox children, nothing written."""
 

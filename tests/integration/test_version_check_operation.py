@@ -1,4 +1,4 @@
-"""The replay check as an Operation (issue 28 items 3, 4 and 6): ``POST …/resources/{versionUid}/check``
+"""The replay check as an Operation (docs/spec/host-features.md#hf-testing): ``POST …/resources/{versionUid}/check``
 accepted over HTTP, reconciled with real sandbox children against live instances recorded by the
 real engine, the results on the Version's ``observed.replayCheck``, progress on the Operation; a
 Version of another Space refused; the server-side deploy gate (``TAKOHOST_DEPLOY_REPLAY_GATE``)."""

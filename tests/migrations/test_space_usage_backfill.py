@@ -1,4 +1,4 @@
-"""The quota counters' migration on a database that already holds data (issue 24 item 4): every
+"""The quota counters' migration on a database that already holds data (docs/spec/host-features.md#hf-neighbours): every
 Space's ``space_usage`` row equals a recount of what it held before the upgrade, and the triggers
 keep it exact after."""
 

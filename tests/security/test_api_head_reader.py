@@ -1,5 +1,5 @@
 """``host_api.server.head_complete``: when the API's head reader hands a connection to a thread
-(issue 10 item 7). Pure."""
+(docs/spec/host-features.md#hf-isolation). Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The bounds of the API's request reader (issue 24 item 5, ``host_api/server.py``): at most
+"""The bounds of the API's request reader (docs/spec/host-features.md#hf-neighbours, ``host_api/server.py``): at most
 ``max_readers`` connections read a request at once per process — one more closes the one reading
 longest, so a flood of slow clients cannot keep a new one out — and the bytes they buffer are
 bounded. A real gunicorn with the API's worker class, its limits made small, serving a tiny app.

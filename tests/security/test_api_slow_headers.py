@@ -1,4 +1,4 @@
-"""Slow-header (slowloris) connections cannot take the API down (issue 10 item 7).
+"""Slow-header (slowloris) connections cannot take the API down (docs/spec/host-features.md#hf-isolation).
 
 A real ``takohost api`` (gunicorn, two worker processes, default settings) gets 50 loopback
 connections that send part of a request line or of the headers and never finish it — some stay

@@ -1,4 +1,4 @@
-"""The web console (issue 14) attacked from another Space and from another site.
+"""The web console (docs/spec/host-features.md#hf-console) attacked from another Space and from another site.
 
 In-process (the Flask app on this session's database, no worker: instances stay ``queued``, which
 is all these checks need). Space A has a workflow, an instance (with params that must not leak),

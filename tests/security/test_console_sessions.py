@@ -1,4 +1,4 @@
-"""Console sessions are sessions (issue 24 item 6), attacked as someone holding a copy of the
+"""Console sessions are sessions (docs/spec/host-features.md#hf-neighbours), attacked as someone holding a copy of the
 cookie, or sitting in front of (or pretending to be) a TLS proxy would.
 
 Before: the console's cookie was the raw API token itself, signing out only cleared it in that

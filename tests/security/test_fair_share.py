@@ -1,4 +1,4 @@
-"""Fair share between Spaces (issue 10 item 6; CONTRACT §1 "A replay context is one Celery task
+"""Fair share between Spaces (docs/spec/host-features.md#hf-isolation; docs/spec/architecture.md#ar-shape "A replay context is one Celery task
 execution"; README "Production", ``TAKOHOST_SPACE_MAX_CONTEXTS``).
 
 Real API, two solo workers (two worker slots) and a beat on a private database and namespace,

@@ -1,4 +1,4 @@
-"""Fair share that holds on any fleet size by default (issue 24 items 2 and 3; CONTRACT §8
+"""Fair share that holds on any fleet size by default (docs/spec/host-features.md#hf-neighbours; docs/spec/host-limits.md#hl-decisions
 "Fair share and quotas"; README "Production", "Fair share").
 
 A hostile tenant's attack, as it was run against ``takohost dev``: Space A's effects that never

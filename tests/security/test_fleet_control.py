@@ -1,4 +1,4 @@
-"""The fleet is not controllable from a message (issue 10 item 7).
+"""The fleet is not controllable from a message (docs/spec/host-features.md#hf-isolation).
 
 An attacker who holds the broker URL (and sees the key prefix in Redis) sends Celery's remote
 control commands to a real ``takohost worker``: ``ping`` gets no answer, ``cancel_consumer`` and

@@ -1,4 +1,4 @@
-"""A forged or malformed task message changes nothing it should not (issue 10 item 7).
+"""A forged or malformed task message changes nothing it should not (docs/spec/host-features.md#hf-isolation).
 
 An attacker holding the broker URL publishes straight into a real worker's queue: the three task
 names with ids of instances, Operations and cron matches that must not move (another Space's

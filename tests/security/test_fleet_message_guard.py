@@ -1,4 +1,4 @@
-"""``services.message_guard.message_problem`` on messages built by Celery itself (issue 10 item 7):
+"""``services.message_guard.message_problem`` on messages built by Celery itself (docs/spec/host-features.md#hf-isolation):
 everything our producers send passes, the shapes an attacker could add do not. Pure: no broker."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Host facts in the sandbox (issue 24 item 7), attacked as tenant code would: a context reads
+"""Host facts in the sandbox (docs/spec/host-features.md#hf-neighbours), attacked as tenant code would: a context reads
 what the kernel and the interpreter tell it about itself — its uid (``/proc/self/status``), its
 command line (``sys.orig_argv``, ``/proc/self/cmdline``), ``sys.executable``, where the SDK
 lives (module files, ``sys.path``, ``/proc/self/mountinfo``), ``/etc``, its host name and its

@@ -1,4 +1,4 @@
-"""The log flood of issue 24 (item 4) through real processes: a tenant whose every context prints a
+"""The log flood of docs/spec/host-features.md#hf-neighbours (item 4) through real processes: a tenant whose every context prints a
 1 Mi-character burst (exactly one context's log budget), then sleeps 1 s for a fresh context and a
 fresh budget, repeated. Before quotas this grew ``tenant_logs`` without bound (1.4 MB → 36.5 MB in
 17 s on two slots; ``bench.log_quota_bench`` reproduces it: 26 MB in 17 s here).

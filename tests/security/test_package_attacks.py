@@ -1,4 +1,4 @@
-"""Package layers attacked (issue 23 items 8, 11; docs/packages.md "Security"): tenant code in the
+"""Package layers attacked (docs/spec/host-features.md#hf-real-work; docs/packages.md "Security"): tenant code in the
 real sandbox (a real zygote and child) tries to find, read and change another Space's layer and
 its own; a malicious wheel tries to run code on the host when it is installed. Wheels are built
 in the test (no registry).

@@ -1,4 +1,4 @@
-"""Hostile clients cannot stall the API (issue 24 item 5).
+"""Hostile clients cannot stall the API (docs/spec/host-features.md#hf-neighbours).
 
 The attack, as an anonymous internet client would make it: before the fix, 32 connections that
 each sent a complete ``POST`` head with ``Content-Length: 1000000`` and then one body byte every

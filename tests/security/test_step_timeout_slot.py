@@ -1,5 +1,5 @@
-"""An effect that never returns holds a worker slot for one attempt time limit at most (issue 24
-item 1; CONTRACT §8 "Attempt time limit"): on a real worker with ONE slot, Space A's instance
+"""An effect that never returns holds a worker slot for one attempt time limit at most (docs/spec/host-features.md#hf-neighbours
+item 1; docs/spec/host-limits.md#hl-decisions "Attempt time limit"): on a real worker with ONE slot, Space A's instance
 whose effect never returns is stopped after ``TAKOHOST_STEP_TIMEOUT_SECONDS`` (set small for these
 processes: the setting itself is what is tested), its attempt recorded as failed with an error that
 names the limit, and Space B's instance then runs on the same slot. Before the limit the slot was

@@ -1,4 +1,4 @@
-"""The stop proof by a frozen cgroup (issue 26 item 2), attacked: tenant code leaves a descendant
+"""The stop proof by a frozen cgroup (docs/spec/host-features.md), attacked: tenant code leaves a descendant
 that escaped its process group and session (``setsid`` after a double fork) writing to a file
 shared with the test as fast as it can, each line stamped with the monotonic clock (the sandbox
 shares the host's). Once ``kill_and_wait`` has returned — the moment a status may be published —

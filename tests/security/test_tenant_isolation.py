@@ -1,4 +1,4 @@
-"""Tenant isolation, tested as an attacker would (issue 10 item 9; DESIGN "Tenant isolation").
+"""Tenant isolation, tested as an attacker would (docs/spec/host-features.md#hf-isolation; docs/spec/architecture.md#ar-sandbox "Tenant isolation").
 
 One private stack of real processes — ``takohost api``, ``takohost worker`` (prefork, three pool
 processes, so contexts run side by side) and ``takohost beat`` on their own database and Redis

@@ -1,4 +1,4 @@
-"""Tenant isolation under ``takohost dev`` (issue 10 item 9, attack 9): the embedded default runs
+"""Tenant isolation under ``takohost dev`` (docs/spec/host-features.md#hf-isolation, attack 9): the embedded default runs
 the same sandbox. A real ``takohost dev`` (token, PostgreSQL cluster and password, and the Unix
 socket of its embedded Redis in its data dir; PostgreSQL on a loopback port) runs the attack code deployed through its HTTP
 API; the tenant is handed the real paths of the data dir's ``token``, cluster files and Redis

@@ -1,4 +1,4 @@
-"""Hostile HTTP clients for the API's slow-client tests and benchmark (issue 24 item 5).
+"""Hostile HTTP clients for the API's slow-client tests and benchmark (docs/spec/host-features.md#hf-neighbours).
 
 :class:`SlowClients` keeps ``heads`` slowloris connections (a request head that never ends, one
 more header byte every ``interval`` seconds) and ``bodies`` slow-body connections (a complete

@@ -1,4 +1,4 @@
-"""Tiny wheels and sdists built in a test, for a local wheelhouse (docs/packages.md; issue 23
+"""Tiny wheels and sdists built in a test, for a local wheelhouse (docs/packages.md; docs/spec/host-features.md#hf-real-work
 item 11): no registry, no build backend. A wheel is a zip with a ``.dist-info`` directory whose
 ``RECORD`` lists every file with its SHA-256 (the wheel format, PEP 427)."""
 

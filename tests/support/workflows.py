@@ -1,7 +1,7 @@
 """Deploy workflow code for engine tests, and drive replay contexts in-process.
 
 * :func:`deploy` inserts a ModuleWorker, a validated WorkerVersion, a WorkerDeployment and a
-  DurableWorkflow directly into the test database, in the shapes CONTRACT §3 gives (Version
+  DurableWorkflow directly into the test database, in the shapes docs/spec/worker-forms.md gives (Version
   ``observed = {"validated": true, "workflowClasses": [...], "handlers": [...]}``), so engine tests
   do not depend on the Operation reconciler; :func:`deploy_http` does the same through the real
   resources API (used by the end-to-end tests).

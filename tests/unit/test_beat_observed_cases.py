@@ -1,5 +1,5 @@
 """Every valid ``cron`` field case (cases.json) seen from the trigger: the ``observed`` it reports
-(seed 003 "観測": ``nextMatchAt`` only when computable) and the matches beat would decide next.
+(docs/spec/cron-trigger.md "観測": ``nextMatchAt`` only when computable) and the matches beat would decide next.
 
 The grammar module has its own per-case tests; these pin what a WorkerCronTrigger shows and
 fires for the same inputs (CR-01 … CR-38 with a start instant).

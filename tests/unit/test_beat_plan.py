@@ -1,7 +1,7 @@
 """The pure match planner of beat (``beat.cron_plan``): record vs skip, segments, skip capping.
 
 Seed 003: matches that could not be recorded are skipped, never back-filled; an update applies
-to future matches only. CONTRACT §7: recorded only while now − scheduledTime < 60 s.
+to future matches only. docs/spec/cron-trigger.md#cr-runs: recorded only while now − scheduledTime < 60 s.
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def test_plan_matches_a_minute_by_minute_reference(
         assert plan.next_due_at is None or plan.next_due_at > minute
 
 
-# --- why a match was skipped (issue 15 item 8) ---------------------------------------------------
+# --- why a match was skipped (docs/spec/host-features.md#hf-newcomer) ---------------------------------------------------
 
 
 def _skip_reasons(plan: cron_plan.Plan) -> list[str]:

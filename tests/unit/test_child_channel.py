@@ -1,6 +1,6 @@
 """The child's end of its channel (``takohost.runtime.child.channel``) over a real socketpair: the
 framing of requests and answers, the job frame a pre-spawned child waits for, and the watchdog
-(DESIGN: the child kills itself when the context stops pinging), which must not kill a healthy
+(docs/spec/architecture.md: the child kills itself when the context stops pinging), which must not kill a healthy
 child whose reader thread was starved while pings kept arriving. ``hygiene.die`` is replaced by
 an event (the reader thread stops where the process would have died)."""
 

@@ -1,4 +1,4 @@
-"""Grammar table for core.cron.parse (seed 003 "cron文法と実行", CONTRACT §8)."""
+"""Grammar table for core.cron.parse (docs/spec/cron-trigger.md#cr-grammar "cron文法と実行", docs/spec/host-limits.md#hl-decisions)."""
 
 from __future__ import annotations
 
@@ -295,7 +295,7 @@ def test_matches_day_rules() -> None:
     assert cron.matches(dow_only, monday_2nd) and not cron.matches(dow_only, sunday_1st)
     sunday = cron.parse("0 0 * * 0")
     assert cron.matches(sunday, sunday_1st) and not cron.matches(sunday, monday_2nd)
-    # '1-31' restricts day-of-month (CONTRACT §8): with a weekday it means "every day".
+    # '1-31' restricts day-of-month (docs/spec/host-limits.md#hl-decisions): with a weekday it means "every day".
     assert cron.matches(cron.parse("0 0 1-31 * 1"), tuesday_3rd)
     assert not cron.matches(cron.parse("0 0 * * 1"), tuesday_3rd)
 

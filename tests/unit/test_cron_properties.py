@@ -2,7 +2,7 @@
 
 The reference below reads each field naively (walk low..high by step) and decides a minute by
 checking every field, scanning minute by minute (it skips whole days whose date cannot match, so
-windows of months stay cheap). Spec: seed 003 "cron文法と実行", CONTRACT §8.
+windows of months stay cheap). Spec: docs/spec/cron-trigger.md#cr-grammar "cron文法と実行", docs/spec/host-limits.md#hl-decisions.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``takohost.domain.deepjson``: JSON text of any depth, equal to the stdlib's where both work
-(issue 15 item 5)."""
+(docs/spec/host-features.md#hf-newcomer)."""
 
 from __future__ import annotations
 

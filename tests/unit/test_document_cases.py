@@ -1,4 +1,4 @@
-"""Field cases of area ``document`` (cases.json DOC-xx), CONTRACT §5 and API-json.
+"""Field cases of area ``document`` (cases.json DOC-xx), docs/spec/durable-workflow.md#dw-doc and API-json.
 
 "python" channel: ``canonical_document`` on the Python value (what a binding's params, an event
 payload, a step result or an output go through). "http" channel: ``loads_strict`` on the body,

@@ -1,4 +1,4 @@
-"""Pure step decisions (takohost/domain/decide.py): seed 000 "Class ABI、replay、step", no I/O."""
+"""Pure step decisions (takohost/domain/decide.py): docs/spec/durable-workflow.md#dw-replay "Class ABI、replay、step", no I/O."""
 
 from __future__ import annotations
 

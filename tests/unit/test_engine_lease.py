@@ -124,7 +124,7 @@ def test_the_longest_ping_gap_is_remembered_after_pings_resume(leases):
     assert watched.ping_gap() >= 0.7 > time.monotonic() - watched.last_ping
 
 
-# -- fair share between Spaces (issue 10 item 6) ---------------------------------------------------
+# -- fair share between Spaces (docs/spec/host-features.md#hf-isolation) ---------------------------------------------------
 
 
 @pytest.fixture()

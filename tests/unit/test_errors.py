@@ -1,4 +1,4 @@
-"""Host errors (CONTRACT §4.4, seed 000 "StepのHost Errorは…", case WF-11)."""
+"""Host errors (docs/spec/worker-forms.md#wf-errors, docs/spec/durable-workflow.md#dw-errors "StepのHost Errorは…", case WF-11)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The per-Space cap's rule (``services.fleet.space_cap``) and its Lua twin in the admission script
-agree (fakeredis), for any fleet (issue 24 item 2)."""
+agree (fakeredis), for any fleet (docs/spec/host-features.md#hf-neighbours)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Closed-spec validation of the five Forms (CONTRACT §2.2, §3; seeds 000/003 "未知のフィールド").
+"""Closed-spec validation of the five Forms (docs/spec/http-api.md#api-res, docs/spec/worker-forms.md; docs/spec/durable-workflow.md/003 "未知のフィールド").
 
 Pure: ``host_api.schemas`` never reads the database. Every rejection is ``invalid_spec`` with a
 JSON pointer (relative to the request body) to the offending field.

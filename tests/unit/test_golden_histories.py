@@ -1,4 +1,4 @@
-"""Golden-history replay tests (issue 25 item 8; Temporal's ``tests/worker/test_replayer.py``):
+"""Golden-history replay tests (docs/spec/host-features.md#hf-structure; Temporal's ``tests/worker/test_replayer.py``):
 histories recorded once from the real engine (``scripts/record_golden_histories.py``) and kept in
 ``tests/golden/`` — every step kind, retries, timeouts, an uncaught step failure, an async run,
 the README tour's order and a non-deterministic workflow — replayed here against the runtime.

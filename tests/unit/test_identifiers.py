@@ -1,4 +1,4 @@
-"""Ids, names, step arguments (seed 000, CONTRACT §2.2, §3.2, §4.3, §8; case WF-24)."""
+"""Ids, names, step arguments (docs/spec/durable-workflow.md#dw-resource, docs/spec/http-api.md#api-res, docs/spec/worker-forms.md#wf-version, docs/spec/durable-workflow.md#dw-step, docs/spec/host-limits.md#hl-decisions; case WF-24)."""
 
 from __future__ import annotations
 

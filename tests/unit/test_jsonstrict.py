@@ -1,4 +1,4 @@
-"""Strict JSON for HTTP bodies (CONTRACT §2 API-json; cases DOC-06, DOC-07, DOC-08)."""
+"""Strict JSON for HTTP bodies (docs/spec/http-api.md API-json; cases DOC-06, DOC-07, DOC-08)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_round_trips_whatever_json_dumps_writes(value: object, ascii_only: bool)
 
 
 def test_any_depth_is_parsed() -> None:
-    """Issue 15 item 5: nesting is no fault (CONTRACT §8); before, 990+ levels were invalid_json."""
+    """docs/spec/host-features.md#hf-newcomer: nesting is no fault (docs/spec/host-limits.md#hl-decisions); before, 990+ levels were invalid_json."""
     value = loads_strict(b"[" * 100_000 + b"]" * 100_000)
     for _ in range(99_999):
         value = value[0]

@@ -1,4 +1,4 @@
-"""``takohost.toml`` parsing and module collection (host_cli.manifest; issue 6 item 3)."""
+"""``takohost.toml`` parsing and module collection (host_cli.manifest; docs/spec/host-features.md#hf-one-command)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``core.progress``: where an instance is, decided from the store's facts (issue 13 item 3)."""
+"""``core.progress``: where an instance is, decided from the store's facts (docs/spec/host-features.md#hf-observability)."""
 
 from __future__ import annotations
 

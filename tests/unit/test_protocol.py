@@ -131,7 +131,7 @@ INVALID = [
     {"op": "validated", "workflowClasses": [1], "handlers": []},
     {"op": "validated", "workflowClasses": [], "handlers": ["other"]},
     {"op": "scheduled_done", "ok": False},
-    # log lines: only the tenant's streams, bounded, never a host line (issue 13)
+    # log lines: only the tenant's streams, bounded, never a host line (docs/spec/host-features.md#hf-observability)
     {"op": "log", "lines": [[1, "host", "forged"]], "dropped": 0},
     {"op": "log", "lines": [[1, "stdout", "x" * 4097]], "dropped": 0},
     {"op": "log", "lines": [[1, "stdout", "a"]] * 257, "dropped": 0},

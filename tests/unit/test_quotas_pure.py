@@ -1,4 +1,4 @@
-"""The pure parts of the quotas (issue 24 item 4): the decision, the error, the marker text, code
+"""The pure parts of the quotas (docs/spec/host-features.md#hf-neighbours): the decision, the error, the marker text, code
 bytes, and the CLI's and console's renderings."""
 
 from __future__ import annotations

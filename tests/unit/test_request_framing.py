@@ -1,5 +1,5 @@
 """``host_api.framing``: where a request body ends, as the API's main-loop reader sees it before
-a thread takes the request (issue 24 item 5). Pure."""
+a thread takes the request (docs/spec/host-features.md#hf-neighbours). Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A WorkerVersion's ``requirements`` (CONTRACT §3.2; issue 23 item 7): the pure pin rules shared
+"""A WorkerVersion's ``requirements`` (docs/spec/worker-forms.md#wf-version; docs/spec/host-features.md#hf-real-work): the pure pin rules shared
 by the API schema, ``takohost.toml`` and the installer (``takohost.domain.requirements``)."""
 
 from __future__ import annotations

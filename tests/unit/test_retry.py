@@ -1,4 +1,4 @@
-"""Retry policies and delays (seed 000 "• do:", CONTRACT §4.3; cases WF-05, WF-06, WF-08)."""
+"""Retry policies and delays (docs/spec/durable-workflow.md#dw-step-do "• do:", docs/spec/durable-workflow.md#dw-step; cases WF-05, WF-06, WF-08)."""
 
 from __future__ import annotations
 

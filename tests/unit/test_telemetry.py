@@ -1,4 +1,4 @@
-"""Host log fields and formats, metric names, trace ids and timer lateness (issue 13 items 4–6)."""
+"""Host log fields and formats, metric names, trace ids and timer lateness (docs/spec/host-features.md#hf-observability)."""
 
 from __future__ import annotations
 

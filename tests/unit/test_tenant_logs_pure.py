@@ -1,4 +1,4 @@
-"""Pure parts of tenant logs, tracebacks and the replay-order hint (issue 13 items 1, 2, 7)."""
+"""Pure parts of tenant logs, tracebacks and the replay-order hint (docs/spec/host-features.md#hf-observability)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""takohost.testing (issue 28 item 1): workflows run in process with the host's own step semantics
+"""takohost.testing (docs/spec/host-features.md#hf-testing): workflows run in process with the host's own step semantics
 and virtual time — the README tour's workflow (examples/orders), examples/approvals with a 3-day
 reminder, fresh module state per context, no line after a suspension, retry delays, the step
 kinds' errors, document limits, error provenance, events, explicit time and bindings."""

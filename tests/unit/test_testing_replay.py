@@ -1,4 +1,4 @@
-"""takohost.testing.replay (issue 28 item 2): a recorded history replayed against candidate code
+"""takohost.testing.replay (docs/spec/host-features.md#hf-testing): a recorded history replayed against candidate code
 reports the first divergence — step index, expected and found name/kind/settings — or success."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_changed_settings_diverge_for_an_unfinished_step_only(tmp_path, waiting)
     d = testing.replay(project(tmp_path, unfinished), waiting).divergence
     assert d.index == 3 and d.expected["settings"] == {"type": "ok", "timeoutSeconds": 600}
     assert d.found["settings"] == {"type": "ok", "timeoutSeconds": 900}
-    # A completed step replays its record whatever its other arguments are (seed 000).
+    # A completed step replays its record whatever its other arguments are (docs/spec/durable-workflow.md).
     finished = FLOW.replace('{"maxAttempts": 3}', '{"maxAttempts": 5}').replace('"cool", 60', '"cool", 61')
     assert testing.replay(project(tmp_path, finished, "finished"), waiting).ok
 

@@ -1,5 +1,5 @@
 """``forms.Readiness.unready_reason``: the predicate behind a DurableWorkflow's ``ready`` and the
-gate of instance create (seed 000 "全weighted Versionに正しいclassが揃うまでReadyでない"), on facts
+gate of instance create (docs/spec/durable-workflow.md#dw-abi "全weighted Versionに正しいclassが揃うまでReadyでない"), on facts
 read in one statement (``models.resource_sql.WORKFLOW_READINESS``)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The operator's egress configuration: ports, exceptions and per-Space rules, the upstream DNS
-resolver, and what the host must never let tenant code reach (CONTRACT §8 "Egress"; README
+resolver, and what the host must never let tenant code reach (docs/spec/host-limits.md#hl-decisions "Egress"; README
 "Egress").
 
 Read from the environment (:func:`load`):

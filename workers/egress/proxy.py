@@ -1,4 +1,4 @@
-"""The egress proxy: the one way out of every sandbox context (CONTRACT §8 "Egress"; README
+"""The egress proxy: the one way out of every sandbox context (docs/spec/host-limits.md#hl-decisions "Egress"; README
 "Egress"). One process per worker process, started by :mod:`workers.egress.client`.
 
 A context with public egress lives in a network namespace of its own in which every address is

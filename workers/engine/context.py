@@ -1,10 +1,10 @@
-"""One replay context: the parent side of the sandbox protocol, answered from Postgres (CONTRACT §1,
-§4; DESIGN "One replay context, step by step"; the child side is ``takohost/runtime/PROTOCOL.md``).
+"""One replay context: the parent side of the sandbox protocol, answered from Postgres (docs/spec/architecture.md#ar-shape,
+§4; docs/spec/architecture.md#ar-context "One replay context, step by step"; the child side is ``takohost/runtime/PROTOCOL.md``).
 
 ``run_context(instance_pk)`` = take the lease → read the instance → pick ONE Version by weight
 from the Worker's live Deployment and keep it → take the fencing token (epoch + 1) → load the
 steps once → spawn a child with the job → answer its requests (``decide`` decides, ``store``
-commits) → stop. Stopping is real (seed 000: "sleeping/waiting/terminalを公開する前にHostはコード
+commits) → stop. Stopping is real (docs/spec/durable-workflow.md#dw-stop: "sleeping/waiting/terminalを公開する前にHostはコード
 停止を確認し"): before ``sleeping``, ``waiting`` or a terminal status is committed, the child is
 SIGKILLed and proven dead (``kill_and_wait``) and the lease released; a context whose commit is
 fenced kills its child and stops without publishing anything.
@@ -57,7 +57,7 @@ class _Violation(Exception):
 
 class _Overtime(Exception):
     """Internal: the child ran past ``settings.step_timeout_s`` (an attempt of ``step.do``, or
-    code outside steps between two step calls) without its next frame (CONTRACT §8 "Attempt time
+    code outside steps between two step calls) without its next frame (docs/spec/host-limits.md#hl-decisions "Attempt time
     limit")."""
 
 
@@ -102,7 +102,7 @@ class ReplayContext:
         self.used_child = False
         self.lease_taken = 0.0  # monotonic: just before the lease was acquired
         self.job_sent = 0.0  # monotonic: when the child got its job (its watchdog's first frame)
-        #: The tenant's output of this context (issue 13): tagged, budgeted, written in batches.
+        #: The tenant's output of this context (docs/spec/host-features.md#hf-observability): tagged, budgeted, written in batches.
         self.logs: tenant_logs.LogCollector | None = None
         self.replay: replay_order.ReplayOrder | None = None
         self.eager_granted = False  # PROTOCOL.md "Eager first attempts"
@@ -397,7 +397,7 @@ class ReplayContext:
                 "run_threw", "the workflow process exited without a result (os._exit or a crash)"
             )
         except _Overtime:
-            # Code outside steps is deterministic (seed 000): a fresh context would run as long.
+            # Code outside steps is deterministic (docs/spec/durable-workflow.md): a fresh context would run as long.
             limit = self.settings.step_timeout_s
             log.warning("code outside steps ran past the limit", extra={"instance": self.pk, "seconds": limit})
             return self._end_errored(

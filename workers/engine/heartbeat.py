@@ -1,5 +1,5 @@
 """One heartbeat per worker process: keeps the leases of running contexts alive, keeps their
-children's watchdogs fed and notices fencing (DESIGN "One replay context" step 2, "Terminate and
+children's watchdogs fed and notices fencing (docs/spec/architecture.md#ar-context "One replay context" step 2, "Terminate and
 delete" steps 2–3).
 
 Two daemon threads, so that a slow Redis or Postgres round trip never starves a child's watchdog:

@@ -1,4 +1,4 @@
-"""Replay-context leases in Redis (CONTRACT §1, DESIGN "One replay context" step 2).
+"""Replay-context leases in Redis (docs/spec/architecture.md#ar-shape, docs/spec/architecture.md#ar-context "One replay context" step 2).
 
 A lease says which worker process owns an instance right now: key
 ``{namespace}:lease:{instance_pk}`` (``services.redis_keys.lease_key``), value
@@ -10,9 +10,9 @@ but never both commit.
 
 Stop proof: the owner deletes its lease only after its child is proven dead, and a child whose
 pings stop kills itself before the lease could expire (``watchdog_seconds`` < TTL), so "no lease"
-means "no user code of this instance runs" (DESIGN "Terminate and delete").
+means "no user code of this instance runs" (docs/spec/architecture.md#ar-terminate "Terminate and delete").
 
-Fair share between Spaces (issue 10 item 6): a Space runs at most ``settings.space_max_contexts``
+Fair share between Spaces (docs/spec/host-features.md#hf-isolation): a Space runs at most ``settings.space_max_contexts``
 replay contexts at once across the fleet. The count is the Space's live leases: the SET
 ``{namespace}:space-contexts:{space}`` lists the pks whose leases that Space's contexts took, and a
 member counts only while its lease key exists (a SIGKILLed worker's slot frees when its lease
@@ -453,7 +453,7 @@ class _Slot:
 class DeliveryLease:
     """A held cron delivery lease (``services.redis_keys.delivery_lease_key``), renewed every
     ``renew_every_s`` seconds by a daemon thread with the same compare-and-set scripts as the
-    replay-context leases (seed 003 at-least-once delivery; ``workers.cron_tasks``).
+    replay-context leases (docs/spec/cron-trigger.md#cr-delivery at-least-once delivery; ``workers.cron_tasks``).
 
     ``renewed_at`` is the monotonic time at which the last successful renewal (or the
     acquisition) *started*; ``lost`` is set when another holder owns the key. The caller pings

@@ -1,4 +1,4 @@
-"""What one replay context reports about itself: metrics, a trace and log fields (issue 13 items
+"""What one replay context reports about itself: metrics, a trace and log fields (docs/spec/host-features.md#hf-observability items
 4–6), kept out of ``context`` so that the context reads as the protocol it is.
 
 A :class:`ContextObserver` belongs to one :class:`~workers.engine.context.ReplayContext`. It binds

@@ -3,7 +3,7 @@
 ``Zygote`` starts ``takohost.runtime.zygote`` (scrubbed environment, no inherited descriptor but
 its two pipes) and asks it for children; ``ChildHandle`` is one child: frames in and out, a
 heartbeat, and ``kill_and_wait``, which **proves** that no process of the context — its PID
-namespace, everything it started — runs again before returning ``True`` (CONTRACT §1: stop, then
+namespace, everything it started — runs again before returning ``True`` (docs/spec/architecture.md#ar-shape: stop, then
 publish): by its frozen cgroup where the host has a freezer, else through its pidfd, by its exit.
 
 Fork safety: a ``Zygote`` may be started in a Celery main process and used from its prefork pool
@@ -223,7 +223,7 @@ class ChildHandle:
         return _readable(self._pidfd, 0)
 
     def kill_and_wait(self, timeout: float = 5.0) -> bool:
-        """Stop the child and everything it started, and prove it (CONTRACT §1: stop, then
+        """Stop the child and everything it started, and prove it (docs/spec/architecture.md#ar-shape: stop, then
         publish): the one stop proof of replay contexts, cron deliveries and validations.
 
         Returns ``True`` only once no process of the context can run another instruction of
@@ -232,7 +232,7 @@ class ChildHandle:
         ``FROZEN`` (:func:`isolation.cgroups.freeze`; no process can leave it): the child is
         then SIGKILLed, every process of it (``isolation.cgroups.kill_frozen``), and thawed, and
         dies and is reaped by the zygote off the caller's path,
-        without running user code again (issue 26 item 2: the status need not wait for the
+        without running user code again (docs/spec/host-features.md: the status need not wait for the
         kernel to free the context's memory). Otherwise, or when the freeze is not confirmed
         within ``timeout``, :meth:`_kill_and_wait_exit` proves it by the child's exit.
         :attr:`stop_proof` says which proof held.
@@ -571,7 +571,7 @@ def get_zygote() -> Zygote:
 
 @dataclass(frozen=True)
 class ValidationOutcome:
-    """Result of validating a Version's code (CONTRACT §3.2).
+    """Result of validating a Version's code (docs/spec/worker-forms.md#wf-version).
 
     ``ok`` with ``workflow_classes`` (sorted names) and ``handlers`` (``("scheduled",)`` or
     ``()``); otherwise ``message`` (the traceback's last line, or what went wrong).

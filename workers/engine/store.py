@@ -1,10 +1,10 @@
-"""Fenced commits of a replay context (CONTRACT §1, DESIGN "One replay context" points 3, 5–7).
+"""Fenced commits of a replay context (docs/spec/architecture.md#ar-shape, docs/spec/architecture.md#ar-context "One replay context" points 3, 5–7).
 
 Every write a context makes is conditional on its fencing token: ``UPDATE instances … WHERE pk =
 %(pk)s AND epoch = %(epoch)s``. A commit that matches no row raises :class:`Fenced`: someone
 (a newer context, terminate, delete) bumped the epoch, so this context kills its child and stops.
 History events are appended in the same statement or transaction as the state they record
-(CONTRACT §6), numbered from ``instances.next_event_id``.
+(docs/spec/durable-workflow.md#dw-history), numbered from ``instances.next_event_id``.
 
 Speed (ANCHORS.md): the hot commits (an attempt's outcome, a sleep) are ONE statement in
 autocommit mode whose data-modifying CTEs all hang off the fenced ``UPDATE`` (``… FROM f``), so a
@@ -50,7 +50,7 @@ def _json(value: Any) -> str | None:
     return None if value is None else deepjson.dumps_stored(value)
 
 
-# Documents of any depth (issue 15 item 5): json columns read by this module's own connections
+# Documents of any depth (docs/spec/host-features.md#hf-newcomer): json columns read by this module's own connections
 # are parsed like the SQLAlchemy engine's (models.db), with takohost.domain.deepjson.
 psycopg.types.json.set_json_loads(deepjson.loads_stored)
 

@@ -1,11 +1,11 @@
-"""Re-dispatch runnable instances that no context owns (CONTRACT §1: "losing Redis loses no
-accepted data (a sweep re-dispatches from Postgres)"; DESIGN "Beat").
+"""Re-dispatch runnable instances that no context owns (docs/spec/architecture.md#ar-shape: "losing Redis loses no
+accepted data (a sweep re-dispatches from Postgres)"; docs/spec/architecture.md#ar-beat "Beat").
 
 Beat calls :func:`sweep` every ``settings.sweep_interval_s``. Runnable = ``queued``/``running``,
 not being stopped, no retry delay pending (no ``retry`` timer), its DurableWorkflow not closed,
 untouched for a grace period (so a context dispatched a moment ago is not sent twice), and
 **no live lease** in Redis; with a per-Space cap, no more than the Space's free slots
-(``workers.engine.lease``, issue 10 item 6). That covers a SIGKILLed worker (its lease expires), a lost broker
+(``workers.engine.lease``, docs/spec/host-features.md#hf-isolation). That covers a SIGKILLed worker (its lease expires), a lost broker
 message and a flushed Redis (no lease, no queue). A duplicate dispatch is harmless: the lease
 (``SET NX``) and the epoch fence let only one context commit.
 
@@ -79,7 +79,7 @@ def admissible(
 ) -> tuple[list[int], dict[str, list[int]]]:
     """Split ``orphans`` (``(pk, space)``, oldest first) into the pks to dispatch now — per Space at
     most its free slots (``cap`` − ``running[space]``; all of them when ``cap`` ≤ 0) — and
-    ``{space: [pk, ...]}`` left waiting for a slot (issue 10 item 6)."""
+    ``{space: [pk, ...]}`` left waiting for a slot (docs/spec/host-features.md#hf-isolation)."""
     if cap <= 0:
         return [pk for pk, _ in orphans], {}
     free = {space: max(0, cap - running.get(space, 0)) for _, space in orphans}

@@ -1,11 +1,11 @@
-"""The Celery task ``takohost.run_context`` (CONTRACT §1: "A replay context is one Celery task
+"""The Celery task ``takohost.run_context`` (docs/spec/architecture.md#ar-shape: "A replay context is one Celery task
 execution") and the worker-process hook that starts the sandbox zygote early.
 
 The task is acknowledged late (``services.celery_app``): a worker killed mid-context leaves the
 message to be redelivered, and the sweep re-dispatches from Postgres anyway; the lease and the
 epoch make duplicates harmless.
 
-Fair share (issue 10 item 6): the task reads the instance's Space (one primary-key read) and runs
+Fair share (docs/spec/host-features.md#hf-isolation): the task reads the instance's Space (one primary-key read) and runs
 the context under ``settings.space_max_contexts``; a Space at its cap gets ``"deferred"`` back in
 one Redis round trip, without running anything (``workers.engine.lease``).
 """

@@ -1,9 +1,9 @@
-"""Fire due timers from Postgres (CONTRACT §1 "Timers are rows, not broker messages").
+"""Fire due timers from Postgres (docs/spec/architecture.md#ar-shape "Timers are rows, not broker messages").
 
 Beat calls :func:`fire_due` on every tick. A timer row (``wake`` of a sleep, ``retry`` of a step
 delay, ``timeout`` of a wait, all due at the lifetime end at the latest, and the ``lifetime`` row
 every instance gets at creation) is deleted and its instance made runnable (status ``running``; a
-``queued`` instance stays ``queued``: CONTRACT §8) in one transaction, rows taken with ``FOR UPDATE
+``queued`` instance stays ``queued``: docs/spec/host-limits.md#hl-decisions) in one transaction, rows taken with ``FOR UPDATE
 SKIP LOCKED`` so that two beats never fire one timer twice; the replay contexts are dispatched
 only after the commit (STYLE §5). A lost dispatch is recovered by ``sweep.sweep``.
 """

@@ -1,5 +1,5 @@
 """Third-party packages of WorkerVersions: pins installed by pip as wheels into content-addressed,
-read-only layers that the sandbox mounts (CONTRACT §3.2; issue 23 items 7–9; docs/packages.md).
+read-only layers that the sandbox mounts (docs/spec/worker-forms.md#wf-version; docs/spec/host-features.md#hf-real-work; docs/packages.md).
 
 One concern a module: ``config`` (the settings), ``layers`` (the directory on this machine),
 ``installer`` (pip, compile, publish), ``resolve`` (why an install failed: the error code and the

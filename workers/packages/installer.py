@@ -1,5 +1,5 @@
 """Install a pin set as one layer on this machine, with pip, running no code of the packages
-(CONTRACT §3.2; issue 23 item 8; docs/packages.md).
+(docs/spec/worker-forms.md#wf-version; docs/spec/host-features.md#hf-real-work; docs/packages.md).
 
 pip is the resolver (``pip install --only-binary=:all: --target``): wheels only, so no build
 backend, ``setup.py`` or build hook of a package ever runs; installing a wheel is unpacking a

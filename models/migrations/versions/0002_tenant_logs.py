@@ -1,4 +1,4 @@
-"""tenant_logs: captured tenant output of instances and cron deliveries (issue 13)
+"""tenant_logs: captured tenant output of instances and cron deliveries (docs/spec/host-features.md#hf-observability)
 
 Revision ID: 0002_tenant_logs
 Revises: 0001_initial

@@ -3,7 +3,7 @@
 The list (``GET …/instances``, ``services.instances.list_instances``) pages by
 ``WHERE workflow_uid = :w [AND status = :s] AND pk > :after ORDER BY pk LIMIT n``. Without these,
 Postgres walks the primary key and filters out every row of the other workflows (and statuses),
-or sorts all rows of a status: a page cost grew with the table (issue 12 item 4).
+or sorts all rows of a status: a page cost grew with the table (docs/spec/host-features.md#hf-performance).
 
 Revision ID: 0003_instance_list_keyset
 Revises: 0002_tenant_logs

@@ -1,4 +1,4 @@
-"""package_layers and version_packages: installed package layers and the WorkerVersions that use them (issue 23)
+"""package_layers and version_packages: installed package layers and the WorkerVersions that use them (docs/spec/host-features.md#hf-real-work)
 
 Revision ID: 0004_package_layers
 Revises: 0003_instance_list_keyset

@@ -1,5 +1,5 @@
 """space_usage: the counters of each Space's quotas, instances.log_bytes, and the triggers that keep
-them exact (issue 24 item 4; ``models.usage``, ``services.quotas``)
+them exact (docs/spec/host-features.md#hf-neighbours; ``models.usage``, ``services.quotas``)
 
 Revision ID: 0005_space_quotas
 Revises: 0004_package_layers

@@ -1,6 +1,6 @@
 """space_usage: the counters follow an instance UPDATE by a row trigger that fires only when the
 update changes what they count (liveness, inbox_count, log_bytes), instead of a statement trigger
-on every UPDATE of instances (issue 24 item 4; ``models.usage``)
+on every UPDATE of instances (docs/spec/host-features.md#hf-neighbours; ``models.usage``)
 
 The statement trigger of ``0005_space_quotas`` ran a PL/pgSQL function and a join of two transition
 tables for every engine commit, although nearly none of them changes a counter. A row trigger's

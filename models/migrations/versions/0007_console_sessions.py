@@ -1,4 +1,4 @@
-"""console_sessions: server-side web-console sessions (issue 24 item 6)
+"""console_sessions: server-side web-console sessions (docs/spec/host-features.md#hf-neighbours)
 
 The console's cookie used to be the raw API token. Now it is a random session id; this table
 keeps its SHA-256, the token it was made from (``ON DELETE CASCADE``: deleting a token ends its

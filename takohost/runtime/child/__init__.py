@@ -17,12 +17,12 @@ Life of a child (forked by ``takohost.runtime.zygote``; ``run_forked`` never ret
    spawned ahead of its job is completely ready when the job arrives);
 4. the reader thread routes the parent's answers to the waiting call and watches the parent: EOF
    on the channel, or no frame for longer than ``watchdogSeconds`` → the child exits, and with it
-   every process of its PID namespace (DESIGN "Terminate and delete": a child whose parent stops
+   every process of its PID namespace (docs/spec/architecture.md#ar-terminate "Terminate and delete": a child whose parent stops
    answering kills itself);
 5. the Version's ``modules`` are installed from memory (``SourceModules``) and ``mainModule`` is
-   imported fresh (CONTRACT §4.1), then the job runs;
+   imported fresh (docs/spec/worker-forms.md#wf-loading), then the job runs;
 6. after its final message the child exits: no ``finally:``, ``atexit`` or leftover
-   thread/task/process of user code runs afterwards (seed 000: stop before publishing).
+   thread/task/process of user code runs afterwards (docs/spec/durable-workflow.md: stop before publishing).
 
 Standard library and ``takohost`` only: this runs user code.
 

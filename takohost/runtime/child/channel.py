@@ -1,6 +1,6 @@
 """The child's end of its channel to the parent (:class:`Channel`): requests from user-code
 threads, one reader thread that routes the parent's answers, and the watchdog that kills the
-child when the parent stops answering (DESIGN "Terminate and delete").
+child when the parent stops answering (docs/spec/architecture.md#ar-terminate "Terminate and delete").
 
 Standard library only: this runs in the sandbox children.
 """

@@ -1,6 +1,6 @@
 """The Version's modules, imported from memory (:class:`SourceModules`), their compiled code as
 frames carry it (:func:`code_blob`, :func:`code_of`; PROTOCOL.md "Compiled modules"), and the
-import of a job's main module (:func:`import_version`, CONTRACT §4.1).
+import of a job's main module (:func:`import_version`, docs/spec/worker-forms.md#wf-loading).
 
 Standard library and ``takohost`` only: this runs user code.
 """
@@ -56,7 +56,7 @@ class SourceModules(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
     ``"main.py"`` is module ``main``; ``"pkg/__init__.py"`` is package ``pkg``; ``"pkg/mod.py"`` is
     ``pkg.mod`` (a directory without ``__init__.py`` still works as an empty package).
     ``__file__`` is the virtual path ``/takohost/version/<path>``; tracebacks show the source.
-    Raises ``ImportError`` for a path that is not a module path (CONTRACT §3.2) or that would
+    Raises ``ImportError`` for a path that is not a module path (docs/spec/worker-forms.md#wf-version) or that would
     replace a built-in module or ``takohost``.
     """
 

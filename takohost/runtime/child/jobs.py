@@ -102,7 +102,7 @@ def warm_up(rounds: int = 16) -> None:
 
 
 def last_traceback_line(exc: BaseException) -> str:
-    """The last line of ``exc``'s formatted traceback (CONTRACT §3.2 import errors), followed by
+    """The last line of ``exc``'s formatted traceback (docs/spec/worker-forms.md#wf-version import errors), followed by
     the Version file and line where it happened when that is one of the Version's modules:
     ``"NameError: name 'x' is not defined (main.py, line 3)"``."""
     try:
@@ -173,7 +173,7 @@ def _run_validate(job: dict[str, Any], channel: channel_module.Channel) -> NoRet
 
 
 def is_workflow_class(value: object) -> bool:
-    """CONTRACT §4.2: a class, constructible with one argument (as far as its signature tells),
+    """docs/spec/durable-workflow.md#dw-abi: a class, constructible with one argument (as far as its signature tells),
     whose ``run`` is callable."""
     if not isinstance(value, type) or not callable(getattr(value, "run", None)):
         return False
@@ -231,7 +231,7 @@ def import_failed(channel: step.Channel, exc: BaseException) -> NoReturn:
 def run_workflow(module: Any, job: dict[str, Any], channel: step.Channel) -> NoReturn:
     """Construct ``job["className"]`` of the imported main ``module`` with ``env``, run it
     (``run(event, step)``, plain or ``async``) and end with its final message: ``run_returned``,
-    ``run_failed`` or ``mismatch`` (CONTRACT §4.2–§4.4). The sandbox child calls it after its
+    ``run_failed`` or ``mismatch`` (docs/spec/durable-workflow.md#dw-abi, docs/spec/worker-forms.md#wf-errors). The sandbox child calls it after its
     import; ``takohost.testing`` calls it in process with a channel of its own."""
     class_name = job.get("className")
     cls = getattr(module, class_name, None) if type(class_name) is str else None
@@ -323,7 +323,7 @@ def _finish_run(
 
 
 class ScheduledContext:
-    """``ctx`` of ``scheduled(event, env, ctx)`` (CONTRACT §4.6).
+    """``ctx`` of ``scheduled(event, env, ctx)`` (docs/spec/cron-trigger.md#cr-handler).
 
     ``wait_until(work)``: ``work`` is an awaitable (started now as a task when a loop runs) or a
     callable (called after the handler returns; an awaitable result is awaited). The delivery

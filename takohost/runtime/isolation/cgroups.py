@@ -147,7 +147,7 @@ def _hierarchies() -> list[tuple[str, list[str], str, str]]:
 class Freezer:
     """Per-context freezer cgroups under one directory of this zygote: a frozen cgroup runs no
     code, and no process of a context can leave it (the cgroup file system is not in a
-    context's root), ``setsid`` and double-forked descendants included (issue 26 item 2).
+    context's root), ``setsid`` and double-forked descendants included (docs/spec/host-features.md).
 
     ``find()`` returns one where the host can create them (cgroup v1's ``freezer`` hierarchy, or
     any cgroup v2 directory of this process: ``cgroup.freeze`` is a core file), else ``None``.

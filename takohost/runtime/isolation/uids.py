@@ -1,6 +1,6 @@
 """The pool of per-context identities on a root host (:class:`UidPool`): a context's uid is
 ``uid_base + slot``, where the slot is held while the context lives and is never derived from a
-host pid (issue 24: ``uid_base`` + the host pid gave the context its pid on the host).
+host pid (docs/spec/host-features.md#hf-neighbours: ``uid_base`` + the host pid gave the context its pid on the host).
 
 A slot is a file ``<directory>/<uid>`` locked with ``flock(LOCK_EX | LOCK_NB)`` by the zygote
 that forks the context, from before the fork until the context is reaped (proven dead). The lock
