@@ -24,8 +24,17 @@ the same modules, warm-up and ``gc.freeze``), and repeats one iteration:
 
 CPU per iteration is the forking process's own and its waited children's (``os.times()``:
 user + system + children's user + system), never whole-machine CPU; wall per iteration is the
-fork to the reaped exit. Prints one JSON object: per interpreter and variant, the median over
-rounds of the CPU and wall milliseconds per iteration, and each round's figures. Needs Linux;
+fork to the reaped exit. Kernel worker threads are counted beside it (issue 26 item 6: the
+kernel tears a network namespace and a memory cgroup down in its workqueue threads, after the
+exit, charged to no process of ours): ``kworker_ms`` is the scheduler runtime of the machine's
+``kworker`` threads (``bench.proc_cpu.kernel_threads``, ``/proc/<pid>/schedstat``) from
+the start of the timed loop to 0.3 s after its end, per iteration; ``kworker_idle_ms`` the same
+over an equally long span right after, when nothing of ours runs (the machine's other work);
+``kworker_net_ms`` their difference, and ``cpu_with_kworker_ms`` the CPU plus it
+(``kernel_threads_*``: the same over every kernel thread, softirq and RCU threads included; work
+done in softirq context on our own CPU time is already in ``cpu_ms``). On a busy machine the
+idle span's figure varies: compare medians of rounds. Prints one JSON object: per interpreter
+and variant, the median over rounds of each figure, and each round's figures. Needs Linux;
 namespaces need root or unprivileged user namespaces (a non-root run enters one first, as the
 zygote does).
 """
@@ -41,8 +50,11 @@ import subprocess
 import sys
 import time
 
+from bench import proc_cpu
 from takohost.runtime import isolation
 
+#: Seconds after a run for the kernel's deferred teardown (network namespaces, memory cgroups).
+_SETTLE_SECONDS = 0.3
 VARIANTS = ("fork", "pid_namespace", "namespaces", "enter", "cow_1000")
 INTERPRETERS = ("bare", "zygote")
 _PAGE = 4096
@@ -109,16 +121,36 @@ def inner(interpreter: str, variant: str, iterations: int) -> dict:
     try:
         for _ in range(20):  # warm-up
             _iteration(variant, pidns_fd, pages, forker)
+        time.sleep(_SETTLE_SECONDS)  # the warm-up's deferred kernel work
         cpu_start, wall_start = _cpu_seconds(), time.perf_counter()
+        kernel_start = proc_cpu.kernel_threads()
         for _ in range(iterations):
             _iteration(variant, pidns_fd, pages, forker)
         cpu, wall = _cpu_seconds() - cpu_start, time.perf_counter() - wall_start
+        time.sleep(_SETTLE_SECONDS)  # namespaces and cgroups are torn down by workers, later
+        kernel = _delta(kernel_start, proc_cpu.kernel_threads())
+        # The same span with nothing of ours running: the machine's other kernel work.
+        idle_start = proc_cpu.kernel_threads()
+        time.sleep(wall + _SETTLE_SECONDS)
+        idle = _delta(idle_start, proc_cpu.kernel_threads())
     finally:
         if forker is not None:
             forker.close()
         if children_dir is not None:
             shutil.rmtree(children_dir, ignore_errors=True)
-    return {"cpu_ms": round(cpu / iterations * 1000, 3), "wall_ms": round(wall / iterations * 1000, 3)}
+    per = 1000 / iterations
+    result = {"cpu_ms": round(cpu * per, 3), "wall_ms": round(wall * per, 3)}
+    for key in ("kworker", "all"):
+        name = "kernel_threads" if key == "all" else key
+        result[f"{name}_ms"] = round(kernel[key] * per, 3)
+        result[f"{name}_idle_ms"] = round(idle[key] * per, 3)
+        result[f"{name}_net_ms"] = round((kernel[key] - idle[key]) * per, 3)
+    result["cpu_with_kworker_ms"] = round(result["cpu_ms"] + result["kworker_net_ms"], 3)
+    return result
+
+
+def _delta(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    return proc_cpu.kernel_thread_delta(before, after)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,10 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "iterations": args.iterations,
         "rounds": args.rounds,
         "median": {
-            key: {
-                "cpu_ms": statistics.median(r["cpu_ms"] for r in runs),
-                "wall_ms": statistics.median(r["wall_ms"] for r in runs),
-            }
+            key: {figure: statistics.median(r[figure] for r in runs) for figure in runs[0]}
             for key, runs in rounds.items()
         },
         "runs": rounds,

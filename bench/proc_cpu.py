@@ -43,6 +43,56 @@ def process_seconds(pid: int, *, children: bool = True) -> float:
     return sum(int(value) for value in fields[11:end]) / _TICK
 
 
+_PF_KTHREAD = 0x00200000
+
+
+def kernel_threads() -> dict[int, tuple[str, float]]:
+    """The machine's kernel threads (``kthreadd`` and its children: the per-process figures never
+    include them): pid → ``(name, CPU seconds so far)``, each its scheduler runtime
+    (``/proc/<pid>/schedstat``, nanoseconds; its ``stat`` ticks where the kernel has no
+    schedstat). Compare two readings with :func:`kernel_thread_delta`."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat(int(name))
+        if fields is None or not (int(fields[6]) & _PF_KTHREAD):
+            continue
+        try:
+            with open(f"/proc/{name}/schedstat") as f:
+                seconds = int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            seconds = (int(fields[11]) + int(fields[12])) / _TICK
+        try:
+            with open(f"/proc/{name}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            comm = ""
+        out[int(name)] = (comm, seconds)
+    return out
+
+
+def kernel_thread_delta(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds kernel threads ran between two :func:`kernel_threads` readings, machine-wide:
+    ``kworker`` (the workqueue threads, ``kworker/…``: where the kernel tears down a context's
+    network namespace and memory cgroup after its exit) and ``all`` (every kernel thread, with
+    ``ksoftirqd``, RCU's, ``kswapd``). Only threads in both readings count: one that started or
+    exited in between loses its share (workqueue threads are pooled and live long; a thread
+    missed by one reading must not count its whole life); work for the machine's other jobs is in
+    it (subtract an idle span)."""
+    out = {"kworker": 0.0, "all": 0.0}
+    for pid, (comm, seconds) in after.items():
+        if pid not in before:
+            continue
+        old_comm, old = before[pid]
+        if seconds < old:  # a new thread on a reused pid
+            continue
+        out["all"] += seconds - old
+        if comm.startswith("kworker"):
+            out["kworker"] += seconds - old
+    return out
+
+
 def _parents() -> dict[int, int]:
     parents = {}
     for name in os.listdir("/proc"):
