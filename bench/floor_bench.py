@@ -24,7 +24,7 @@ the same modules, warm-up and ``gc.freeze``), and repeats one iteration:
 
 CPU per iteration is the forking process's own and its waited children's (``os.times()``:
 user + system + children's user + system), never whole-machine CPU; wall per iteration is the
-fork to the reaped exit. Kernel worker threads are counted beside it (issue 26 item 6: the
+fork to the reaped exit. Kernel worker threads are counted beside it (docs/spec/host-features.md: the
 kernel tears a network namespace and a memory cgroup down in its workqueue threads, after the
 exit, charged to no process of ours): ``kworker_ms`` is the scheduler runtime of the machine's
 ``kworker`` threads (``bench.proc_cpu.kernel_threads``, ``/proc/<pid>/schedstat``) from
