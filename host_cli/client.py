@@ -227,6 +227,15 @@ class Client:
             "DELETE", self._space_path("resources", encode_segment(uid)), idempotency_key=idempotency_key
         )
 
+    def check_version(self, uid: str, *, terminal: int, idempotency_key: str) -> dict[str, Any]:
+        """``POST …/resources/{versionUid}/check`` ``{"terminal"}`` → the ``check`` Operation (issue 28)."""
+        return self._request(
+            "POST",
+            self._space_path("resources", encode_segment(uid), "check"),
+            body={"terminal": terminal},
+            idempotency_key=idempotency_key,
+        )
+
     def get_usage(self) -> dict[str, Any]:
         """``GET /v2/spaces/{space}/usage`` → ``{"space", "quotas": {name: {"used", "limit"}}}``."""
         return self._request("GET", self._space_path("usage"))

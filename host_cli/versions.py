@@ -10,19 +10,24 @@ without a recorded result, running no effect and reading no event. Each instance
 ``compatible``, ``diverged at step K (…)`` or ``error (…)``. The replay runs on this machine, in
 this process (the candidate is the caller's own code), bounded per instance and in all.
 
+``takohost versions check NAME`` (a created WorkerVersion, by name or UID) asks the host instead
+(``host_cli.replay_check``): the replay runs in the host's sandbox, bounded by the host's settings.
+
 It proves incompatibility with the recorded histories, never compatibility in general.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.markup import escape
 
 from host_cli import client as http
-from host_cli import common
+from host_cli import common, replay_check
 from host_cli import manifest as manifests
 from host_cli.errors import CommandFailed
 
@@ -83,7 +88,7 @@ def _check_one(
 
 
 @versions.command("check")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.argument("directory", metavar="DIR|VERSION")
 @click.option("--terminal", default=0, show_default=True, type=click.IntRange(min=0), help="Also check the N most recent terminal instances of each workflow.")
 @click.option("--instance-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.01), help="Seconds the code may run without a step request, per instance.")
 @click.option("--total-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0.01), help="Seconds for the whole check; instances left are reported as not checked.")
@@ -98,11 +103,16 @@ def versions_check(
     total_timeout: float,
     as_json: bool,
 ) -> None:
-    """Replay DIR's code against the history of every live instance of its deployed workflows.
+    """Replay DIR's code (here), or a created VERSION (on the host, in its sandbox), against the
+    history of every live instance of its deployed workflows.
 
     Exit 1 when any instance diverged, or could not be checked; 0 when every checked history
-    replays. A replay runs no effect and reads no event.
+    replays. A replay runs no effect and reads no event. For a VERSION the host's time limits apply
+    (TAKOHOST_REPLAY_CHECK_*_TIMEOUT_S), not --instance-timeout; --total-timeout bounds the wait.
     """
+    if not os.path.isdir(directory):
+        _check_created(api, directory, terminal=terminal, timeout=total_timeout, as_json=as_json)
+        return
     from takohost import testing
 
     project = manifests.load_project(directory)
@@ -140,6 +150,32 @@ def versions_check(
             "incompatible" if totals["diverged"] else "check_incomplete",
             f"{totals['diverged']} instance(s) diverged, {totals['error'] + totals['not_checked']} not checked",
         )
+
+
+def _check_created(api: http.Client, target: str, *, terminal: int, timeout: float, as_json: bool) -> None:
+    """``versions check VERSION``: the host's check of a created WorkerVersion (name or UID)."""
+    version = next(
+        (r for r in api.iter_resources(form=http.FORM_URLS["WorkerVersion"]) if target in (r["name"], r["uid"])), None
+    )
+    if version is None:
+        raise CommandFailed(
+            "not_found", f"{target!r} is neither a directory nor a WorkerVersion of Space {api.space!r}",
+            "`takohost resources list --form WorkerVersion` lists the Versions",
+        )
+
+    def show(progress: dict[str, Any]) -> None:
+        if not as_json:
+            common.stderr.print(f"[{progress['checked']}/{progress['total']}] {replay_check.totals_line(progress['totals'])}")
+
+    check = replay_check.run(api, version["uid"], terminal=terminal, timeout=timeout + 60, on_progress=show)
+    if as_json:
+        common.emit_json({"version": {"name": version["name"], "uid": version["uid"]}, **check})
+        failure = None if check.get("passed") else replay_check.failed(check, console=Console(stderr=True, quiet=True))
+    else:
+        failure = replay_check.failed(check, console=common.stderr)
+        common.stderr.print(replay_check.totals_line(check.get("totals") or {}))
+    if failure is not None:
+        raise failure
 
 
 def _line(result: dict[str, Any]) -> str:
