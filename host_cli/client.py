@@ -228,7 +228,7 @@ class Client:
         )
 
     def check_version(self, uid: str, *, terminal: int, idempotency_key: str) -> dict[str, Any]:
-        """``POST …/resources/{versionUid}/check`` ``{"terminal"}`` → the ``check`` Operation (issue 28)."""
+        """``POST …/resources/{versionUid}/check`` ``{"terminal"}`` → the ``check`` Operation (docs/spec/host-features.md#hf-testing)."""
         return self._request(
             "POST",
             self._space_path("resources", encode_segment(uid), "check"),

@@ -1,4 +1,4 @@
-"""The host's replay check of a created WorkerVersion, from the command line (issue 28 items 3–4):
+"""The host's replay check of a created WorkerVersion, from the command line (docs/spec/host-features.md#hf-testing):
 ``POST …/resources/{versionUid}/check``, its Operation followed until it ends (its ``progress``
 shown), then the Version's ``observed.replayCheck``. Used by ``takohost versions check NAME`` and by
 ``takohost deploy`` before a new Version gets weight. No click here.
