@@ -99,6 +99,7 @@ SCHEMAS = {
         schemas.ResourceList,
         schemas.InstanceCreateBody,
         schemas.InstanceId,
+        schemas.ReplayCheckBody,
         schemas.InstanceSummary,
         schemas.InstanceList,
         schemas.InstanceFailure,
@@ -251,6 +252,7 @@ def _paths() -> dict[str, dict]:
                         "immutable_field",
                         "reference_not_found",
                         "dependency_conflict",
+                        "replay_check_failed",
                     ),
                 },
             },
@@ -258,6 +260,19 @@ def _paths() -> dict[str, dict]:
                 "summary": "delete the resource",
                 "parameters": [IDEMPOTENCY_KEY],
                 "responses": {**accepted, **_errors(*MUTATION_ERRORS, "dependency_conflict")},
+            },
+        },
+        resources + "/{uid}/check": {
+            "parameters": [SPACE, UID],
+            "post": {
+                "summary": "replay a WorkerVersion against the live instances of its Worker's DurableWorkflows "
+                "(an Operation of kind check; the outcome is the Version's observed.replayCheck)",
+                "parameters": [IDEMPOTENCY_KEY],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("ReplayCheckBody")}},
+                },
+                "responses": {**accepted, **_errors(*MUTATION_ERRORS, "invalid_request", "unsupported_form")},
             },
         },
         "/v2/spaces/{space}/usage": {

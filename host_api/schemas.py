@@ -19,7 +19,7 @@ from marshmallow import fields, validate
 
 from core import cron, progress
 from models.errors import DomainError
-from services import forms, ids
+from services import forms, ids, replay_checks
 from takohost.domain import documents, identifiers
 from takohost.domain import requirements as pins
 
@@ -453,6 +453,17 @@ class InstanceCreateBody(_Closed):
         metadata={"description": "1-256 Unicode scalar values (no lone surrogates)"},
     )
     params = fields.Dict(metadata={"description": "a document (docs/spec/durable-workflow.md#dw-doc)"})
+
+
+class ReplayCheckBody(_Closed):
+    """``POST …/resources/{versionUid}/check`` body (docs/testing.md "Checking a candidate against
+    live instances"): ``{"terminal"?}``, how many ended instances per workflow to replay beside the
+    live ones (0 to 1000, default 0)."""
+
+    terminal = fields.Integer(
+        validate=validate.Range(min=0, max=replay_checks.MAX_TERMINAL),
+        metadata={"description": "ended instances per workflow to replay too (newest first); default 0"},
+    )
 
 
 class InstanceId(ma.Schema):

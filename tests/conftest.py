@@ -192,6 +192,21 @@ def api_server(db_url: str):
     process.stop()
 
 
+_MODULE = {"current": None}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """As each test module starts (the last one's module fixtures are torn down by then), no
+    isolated database may still be open (``workflows.check_none_open``)."""
+    module = item.nodeid.split("::", 1)[0]
+    if module != _MODULE["current"]:
+        _MODULE["current"] = module
+        from tests.support import workflows
+
+        workflows.check_none_open(module)
+
+
 @pytest.fixture(autouse=True)
 def _database_environment(request):
     """Before each test, the environment names the database it should: the innermost open

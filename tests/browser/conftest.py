@@ -1,6 +1,9 @@
-"""Fixtures of the browser tests: one real stack (API, worker, beat on a private database) and one
-headless Chromium for the whole session, shared by every module here (each signs in to a Space of
-its own)."""
+"""Fixtures of the browser tests: one real stack (API, worker, beat on a private database) per
+module, and one headless Chromium for the whole session (each module signs in to a Space of its
+own). The stack is per module, not per session: its database is the one the environment names
+while it is open (``workflows.isolated_database``), so a session-long stack would leave every later
+module of this xdist process reading and writing the browser's database instead of its own
+(tests/conftest.py refuses that loudly)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from tests.browser.test_console_browser import CHROMEDRIVER, CHROMIUM
 from tests.support import workflows
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def stack():
     with workflows.private_stack(workers=1, beat=True) as s:
         yield s

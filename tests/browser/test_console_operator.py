@@ -4,7 +4,7 @@ anywhere, URLs by workflow name, back to the page asked for after signing in, co
 an instance with params, terminating with a reason recorded with its actor, and what a terminated
 instance says.
 
-Shares the session's stack and browser with ``test_console_browser`` (``conftest.py``); signs in
+Has a stack of its own and shares the session's browser (``conftest.py``); signs in
 to a Space of its own.
 """
 

@@ -4,6 +4,7 @@ modules run at once in two xdist processes."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from core import config
@@ -29,3 +30,18 @@ def test_two_isolated_databases_never_share_a_lease_key():
     client = redis.Redis.from_url(first.redis_url)
     assert not list(client.scan_iter(match=f"{first.namespace}:*"))  # its keys went with it
     assert not list(client.scan_iter(match=f"{second.namespace}:*"))
+
+
+def test_a_database_still_open_when_the_next_module_starts_is_refused(db_url):
+    """The browser stack was once session-scoped: its database stayed in the environment for every
+    later module of the xdist process, whose in-process calls then missed the rows their fixtures
+    had written to the session's database ("no such DurableWorkflow in this Space")."""
+    assert workflows.ACTIVE_DATABASES  # this module's own copy (tests/integration/conftest.py), open now
+    with pytest.raises(RuntimeError, match="still open"):
+        workflows.check_none_open("tests/security/test_console_isolation.py")
+    saved = list(workflows.ACTIVE_DATABASES)
+    workflows.ACTIVE_DATABASES.clear()
+    try:
+        workflows.check_none_open("tests/security/test_console_isolation.py")  # none open: fine
+    finally:
+        workflows.ACTIVE_DATABASES[:] = saved

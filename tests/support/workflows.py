@@ -367,6 +367,18 @@ def start_zygote():
 ACTIVE_DATABASES: list[tuple[str, str]] = []
 
 
+def check_none_open(module: str) -> None:
+    """Raise ``RuntimeError`` if an :func:`isolated_database` block is still open as test module
+    ``module`` (a nodeid path) starts: a fixture wider than a module opened it, and the environment
+    would name that database for every later module of this process, which then writes rows into
+    the session's database and reads them from that one (tests/conftest.py calls it)."""
+    if ACTIVE_DATABASES:
+        raise RuntimeError(
+            f"{module} starts while isolated database(s) {[url for url, _ in ACTIVE_DATABASES]} are still "
+            "open: a session- or package-scoped fixture opened one (give it scope='module')"
+        )
+
+
 @contextlib.contextmanager
 def isolated_database():
     """A fresh database (a copy of the run's migrated template) that ``TAKOHOST_DATABASE_URL``
