@@ -75,16 +75,23 @@ def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
     type=click.FloatRange(min=1),
     help="Seconds to wait for each Operation.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Give the new Version the traffic even if live instances diverge when replayed on it.",
+)
 @common.json_option
 @common.client_command
-def deploy(api: http.Client, *, directory: str, timeout: float, as_json: bool) -> None:
+def deploy(api: http.Client, *, directory: str, timeout: float, force: bool, as_json: bool) -> None:
     """Create or update the Worker, a new Version, the Deployment, workflows and cron triggers of DIR.
 
     DIR holds takohost.toml and the worker's .py files. Re-running is safe: every mutation
-    carries an Idempotency-Key derived from its content.
+    carries an Idempotency-Key derived from its content. Before a new Version replaces the
+    deployed one, the host replays it against every live instance: if any diverges, the
+    instances are listed and nothing is deployed (exit 1) unless --force.
     """
     project = manifests.load_project(directory)
-    summary = deploy_engine.Deployer(api, console=common.stderr, timeout=timeout).run(project)
+    summary = deploy_engine.Deployer(api, console=common.stderr, timeout=timeout, force=force).run(project)
     if as_json:
         common.emit_json(summary)
     else:

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from host_cli import client as http
 from host_cli import manifest as manifests
+from host_cli import replay_check
 from host_cli.errors import CommandFailed
 
 __all__ = ["Deployer", "deploy_key", "short_form"]
@@ -37,7 +38,12 @@ class Deployer:
        with its binding is deployed;
     3. a new WorkerVersion from the directory's modules, named by its content digest (the same
        content reuses the same Version; a failed validation reports the Operation's error);
-    4. the Deployment of the Worker, at 100 % on that Version;
+    4. the Deployment of the Worker, at 100 % on that Version — when the Worker already has a
+       Deployment and the Version is new to it, only after the host's replay check of the Version
+       against every live instance of the Worker's workflows passed (``host_cli.replay_check``;
+       docs/testing.md): a diverging instance lists the instances, deletes the Version this run
+       created and changes nothing else, unless ``force``. The check proves incompatibility with
+       the recorded histories, never compatibility in general;
     5. the WorkerCronTriggers (created, or PUT with the new cron).
 
     Every mutation waits for its Operation (docs/spec/http-api.md#api-op) and carries an ``Idempotency-Key``
@@ -55,10 +61,12 @@ class Deployer:
     that Version, the Workflows, the Worker — is deleted again and the error says so.
     """
 
-    def __init__(self, api: http.Client, *, console: Console, timeout: float) -> None:
+    def __init__(self, api: http.Client, *, console: Console, timeout: float, force: bool = False) -> None:
         self.api = api
         self.console = console
         self.timeout = timeout
+        #: Give the new Version weight even when its replay check finds diverging instances.
+        self.force = force
         self.by_name: dict[str, dict[str, Any]] = {}
         #: ``(form, resource)`` created by this run, oldest first (rolled back if the Version fails).
         self.created: list[tuple[str, dict[str, Any]]] = []
@@ -132,8 +140,9 @@ class Deployer:
                 deferred.append(decl)
         try:
             version = self._version(project, ref, workflows)
+            self._replay_check(ref, version)
             deployment = self._deployment(m, ref, version)
-        except (CommandFailed, http.ClientError) as exc:  # failed Version, refused Deployment
+        except (CommandFailed, http.ClientError) as exc:  # failed Version or check, refused Deployment
             raise self._rolled_back(exc) from None
         if deferred:
             for decl in deferred:
@@ -310,6 +319,39 @@ class Deployer:
             operation = self.api.get_operation(existing["latestOperationId"])
             self._raise_failed(operation, label=f"WorkerVersion {name} (same code as before)")
         return self._ensure("WorkerVersion", name, spec, existing=existing)
+
+    def _replay_check(self, ref: dict[str, str], version: dict[str, Any]) -> None:
+        """Before ``version`` gets weight in the Worker's existing Deployment: the host's replay
+        check against the live instances (none to check without a Deployment, or when the
+        Deployment already gives the Version weight). Raises ``CommandFailed`` ``incompatible`` /
+        ``check_incomplete`` (the instances printed first) unless ``self.force``."""
+        existing = self._deployment_of(ref["resourceUid"])
+        if existing is None:
+            return
+        weighted = {v["version"]["resourceUid"] for v in (existing.get("spec") or {}).get("versions", []) if v["weight"] > 0}
+        if version["uid"] in weighted:
+            return
+        label = f"replay check of WorkerVersion {version['name']} against the live instances"
+        self.current = label
+        with self.console.status(escape(label)) as status:
+
+            def show(progress: dict[str, Any]) -> None:
+                status.update(f"{escape(label)}: {progress['checked']}/{progress['total']} "
+                              f"({replay_check.totals_line(progress['totals'])})")
+
+            check = replay_check.run(self.api, version["uid"], timeout=self.timeout, on_progress=show)
+        self.current = None
+        failure = replay_check.failed(check, console=self.console)
+        totals = replay_check.totals_line(check.get("totals") or {})
+        if failure is None:
+            self.console.print(f"[green]✓[/green] {escape(label)}: {totals}")
+            return
+        if self.force:
+            self.console.print(f"[yellow]![/yellow] {escape(label)}: {totals}; deploying anyway (--force)")
+            return
+        failure.hints = (*failure.hints, f"{label}: {totals}",
+                         "nothing was deployed; fix the code, or re-run with --force to give it the traffic anyway")
+        raise failure
 
     def _deployment(
         self, m: manifests.Manifest, ref: dict[str, str], version: dict[str, Any]

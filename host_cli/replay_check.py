@@ -61,7 +61,10 @@ def describe(result: dict[str, Any]) -> str:
     """One line for one instance's result (rich markup, escaped)."""
     head = f"{escape(result['workflow'])} {escape(result['id'])}"
     if result["result"] == "diverged":
-        return f"{head}: [red]diverged at step {result.get('step')}[/red] ({escape(result['message'])})"
+        message = str(result.get("message") or "")
+        if message.startswith("diverged at step"):  # the host's message names the step itself
+            return f"{head}: [red]{escape(message)}[/red]"
+        return f"{head}: [red]diverged at step {result.get('step')}[/red] ({escape(message)})"
     if result["result"] == "compatible":
         return f"{head}: [green]compatible[/green]"
     return f"{head}: [yellow]{result['result']}[/yellow] ({escape(result['message'])})"

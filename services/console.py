@@ -156,6 +156,50 @@ def workflow_by_ref_txn(session: orm.Session, *, space: str, ref: str) -> res_mo
     raise DomainError("not_found", f"no DurableWorkflow named {ref!r} in this Space")
 
 
+def deployed_versions_txn(session: orm.Session, *, space: str, worker_uid: str | None) -> list[dict[str, Any]]:
+    """The Versions the Worker's live WorkerDeployment gives weight, in its order: ``[{"uid",
+    "name", "weight", "replayCheck"}]`` (``replayCheck``: the Version's ``observed.replayCheck``,
+    ``services.replay_checks.summary``, or ``None`` when it was never checked; docs/testing.md
+    "Checking a candidate against live instances"). ``[]`` when the Worker has no Deployment."""
+    if worker_uid is None:
+        return []
+    deployment = session.scalars(
+        sa.select(res_models.Resource).where(
+            res_models.Resource.space == space,
+            res_models.Resource.form == "WorkerDeployment",
+            res_models.Resource.worker_uid == worker_uid,
+            res_models.Resource.deleted_at.is_(None),
+        ).order_by(res_models.Resource.created_at, res_models.Resource.uid)
+    ).first()
+    if deployment is None:
+        return []
+    entries = [e for e in (deployment.spec or {}).get("versions", []) if e.get("weight", 0) > 0]
+    uids = [e["version"]["resourceUid"] for e in entries]
+    versions = {
+        row.uid: row
+        for row in session.scalars(
+            sa.select(res_models.Resource).where(
+                res_models.Resource.space == space,
+                res_models.Resource.form == "WorkerVersion",
+                res_models.Resource.deleted_at.is_(None),
+                res_models.Resource.uid.in_(uids),
+            )
+        )
+    }
+    out = []
+    for entry in entries:
+        version = versions.get(entry["version"]["resourceUid"])
+        if version is None:
+            continue
+        out.append({
+            "uid": version.uid,
+            "name": version.name,
+            "weight": entry["weight"],
+            "replayCheck": (version.observed or {}).get("replayCheck"),
+        })
+    return out
+
+
 class FoundInstance(TypedDict):
     """An instance found by id across the Space's workflows (the console's "go to instance")."""
 
@@ -427,7 +471,7 @@ def instance_log_tail_txn(
     lines = [
         {
             "seq": r.seq, "time": cron_runs.rfc3339_ms(r.logged_at), "epoch": r.epoch, "step": r.step,
-            "attempt": r.attempt, "stream": r.stream, "message": r.message,
+            "attempt": r.attempt, "stream": r.stream, "message": r.message, "replayed": r.replayed,
         }
         for r in page
     ]

@@ -304,6 +304,7 @@ def _instances_response(
         workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
         uid, name = workflow.uid, workflow.name
         counts = console.status_counts_txn(session, workflow_uid=uid)
+        deployed = console.deployed_versions_txn(session, space=user.space, worker_uid=workflow.worker_uid)
         rows, next_page = console.instance_page_txn(
             session, space=user.space, workflow_uid=uid, status=statuses, prefix=prefix, page_token=page,
             created_after=since, created_before=until,
@@ -317,6 +318,7 @@ def _instances_response(
         workflow_uid=uid,
         name=name,
         counts=counts,
+        deployed=deployed,
         instances=rows,
         selected=statuses,
         prefix=prefix or "",

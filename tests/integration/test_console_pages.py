@@ -158,3 +158,42 @@ def test_a_long_history_lists_its_newest_events_and_pages_the_whole_of_it(signed
     later = re.search(r'rel="next" href="([^"]+)"', history).group(1).replace("&amp;", "&")
     rest = re.findall(r'<tr><td class="num">(\d+)</td>', client.get(later).text)
     assert first + rest == [str(n) for n in range(1, 601)] and len(first) == 500
+
+
+def test_the_workflow_page_shows_the_deployed_versions_replay_check(app, db_url):
+    """docs/testing.md "Checking a candidate against live instances": the check's outcome, kept on
+    the Version's observed state, is shown on the workflow page with the diverging instances linked."""
+    from models import resources as res_models
+    from models.base import utcnow
+    from services import replay_checks
+
+    space = f"s{uuid.uuid4().hex[:12]}"
+    with models_db.session_scope(db_url) as session:
+        token = tokens.create_token_txn(session, space=space)
+    deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name="F")
+    client = app.test_client()
+    assert client.post("/ui/sign-in", data={"token": token}).status_code == 303
+    with models_db.session_scope(db_url) as session:
+        name = session.get(res_models.Resource, deployed.version).name
+        workflow = session.get(res_models.Resource, deployed.workflow).name
+    html = client.get(f"/ui/workflows/{deployed.workflow}").text
+    assert "no replay check" in html and f"takohost versions check {name}" in html
+
+    diverged = {"workflow": workflow, "id": "order/7", "status": "waiting", "result": "diverged", "step": 2,
+                "message": "expected step 'nap' (sleep), found step 'rest' (sleep)"}
+    fine = {"workflow": workflow, "id": "order/8", "status": "waiting", "result": "compatible", "message": ""}
+    with models_db.session_scope(db_url) as session:
+        version = session.get(res_models.Resource, deployed.version)
+        replay_checks.record_txn(session, version=version, check=replay_checks.summary(
+            operation_id=str(uuid.uuid4()), terminal=0, results=[diverged, fine], now=utcnow()))
+    html = client.get(f"/ui/workflows/{deployed.workflow}").text
+    assert "replay check failed" in html and "1 diverged" in html and "1 compatible" in html
+    assert re.search(r'href="[^"]*instance\?id=order(/|%2F)7">order/7</a>: diverged at step 2', html), html
+    assert "found step &#39;rest&#39;" in html
+
+    with models_db.session_scope(db_url) as session:
+        version = session.get(res_models.Resource, deployed.version)
+        replay_checks.record_txn(session, version=version, check=replay_checks.summary(
+            operation_id=str(uuid.uuid4()), terminal=5, results=[fine], now=utcnow()))
+    html = client.get(f"/ui/workflows/{deployed.workflow}").text
+    assert "replay check passed" in html and "1 compatible (with up to 5 ended instances)" in html
