@@ -627,6 +627,11 @@ class LogLine(ma.Schema):
     attempt = fields.Integer(required=True, allow_none=True)
     stream = fields.String(required=True, validate=validate.OneOf(["stdout", "stderr", "host"]))
     message = fields.String(required=True)
+    replayed = fields.Boolean(
+        required=True,
+        metadata={"description": "printed while the context replayed the steps its history recorded "
+                  "(the same code printed it in an earlier context)"},
+    )
 
 
 class LogPage(ma.Schema):

@@ -69,14 +69,29 @@ def _follow(
     interval: float,
     as_json: bool,
     done: Callable[[], bool] | None = None,
+    replayed: bool = True,
 ) -> None:
+    """Print (or collect as JSON) every page of lines; ``replayed`` ``False`` leaves out the
+    lines printed while a context replayed recorded steps (counted in a note at the end)."""
     console = common.stdout_console(highlight=False, soft_wrap=True)
     token: str | None = None
     collected: list[dict[str, Any]] = []
     first = True
+    hidden = 0
+
+    def kept(page: dict[str, Any]) -> list[dict[str, Any]]:
+        nonlocal hidden
+        lines = page.get("logs") or []
+        if replayed:
+            return lines
+        shown = [line for line in lines if not line.get("replayed")]
+        hidden += len(lines) - len(shown)
+        return shown
+
     while True:
         page = fetch(token)
-        lines = page.get("logs") or []
+        raw = page.get("logs") or []
+        lines = kept(page)
         if first and page.get("removedLines"):
             note = f"… {page['removedLines']} older line(s) were removed (the per-instance cap)"
             if not as_json:
@@ -88,19 +103,22 @@ def _follow(
             for line in lines:
                 console.print(render_line(line))
         token = page.get("nextPageToken") or token
-        if lines:
+        if raw:
             continue  # more may be there: read on until a page comes back empty
         if not follow:
             break
         if done is not None and done():
             # One last read: lines written just before the end.
             page = fetch(token)
-            for line in page.get("logs") or []:
+            for line in kept(page):
                 console.print(render_line(line))
             break
         time.sleep(interval)
     if as_json:
         common.emit_json({"logs": collected})
+    elif hidden:
+        common.stderr.print(f"[dim]{hidden} line(s) printed again while replaying recorded steps are hidden "
+                            "(--replayed shows them)[/dim]")
 
 
 _FOLLOW = click.option(
@@ -116,12 +134,22 @@ _INTERVAL = click.option(
 @click.argument("instance_id", metavar="ID")
 @_FOLLOW
 @_INTERVAL
+@click.option(
+    "--replayed",
+    is_flag=True,
+    help="Also show the lines code printed again while a later context replayed the recorded steps.",
+)
 @common.json_option
 @common.client_command
 def instances_logs(
-    api: http.Client, *, workflow: str, instance_id: str, follow: bool, interval: float, as_json: bool
+    api: http.Client, *, workflow: str, instance_id: str, follow: bool, interval: float, replayed: bool,
+    as_json: bool,
 ) -> None:
-    """Print the log lines of instance ID of WORKFLOW (print, stderr, logging), oldest first."""
+    """Print the log lines of instance ID of WORKFLOW (print, stderr, logging), oldest first.
+
+    Code outside steps runs again in every context that replays the instance: the lines it
+    printed again then are hidden unless --replayed (--json keeps every line, each with its
+    "replayed" flag)."""
     if follow and as_json:
         raise click.UsageError("--follow and --json do not go together")
     workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
@@ -135,6 +163,7 @@ def instances_logs(
         interval=interval,
         as_json=as_json,
         done=done,
+        replayed=replayed or as_json,
     )
 
 

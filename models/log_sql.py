@@ -14,7 +14,8 @@ from __future__ import annotations
 LINE_OVERHEAD_BYTES = 64
 
 _VALUES = """unnest(%(ats)s::timestamptz[], %(steps)s::bytea[], %(attempts)s::int[], %(streams)s::text[],
-              %(messages)s::text[]) WITH ORDINALITY AS v(at, step, attempt, stream, message, ord)"""
+              %(messages)s::text[], %(replayed)s::boolean[])
+              WITH ORDINALITY AS v(at, step, attempt, stream, message, replayed, ord)"""
 
 _BYTES = f"octet_length(message) + {LINE_OVERHEAD_BYTES}"
 
@@ -51,8 +52,8 @@ WITH f AS (
 ), b AS (
   SELECT COALESCE(MAX(seq), 0) AS m FROM tenant_logs WHERE instance_pk = %(pk)s
 ), {_KEPT.format(overhead=LINE_OVERHEAD_BYTES, values=_VALUES, space=_INSTANCE_SPACE)}, ins AS (
-  INSERT INTO tenant_logs (instance_pk, seq, logged_at, epoch, step, attempt, stream, message)
-  SELECT %(pk)s, b.m + %(skip)s + k.ord, k.at, %(epoch)s, k.step, k.attempt, k.stream, k.message
+  INSERT INTO tenant_logs (instance_pk, seq, logged_at, epoch, step, attempt, stream, message, replayed)
+  SELECT %(pk)s, b.m + %(skip)s + k.ord, k.at, %(epoch)s, k.step, k.attempt, k.stream, k.message, k.replayed
   FROM f CROSS JOIN b CROSS JOIN k
   ON CONFLICT (instance_pk, seq) WHERE instance_pk IS NOT NULL DO NOTHING
   RETURNING {_BYTES} AS bytes
@@ -161,7 +162,7 @@ SELECT 1 FROM up
 """
 #: One page of an instance's lines after ``seq`` ``%(after)s``, and the lowest stored ``seq``.
 SELECT_INSTANCE_PAGE = """
-SELECT seq, logged_at, epoch, step, attempt, stream, message,
+SELECT seq, logged_at, epoch, step, attempt, stream, message, replayed,
        (SELECT MIN(seq) FROM tenant_logs WHERE instance_pk = %(pk)s) AS first
 FROM tenant_logs WHERE instance_pk = %(pk)s AND seq > %(after)s
 ORDER BY seq LIMIT %(limit)s

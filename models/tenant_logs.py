@@ -56,3 +56,6 @@ class TenantLog(Base):
     attempt: Mapped[int | None] = mapped_column(sa.Integer(), nullable=True)
     stream: Mapped[str] = mapped_column(sa.String(8))
     message: Mapped[str] = mapped_column(sa.Text())
+    #: Printed while the context replayed the steps its history recorded (``takohost instances
+    #: logs`` hides these unless ``--replayed``): the same code printed it in an earlier context.
+    replayed: Mapped[bool] = mapped_column(sa.Boolean(), default=False, server_default=sa.false())

@@ -2,11 +2,12 @@
 
 ``GET …/resources/{uid}/instances/{id}/logs`` and ``GET …/resources/{uid}/runs/{scheduledTime}/logs``
 answer ``{"logs": [...], "nextPageToken", "removedLines"}``, oldest line first. An instance line is
-``{"time", "epoch", "step", "attempt", "stream", "message"}`` (``time`` RFC 3339 UTC with
+``{"time", "epoch", "step", "attempt", "stream", "message", "replayed"}`` (``time`` RFC 3339 UTC with
 milliseconds; ``epoch`` the context's fencing token; ``step``/``attempt`` the step attempt the host
 was running when the line was written, ``null`` outside effects; ``stream`` ``stdout``/``stderr``
 for the tenant's output and ``host`` for lines of the host: dropped-line markers, failures with
-their traceback, replay diagnostics). A run line is ``{"time", "delivery", "stream", "message"}``
+their traceback, replay diagnostics; ``replayed`` true for a tenant line printed while the context
+replayed the steps its history recorded: the same code printed it in an earlier context). A run line is ``{"time", "delivery", "stream", "message"}``
 (``delivery``: 1 for the match's first delivery, 2 for a redelivery …).
 
 Unlike the history, the logs always answer ``nextPageToken``: a cursor after the last line
@@ -89,6 +90,7 @@ def instance_logs(
             "attempt": row.attempt,
             "stream": row.stream,
             "message": row.message,
+            "replayed": row.replayed,
         }
         for row in rows
     ]

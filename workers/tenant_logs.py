@@ -78,6 +78,8 @@ class LogCollector:
         self.delivery_pk = delivery_pk
         self.epoch: int | None = None
         self.step: str | None = None
+        #: The context is replaying the steps its history recorded: tenant lines are ``replayed``.
+        self.replaying = False
         self._attempt: int | None = None
         #: (clock, step, attempt) each time the running attempt changed: what an egress record
         #: (stamped with the system-wide monotonic clock of its connection's start) is tagged with.
@@ -89,7 +91,7 @@ class LogCollector:
         self._wall = wall
         self._started = wall()
         self._budget = tenant_logs.Budget(now=clock())
-        self._lines: list[tuple[dt.datetime, str | None, int | None, str, str]] = []
+        self._lines: list[tuple[dt.datetime, str | None, int | None, str, str, bool]] = []
         self._oldest = 0.0
         self._host_dropped = 0
         self._child_dropped = 0
@@ -186,11 +188,13 @@ class LogCollector:
     def _add(
         self, at: dt.datetime, stream: str, text: str, *, step: str | None = None, attempt: int | None = None
     ) -> None:
+        replayed = False
         if stream != tenant_logs.HOST_STREAM:
             step, attempt = self.step, self.attempt
+            replayed = self.replaying and attempt is None  # an attempt's output is never a replay
         if not self._lines:
             self._oldest = self._clock()
-        self._lines.append((at, step, attempt, stream, text))
+        self._lines.append((at, step, attempt, stream, text, replayed))
 
     # -- lines out ---------------------------------------------------------------------------
     def wait_timeout(self, limit: float | None = None) -> float | None:
@@ -246,6 +250,7 @@ class LogCollector:
             "attempts": [line[2] for line in batch],
             "streams": [line[3] for line in batch],
             "messages": [line[4] for line in batch],
+            "replayed": [line[5] for line in batch],
             "n": len(batch),
             "skip": skip,
             "cap": cap,

@@ -76,13 +76,16 @@ def run_logs(*, space: str, trigger_uid: str, scheduled_time: str) -> Logs:
 
 
 def line_text(entry: dict) -> str:
-    """One log entry as the panel shows it: ``time [delivery N] [step #attempt] [stream:] message``
-    (``stdout`` is not named; ``stderr`` and the host's own lines are)."""
+    """One log entry as the panel shows it: ``time [delivery N] [step #attempt] [(replay)] [stream:]
+    message`` (``stdout`` is not named; ``stderr`` and the host's own lines are; ``(replay)``: the
+    line was printed again while a context replayed recorded steps)."""
     parts = [entry["time"]] if isinstance(entry.get("time"), str) else []
     if entry.get("delivery"):
         parts.append(f"delivery {entry['delivery']}")
     if entry.get("step"):
         parts.append(f"[{entry['step']} #{entry['attempt']}]" if entry.get("attempt") else f"[{entry['step']}]")
+    if entry.get("replayed"):
+        parts.append("(replay)")
     if entry.get("stream") and entry["stream"] != "stdout":
         parts.append(f"{entry['stream']}:")
     message = entry.get("message")

@@ -65,10 +65,15 @@ def test_logs_and_tracebacks_through_real_processes(api_server, worker, space_to
     }
     body = requests.get(f"{prefix}/{encoded}/logs", headers=headers, timeout=10).json()
     lines = body["logs"]
-    assert set(lines[0]) == {"time", "epoch", "step", "attempt", "stream", "message"}
+    assert set(lines[0]) == {"time", "epoch", "step", "attempt", "stream", "message", "replayed"}
     tenant = [(line["step"], line["attempt"], line["message"]) for line in lines if line["stream"] == "stdout"]
     assert (None, None, f"starting {instance_id}") in tenant
     assert ("charge", 1, "charging 12") in tenant and ("charge", 2, "charging 12") in tenant
+    # context 2 (the retry) printed "starting" again before its first step: a replay; an attempt's
+    # output never is
+    starting = [line["replayed"] for line in lines if line["message"] == f"starting {instance_id}"]
+    assert starting == [False, True], lines
+    assert not any(line["replayed"] for line in lines if line["message"] == "charging 12")
     host = [line["message"] for line in lines if line["stream"] == "host"]
     assert any("attempt 2 of step 'charge' failed: KeyError: 'card'" in m and "in lookup" in m for m in host)
     assert any("replay diverged (skipped)" in m for m in host)  # the random step name of context 2
@@ -78,6 +83,11 @@ def test_logs_and_tracebacks_through_real_processes(api_server, worker, space_to
     logs = _cli(base, space, token, "instances", "logs", deployed.workflow, instance_id)
     assert logs.returncode == 0, logs.stderr
     assert "charge#2" in logs.stdout and "charging 12" in logs.stdout and "KeyError" in logs.stdout
+    assert logs.stdout.count(f"starting {instance_id}") == 1  # the replayed line is hidden …
+    assert "1 line(s) printed again while replaying recorded steps are hidden (--replayed shows them)" in logs.stderr
+    every = _cli(base, space, token, "instances", "logs", deployed.workflow, instance_id, "--replayed")
+    assert every.returncode == 0 and every.stdout.count(f"starting {instance_id}") == 2  # … unless asked
+    assert "hidden" not in every.stderr
     shown = _cli(base, space, token, "instances", "status", deployed.workflow, instance_id)
     assert shown.returncode == 0, shown.stderr
     assert "Traceback (the Version's frames, innermost last):" in shown.stdout

@@ -105,6 +105,8 @@ class ReplayContext:
         #: The tenant's output of this context (docs/spec/host-features.md#hf-observability): tagged, budgeted, written in batches.
         self.logs: tenant_logs.LogCollector | None = None
         self.replay: replay_order.ReplayOrder | None = None
+        #: A step was not answered from the record: no later line of this context is a replay.
+        self.replay_over = False
         self.eager_granted = False  # PROTOCOL.md "Eager first attempts"
         self.want_code = False  # PROTOCOL.md "Compiled modules": this context's job asked for them
         self.asking = ""  # the step name of the request being answered
@@ -239,6 +241,7 @@ class ReplayContext:
             )
         self.steps = self.store.load_steps() if snapshot.status != "queued" else {}
         self.replay = replay_order.ReplayOrder(list(self.steps))
+        self._note_replaying()
         self.observer.steps_loaded(self.steps, now=self.clock())
         return self._serve()
 
@@ -333,6 +336,16 @@ class ReplayContext:
             records = self.child.egress.records()
         if records and self.logs is not None:
             self.logs.egress(records, space=self.space if self.snapshot is None else self.snapshot.space)
+
+    def _note_replaying(self) -> None:
+        """Tenant lines outside effects are ``replayed`` while the child is asking again for the
+        steps the history recorded, each answered from its record: what it prints until then
+        (module code, ``run`` up to its last recorded step) an earlier context printed too. It ends
+        at the last recorded step, or earlier at the first step not answered from the record (a
+        divergence: the code took another way). Exact in time: the child flushes its lines before
+        each step frame."""
+        if self.logs is not None and self.replay is not None:
+            self.logs.replaying = self.replay.unvisited > 0 and not self.replay_over
 
     def _host_log(self, text: str, **tags: object) -> None:
         if self.logs is not None:
@@ -470,6 +483,9 @@ class ReplayContext:
             known_steps=len(self.steps),
             lifetime_ends_at=self.snapshot.lifetime_ends_at,
         )
+        if message.get("eager") is True or not isinstance(decision, decide.Resolve | decide.Raise):
+            self.replay_over = True  # a step not answered from the record: this code runs anew
+        self._note_replaying()
         if message.get("eager") is True:
             self._eager(request.name, decision)
         elif isinstance(decision, decide.Resolve):
