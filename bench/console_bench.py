@@ -37,6 +37,8 @@ import uuid
 import requests
 import sqlalchemy as sa
 
+from bench import scratch
+
 BUDGET_MS = 200.0
 #: Log lines of the detailed instance.
 LOG_LINES = 300
@@ -195,14 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", type=int, default=30)
     parser.add_argument("--history", type=int, default=60, help="history events of the detailed instance")
     args = parser.parse_args(argv)
-    admin_url = os.environ.get("TAKOHOST_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-    name = f"takohost_console_bench_{uuid.uuid4().hex[:8]}"
-    db_url = admin_url.rsplit("/", 1)[0] + "/" + name
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     over = False
-    try:
+    with scratch.scratch_database("takohost_console_bench") as db_url:
         token, workflow, detailed = _populate(db_url, n=args.instances, history=args.history)
         from models import db as models_db
 
@@ -232,12 +228,6 @@ def main(argv: list[str] | None = None) -> int:
                 over = over or line["p95_ms"] > BUDGET_MS
                 print(json.dumps(line), flush=True)
             print(json.dumps({"instances": args.instances, "budget_ms": BUDGET_MS, "p95_under_budget": not over}))
-    finally:
-        from models import db as models_db
-
-        models_db.dispose_all()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     return 1 if over else 0
 
 
