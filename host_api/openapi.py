@@ -113,6 +113,7 @@ SCHEMAS = {
         schemas.ProgressStep,
         schemas.ProgressContext,
         schemas.InstanceProgress,
+        schemas.CronStartedInstance,
         schemas.CronDeliveryView,
         schemas.CronRunView,
         schemas.CronRunList,

@@ -590,6 +590,14 @@ class HistoryPage(ma.Schema):
     nextPageToken = fields.String()
 
 
+class CronStartedInstance(ma.Schema):
+    """An instance a cron delivery's handler created (``env.NAME.create``): its DurableWorkflow's
+    UID and its id (docs/spec/cron-trigger.md#cr-runs)."""
+
+    workflow = fields.String(required=True)
+    id = fields.String(required=True)
+
+
 class CronDeliveryView(ma.Schema):
     """One delivery of a cron match (docs/spec/cron-trigger.md#cr-runs)."""
 
@@ -597,6 +605,10 @@ class CronDeliveryView(ma.Schema):
     finishedAt = fields.String(metadata={"format": "date-time"})
     outcome = fields.String(required=True, validate=validate.OneOf(["ok", "failed", "unknown"]))
     error = fields.String()
+    instances = fields.List(
+        fields.Nested(CronStartedInstance),
+        metadata={"description": "the DurableWorkflow instances this delivery's handler created, in order"},
+    )
 
 
 class CronRunView(ma.Schema):

@@ -38,12 +38,13 @@ __all__ = ["register"]
 @common.json_option
 @common.client_command
 def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
-    """List the recorded and skipped matches of a cron TRIGGER (name or UID), newest first."""
+    """List the recorded and skipped matches of a cron TRIGGER (name or UID), newest first, with
+    the ids of the instances each run's handler started."""
     rows = list(api.iter_runs(common.resolve(api, trigger, form="WorkerCronTrigger")))
     if as_json:
         common.emit_json({"runs": rows})
         return
-    table = Table("SCHEDULED", "CRON", "RECORDED", "OUTCOME")
+    table = Table("SCHEDULED", "CRON", "RECORDED", "OUTCOME", "STARTED")
     for run in rows:
         scheduled = run.get("scheduledTime")
         if isinstance(scheduled, int):
@@ -55,8 +56,13 @@ def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
         failed = [d["error"] for d in deliveries if d.get("error")]
         if failed:
             outcome += f": {failed[-1] if isinstance(failed[-1], str) else common.compact(failed[-1])}"
+        started = [str(i.get("id")) for d in deliveries for i in d.get("instances") or []]
         table.add_row(
-            str(scheduled), escape(str(run.get("cron", ""))), str(run.get("recordedAt", "")), escape(common.visible(outcome))
+            str(scheduled),
+            escape(str(run.get("cron", ""))),
+            str(run.get("recordedAt", "")),
+            escape(common.visible(outcome)),
+            escape(common.visible(", ".join(started))),
         )
     console = common.stdout_console()
     console.print(table)

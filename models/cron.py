@@ -14,7 +14,7 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, JSONText, UTCDateTime, utcnow
+from models.base import Base, JSONText, ScalarText, UTCDateTime, utcnow
 
 #: ``CronMatch.state`` values: ``pending`` until one delivery finished ok/failed, then ``done``.
 MATCH_STATES = ("pending", "done")
@@ -93,6 +93,25 @@ class CronDelivery(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     outcome: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
     error: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
+
+
+class CronRunInstance(Base):
+    """A DurableWorkflow instance that a delivery's handler created (``env.NAME.create``).
+
+    Lets the runs ledger and the console link a run to the instances it started. The instance is
+    named, not referenced: ``(workflow_uid, instance_id)``, so deleting it leaves a link that finds
+    nothing rather than a dangling key; the row goes with its delivery (cascade).
+    """
+
+    __tablename__ = "cron_run_instances"
+
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
+    delivery_pk: Mapped[int] = mapped_column(
+        sa.ForeignKey("cron_deliveries.pk", ondelete="CASCADE"), index=True
+    )
+    workflow_uid: Mapped[str] = mapped_column(sa.String(36))
+    instance_id: Mapped[str] = mapped_column(ScalarText)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class CronSkip(Base):

@@ -637,6 +637,32 @@ def run_kind_txn(session: orm.Session, *, trigger_uid: str, scheduled_time: str)
     return None
 
 
+def run_instances_txn(session: orm.Session, *, space: str, trigger_uid: str, scheduled_time: str) -> list[dict]:
+    """The instances the deliveries of the trigger's match at ``scheduled_time`` created, in
+    order: ``[{"workflow": uid, "workflowName": name or None (deleted), "id"}]``; empty for a
+    skipped match, an unknown one or a handler that created none. Only ``space``'s workflows."""
+    try:
+        at = dt.datetime.fromisoformat(scheduled_time.replace("Z", "+00:00"))
+    except ValueError:
+        return []
+    started = cron_models.CronRunInstance
+    delivery = cron_models.CronDelivery
+    match = cron_models.CronMatch
+    workflow = res_models.Resource
+    rows = session.execute(
+        sa.select(started.workflow_uid, workflow.name, workflow.deleted_at, started.instance_id)
+        .join(delivery, delivery.pk == started.delivery_pk)
+        .join(match, match.pk == delivery.match_pk)
+        .join(workflow, workflow.uid == started.workflow_uid)
+        .where(match.trigger_uid == trigger_uid, match.scheduled_time == at, workflow.space == space)
+        .order_by(started.pk)
+    )
+    return [
+        {"workflow": uid, "workflowName": None if deleted else name, "id": instance_id}
+        for uid, name, deleted, instance_id in rows
+    ]
+
+
 def lateness_text(run: dict, *, now: dt.datetime) -> str | None:
     """Why a recorded run (a ledger entry: ``scheduledTime``, ``recordedAt``, ``deliveries``)
     started late, or is late starting, in words; None when on time (within :data:`LATE_SECONDS`).

@@ -160,6 +160,39 @@ def insert_delivery_txn(
     )
 
 
+def note_started_txn(
+    session: orm.Session, *, delivery_pk: int, workflow_uid: str, instance_id: str, now: dt.datetime
+) -> None:
+    """Record that delivery ``delivery_pk``'s handler created instance ``instance_id`` of the
+    DurableWorkflow ``workflow_uid`` (a ``create`` binding call answered with its id): the
+    ledger's ``deliveries[].instances`` (docs/spec/cron-trigger.md#cr-runs)."""
+    session.execute(
+        sa.insert(cron_models.CronRunInstance).values(
+            delivery_pk=delivery_pk, workflow_uid=workflow_uid, instance_id=instance_id, created_at=now
+        )
+    )
+
+
+def started_instances_txn(session: orm.Session, *, delivery_pks: list[int]) -> dict[int, list[dict]]:
+    """``{delivery_pk: [{"workflow": uid, "id": instance id}, …]}`` in creation order, for the
+    deliveries in ``delivery_pks`` that created any instance (no query when there are none)."""
+    started: dict[int, list[dict]] = {}
+    if not delivery_pks:
+        return started
+    rows = session.execute(
+        sa.select(
+            cron_models.CronRunInstance.delivery_pk,
+            cron_models.CronRunInstance.workflow_uid,
+            cron_models.CronRunInstance.instance_id,
+        )
+        .where(cron_models.CronRunInstance.delivery_pk.in_(delivery_pks))
+        .order_by(cron_models.CronRunInstance.pk)
+    )
+    for delivery_pk, workflow_uid, instance_id in rows:
+        started.setdefault(delivery_pk, []).append({"workflow": workflow_uid, "id": instance_id})
+    return started
+
+
 def running_deliveries_txn(session: orm.Session, *, trigger_uid: str) -> list[tuple[int, int]]:
     """``(match_pk, delivery_pk)`` of every unfinished delivery of ``trigger_uid``'s matches."""
     return [
@@ -268,7 +301,8 @@ def list_runs_txn(session: orm.Session, *, space: str, trigger_uid: str, page_to
 
     Returns ``{"runs": [...], "nextPageToken"?}``. A recorded match is ``{"cron",
     "scheduledTime", "recordedAt", "deliveries": [{"startedAt", "finishedAt"?, "outcome",
-    "error"?}]}`` (a running delivery has no ``finishedAt`` and outcome ``"running"``); a skipped
+    "error"?, "instances"?}]}`` (a running delivery has no ``finishedAt`` and outcome
+    ``"running"``; ``instances``: ``[{"workflow", "id"}]`` the handler created); a skipped
     one is ``{"cron", "scheduledTime", "outcome": "skipped", "reason"}``. Times are RFC 3339 UTC
     (``…Z``). Raises ``DomainError`` ``not_found`` unless ``trigger_uid`` is a live
     WorkerCronTrigger of ``space``, ``invalid_request`` for a malformed ``page_token``.
@@ -317,12 +351,16 @@ def _render(session: orm.Session, page: list) -> list[dict]:
     skips = _by_pk(session, cron_models.CronSkip, skip_pks)
     deliveries: dict[int, list[dict]] = {}
     if match_pks:
-        for d in session.scalars(
-            sa.select(cron_models.CronDelivery)
-            .where(cron_models.CronDelivery.match_pk.in_(match_pks))
-            .order_by(cron_models.CronDelivery.started_at, cron_models.CronDelivery.pk)
-        ):
-            deliveries.setdefault(d.match_pk, []).append(_delivery(d))
+        rows = list(
+            session.scalars(
+                sa.select(cron_models.CronDelivery)
+                .where(cron_models.CronDelivery.match_pk.in_(match_pks))
+                .order_by(cron_models.CronDelivery.started_at, cron_models.CronDelivery.pk)
+            )
+        )
+        started = started_instances_txn(session, delivery_pks=[d.pk for d in rows])
+        for d in rows:
+            deliveries.setdefault(d.match_pk, []).append(_delivery(d, started.get(d.pk)))
     runs: list[dict] = []
     for _, kind, pk in page:
         if kind == "m":
@@ -348,13 +386,15 @@ def _render(session: orm.Session, page: list) -> list[dict]:
     return runs
 
 
-def _delivery(d: cron_models.CronDelivery) -> dict:
+def _delivery(d: cron_models.CronDelivery, instances: list[dict] | None = None) -> dict:
     item: dict = {"startedAt": rfc3339_ms(d.started_at)}
     if d.finished_at is not None:
         item["finishedAt"] = rfc3339_ms(d.finished_at)
     item["outcome"] = d.outcome or "running"
     if d.error:
         item["error"] = d.error
+    if instances:
+        item["instances"] = instances
     return item
 
 

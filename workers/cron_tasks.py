@@ -368,10 +368,31 @@ def _serve(
             answer = sandbox_host.answer_binding(reply, space=job.space, bindings=job.version.bindings)
         except sandbox_host.UnknownBinding as exc:
             return Run("failed", f"the handler process broke the protocol: {exc}")
+        if reply["call"] == "create" and answer["op"] == "binding_result":
+            _note_started(job, workflow_uid=job.version.bindings[reply["binding"]], answer=answer, settings=settings)
         try:
             child.send(answer)
         except sandbox.ChildGone:
             return Run("gone", "the handler process exited without a result (os._exit, a signal or a crash)")
+
+
+def _note_started(job: DeliveryJob, *, workflow_uid: str, answer: dict, settings: config.Settings) -> None:
+    """Record the instance a ``create`` binding call of the handler started, for the runs
+    ledger's ``instances`` (docs/spec/cron-trigger.md#cr-runs). Diagnostics only: a failed write
+    is logged and the run goes on (the instance exists either way)."""
+    try:
+        with models_db.session_scope(settings.database_url) as session:
+            cron_runs.note_started_txn(
+                session,
+                delivery_pk=job.delivery_pk,
+                workflow_uid=workflow_uid,
+                instance_id=answer["value"]["id"],
+                now=utcnow(),
+            )
+    except Exception:  # noqa: BLE001 - the link is lost, not the run
+        log.warning(
+            "could not record the instance a cron handler started", extra={"match": job.match_pk}, exc_info=True
+        )
 
 
 def _failed_run(reply: dict) -> Run:

@@ -633,17 +633,19 @@ def trigger_page(uid: str) -> flask.Response:
 
 @bp.get("/triggers/<uid>/run")
 def run_page(uid: str) -> flask.Response:
-    """One run of a trigger (``?t=`` its ``scheduledTime`` as the ledger writes it): the log lines
-    of its deliveries (the service of the API's ``…/runs/{scheduledTime}/logs``)."""
+    """One run of a trigger (``?t=`` its ``scheduledTime`` as the ledger writes it): the instances
+    its handler started, linked, and the log lines of its deliveries (the service of the API's
+    ``…/runs/{scheduledTime}/logs``). 404 for a time at which the trigger has no run."""
     user = _user()
     scheduled = flask.request.args.get("t", "")
     with models_db.session_scope() as session:
         trigger = console.trigger_txn(session, space=user.space, uid=uid, now=utcnow())
         kind = console.run_kind_txn(session, trigger_uid=uid, scheduled_time=scheduled)
+        started = console.run_instances_txn(session, space=user.space, trigger_uid=uid, scheduled_time=scheduled)
     if kind is None:
         raise DomainError("not_found", f"trigger {trigger['name']} has no run scheduled at {scheduled!r}")
     logs = console_logs.run_logs(space=user.space, trigger_uid=uid, scheduled_time=scheduled)
-    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs, kind=kind)
+    return _render("run.html", trigger=trigger, scheduled=scheduled, logs=logs, kind=kind, started=started)
 
 
 @bp.get("/operations")

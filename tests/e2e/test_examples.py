@@ -216,7 +216,11 @@ def test_nightly_report_cron_starts_a_workflow(cli: Cli, tmp_path: pathlib.Path)
         assert time.monotonic() < deadline, f"no match was delivered ok: {runs}"
         time.sleep(1)
     assert delivered[-1]["cron"] == "* * * * *"
-    assert "match(es)" in cli.ok("runs", "nightly-report-schedule").stdout
+    # ... with the instance its handler started, in the ledger and in the CLI's table.
+    started = [i for run in delivered for d in run["deliveries"] for i in d.get("instances", [])]
+    assert instance_id in [i["id"] for i in started]
+    table = cli.ok("runs", "nightly-report-schedule").stdout
+    assert "match(es)" in table and instance_id in table
 
     # Back to the nightly schedule: the trigger is updated in place (PUT with the new cron).
     again = cli.json("deploy", str(EXAMPLES / "nightly-report"))
