@@ -6,8 +6,11 @@ contexts (when worker code ran) and one per step, by first appearance, each a li
 :class:`Segment` — an attempt of ``step.do`` (ok or failed), the retry delay after a failed
 attempt, a sleep, a wait for an event — with start, end and duration. A segment still open
 (a sleep or wait in progress, a retry delay not yet over) ends at ``now`` and is marked
-``open``. :func:`layout` adds the chart geometry (percent of the time axis, with a minimum
-width so an instant is still visible).
+``open``; what it still has to go, up to its wake time, deadline or next attempt, follows as a
+``planned`` segment, and the axis runs on past ``now`` to the latest of those instants (at most
+:data:`FUTURE_SHARE` of the chart: a wait with a year's timeout is cut at the edge, its label
+says until when). :func:`layout` adds the chart geometry (percent of the time axis, with a
+minimum width so an instant is still visible, and where ``now`` is).
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ MIN_WIDTH_PCT = 0.6
 #: Narrowest failed attempt (percent): a failure is what a person looks for, so a sub-second one
 #: is drawn a few characters wide, never a 1-px sliver (docs/spec/host-features.md#hf-console).
 MIN_FAILED_PCT = 1.5
+#: Largest part of the axis drawn after ``now`` (planned segments): the past keeps the rest.
+FUTURE_SHARE = 0.8
 
 
 @dataclasses.dataclass
 class Segment:
     """One bar: ``kind`` ∈ context, attempt, retry, sleep, wait; ``outcome`` ∈ ok, failed,
-    timeout, open, suspended; ``label`` is the text a person reads (tooltip and table)."""
+    timeout, open, suspended, planned (from now to a known wake time, deadline or next attempt);
+    ``label`` is the text a person reads (tooltip and table)."""
 
     kind: str
     start: dt.datetime
@@ -52,12 +58,16 @@ class Lane:
 
 @dataclasses.dataclass
 class Timeline:
-    """The chart: lanes, the axis ``start``..``end`` and its tick labels ``(x_pct, text)``."""
+    """The chart: lanes, the axis ``start``..``end``, its tick labels ``(x_pct, text)`` and
+    ``now_pct``, where ``now`` is on the axis (None for an ended instance, whose axis ends at its
+    last event)."""
 
     lanes: list[Lane]
     start: dt.datetime
     end: dt.datetime
     ticks: list[tuple[float, str]]
+    now: dt.datetime | None = None
+    now_pct: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -160,6 +170,12 @@ class _Builder:
             Segment(kind, started, at, outcome, f"{text} ({duration_text((at - started).total_seconds())})")
         )
 
+    def plan(self, lane: Lane, kind: str, until: dt.datetime, text: str) -> None:
+        """The rest of an open segment, from now to ``until`` (nothing when that is past)."""
+        if until > self.now:
+            left = duration_text((until - self.now).total_seconds())
+            lane.segments.append(Segment(kind, self.now, until, "planned", f"{text} (in {left})"))
+
     def result(self, *, terminal: bool) -> list[Lane]:
         end = self.now
         if self.open_context is not None and not terminal:
@@ -171,11 +187,17 @@ class _Builder:
             until = attrs.get("wakeAt") if kind == "sleep" else attrs.get("timeoutAt")
             what = "sleeping" if kind == "sleep" else f"waiting for {attrs.get('type', '')!r}"
             label = f"{what} until {until}" if until else what
-            self.lane(name, kind).segments.append(Segment(kind, started, end, "open", label))
+            lane = self.lane(name, kind)
+            lane.segments.append(Segment(kind, started, end, "open", label))
+            if until:
+                then = "wakes" if kind == "sleep" else "times out"
+                self.plan(lane, kind, parse_time(until), f"{then} at {until}")
         for name, (failed_at, retry_at) in self.pending_retry.items():
             if not terminal:
-                label = f"retry delay: next attempt at {retry_at.isoformat().replace('+00:00', 'Z')}"
-                self.lane(name, "do").segments.append(Segment("retry", failed_at, end, "open", label))
+                stamp = retry_at.isoformat().replace("+00:00", "Z")
+                lane = self.lane(name, "do")
+                lane.segments.append(Segment("retry", failed_at, end, "open", f"retry delay: next attempt at {stamp}"))
+                self.plan(lane, "retry", retry_at, f"next attempt at {stamp}")
         lanes = list(self.lanes.values())
         return ([self.contexts] if self.contexts.segments else []) + lanes
 
@@ -195,9 +217,19 @@ def build(events: list[dict], *, now: dt.datetime, terminal: bool) -> Timeline:
     start = times[0] if times else now
     end = (times[-1] if times else now) if terminal else max(now, times[-1] if times else now)
     lanes = builder.result(terminal=terminal)
-    timeline = Timeline(lanes=lanes, start=start, end=end, ticks=[])
+    timeline = Timeline(lanes=lanes, start=start, end=end, ticks=[], now=None if terminal else now)
+    planned = [seg.end for lane in lanes for seg in lane.segments if seg.outcome == "planned"]
+    if planned:
+        timeline.end = min(max(planned), horizon(start, now))
     layout(timeline)
     return timeline
+
+
+def horizon(start: dt.datetime, now: dt.datetime) -> dt.datetime:
+    """The farthest instant the axis reaches past ``now``: planned segments take at most
+    :data:`FUTURE_SHARE` of the chart (the past, at least one second of it, keeps the rest)."""
+    past = max((now - start).total_seconds(), 1.0)
+    return now + dt.timedelta(seconds=past * FUTURE_SHARE / (1 - FUTURE_SHARE))
 
 
 def add_in_flight(timeline: Timeline, *, name: str, attempt: int | None, since: dt.datetime, now: dt.datetime) -> None:
@@ -211,20 +243,25 @@ def add_in_flight(timeline: Timeline, *, name: str, attempt: int | None, since: 
     label = f"attempt {attempt or '?'} running ({duration_text((now - since).total_seconds())} so far)"
     lane.segments.append(Segment("attempt", since, max(now, since), "open", label))
     timeline.end = max(timeline.end, now)
+    timeline.now = now
     layout(timeline)
 
 
 def layout(timeline: Timeline) -> None:
-    """Set every segment's ``x_pct``/``w_pct`` on the axis and the axis ticks (five labels)."""
+    """Set every segment's ``x_pct``/``w_pct`` on the axis (a segment running past the axis's
+    end is cut there), ``now_pct`` and the axis ticks (five labels)."""
     total = timeline.seconds or 1e-9
     for lane in timeline.lanes:
         for seg in lane.segments:
             x = (seg.start - timeline.start).total_seconds() / total * 100
-            w = seg.seconds / total * 100
+            w = (min(seg.end, timeline.end) - seg.start).total_seconds() / total * 100
             w = max(w, MIN_FAILED_PCT if seg.outcome == "failed" and seg.kind == "attempt" else MIN_WIDTH_PCT)
             x = min(max(x, 0.0), 100 - w)
             seg.x_pct, seg.w_pct = round(x, 3), round(w, 3)
     timeline.ticks = [(i * 25.0, "+" + duration_text(timeline.seconds * i / 4)) for i in range(5)]
+    if timeline.now is not None:
+        at = (timeline.now - timeline.start).total_seconds() / total * 100
+        timeline.now_pct = round(min(max(at, 0.0), 100.0), 3)
 
 
 def keep_recent_lanes(timeline: Timeline, limit: int) -> int:

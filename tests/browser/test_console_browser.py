@@ -251,6 +251,14 @@ def test_console_in_a_browser(stack, browser, tmp_path):
              for e in browser.find_elements(By.CSS_SELECTOR, "rect.seg")}
     assert ("attempt", "failed") in kinds and ("attempt", "ok") in kinds and ("retry", "ok") in kinds
     assert ("sleep", "ok") in kinds and ("wait", "open") in kinds
+    # The chart runs on past now to the wait's deadline (an hour away: cut at the chart's edge),
+    # with now marked on every lane.
+    assert ("wait", "planned") in kinds
+    planned = browser.find_element(By.CSS_SELECTOR, ".lane[data-lane='wait for shipping'] rect.o-planned")
+    track = browser.find_element(By.CSS_SELECTOR, ".lane[data-lane='wait for shipping'] svg.track")
+    assert abs(planned.rect["x"] + planned.rect["width"] - (track.rect["x"] + track.rect["width"])) <= 2
+    assert planned.rect["width"] >= 0.5 * track.rect["width"], (planned.rect, track.rect)
+    assert browser.find_elements(By.CSS_SELECTOR, ".lane[data-lane='wait for shipping'] line.now")
     assert "card declined (attempt 1)" in browser.page_source
     assert _text(browser, "[data-testid=where]").startswith(
         "waiting in “wait for shipping” for an event of type “shipped” until"

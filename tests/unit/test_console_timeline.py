@@ -47,11 +47,13 @@ def test_attempts_retry_delay_sleep_and_an_open_wait():
     assert "RuntimeError: no" in lanes["charge"].segments[0].label
     assert [(s.kind, s.outcome, s.seconds) for s in lanes["nap"].segments] == [("sleep", "ok", 10.0)]
     wait = lanes["ship"].segments
-    assert [(s.kind, s.outcome, s.seconds) for s in wait] == [("wait", "open", 5.0)]
-    assert "'shipped'" in wait[0].label
+    # Waited 5 s so far; the hour to its deadline follows as planned.
+    assert [(s.kind, s.outcome, s.seconds) for s in wait] == [("wait", "open", 5.0), ("wait", "planned", 3595.0)]
+    assert "'shipped'" in wait[0].label and "times out at" in wait[1].label
     contexts = [(s.outcome, s.seconds) for s in lanes["worker code"].segments]
     assert contexts == [("suspended", 1.0), ("suspended", 1.0), ("suspended", 0.0)]
-    assert chart.seconds == 20.0
+    # The axis runs past now, the future taking FUTURE_SHARE (80 %) of it: 20 s past, 80 s ahead.
+    assert chart.seconds == 100.0 and chart.now_pct == 20.0
 
 
 def test_layout_keeps_every_bar_visible_and_inside_the_axis():
@@ -61,16 +63,20 @@ def test_layout_keeps_every_bar_visible_and_inside_the_axis():
             assert seg.w_pct >= timeline.MIN_WIDTH_PCT
             assert 0 <= seg.x_pct and seg.x_pct + seg.w_pct <= 100.0001
     nap = next(lane for lane in chart.lanes if lane.name == "nap").segments[0]
-    assert (nap.x_pct, nap.w_pct) == (25.0, 50.0)
-    assert [text for _, text in chart.ticks] == ["+0 s", "+5 s", "+10 s", "+15 s", "+20 s"]
+    assert (nap.x_pct, nap.w_pct) == (5.0, 10.0)
+    assert [text for _, text in chart.ticks] == ["+0 s", "+25 s", "+50 s", "+1 min 15 s", "+1 min 40 s"]
+    # The planned wait runs past the axis's end: cut at the edge.
+    planned = next(lane for lane in chart.lanes if lane.name == "ship").segments[-1]
+    assert (planned.x_pct, planned.w_pct) == (20.0, 80.0)
 
 
 def test_a_pending_retry_is_open_until_now_and_a_terminal_instance_closes_everything():
     events = RETRY_SLEEP_WAIT[:5]
     chart = timeline.build(events, now=T0 + dt.timedelta(seconds=3), terminal=False)
     charge = next(lane for lane in chart.lanes if lane.name == "charge").segments
-    assert (charge[-1].kind, charge[-1].outcome, charge[-1].seconds) == ("retry", "open", 1.0)
-    assert "next attempt at" in charge[-1].label
+    assert [(s.kind, s.outcome, s.seconds) for s in charge[-2:]] == [("retry", "open", 1.0), ("retry", "planned", 1.0)]
+    assert "next attempt at" in charge[-2].label and "(in 1 s)" in charge[-1].label
+    assert chart.seconds == 4.0  # through to the next attempt, all of it within the horizon
     ended = [*RETRY_SLEEP_WAIT, ev(16, 30, "InstanceTerminated")]
     chart = timeline.build(ended, now=T0 + dt.timedelta(seconds=99), terminal=True)
     assert chart.seconds == 30.0  # the axis ends at the last event, not now
@@ -180,3 +186,22 @@ def test_relative_times():
     assert where.relative_text(T0, now=T0 + dt.timedelta(minutes=3, seconds=59)) == "3 min ago"
     assert where.relative_text(T0 + dt.timedelta(hours=2, minutes=1), now=T0) == "in 2 h"
     assert where.relative_text(T0, now=T0 + dt.timedelta(days=5)) == "5 d ago"
+
+
+def test_the_axis_is_drawn_through_to_the_wake_time_and_marks_now():
+    # A sleep of 10 s, 3 s in: the chart ends at the wake time, not at now (issue found: the
+    # timeline stopped at "now" and never showed when the instance wakes).
+    events = RETRY_SLEEP_WAIT[:10]
+    chart = timeline.build(events, now=T0 + dt.timedelta(seconds=8), terminal=False)
+    nap = next(lane for lane in chart.lanes if lane.name == "nap").segments
+    assert [(s.outcome, s.seconds) for s in nap] == [("open", 3.0), ("planned", 7.0)]
+    assert nap[1].end == T0 + dt.timedelta(seconds=15) and "wakes at" in nap[1].label
+    assert chart.end == T0 + dt.timedelta(seconds=15)
+    assert chart.now_pct == round(8 / 15 * 100, 3)
+    assert nap[1].x_pct == chart.now_pct and nap[1].x_pct + nap[1].w_pct == 100.0
+    # Past its wake time (the context not started yet): nothing planned, the axis ends at now.
+    late = timeline.build(events, now=T0 + dt.timedelta(seconds=16), terminal=False)
+    assert [s.outcome for s in late.lanes[-1].segments] == ["open"] and late.end == T0 + dt.timedelta(seconds=16)
+    # An ended instance has no now and nothing planned.
+    ended = timeline.build([*events, ev(11, 9, "InstanceTerminated")], now=T0 + dt.timedelta(seconds=20), terminal=True)
+    assert ended.now_pct is None and all(s.outcome != "planned" for lane in ended.lanes for s in lane.segments)
