@@ -15,7 +15,8 @@ It makes a scratch database on ``TAKOHOST_TEST_DATABASE_URL`` (an admin URL; def
 DurableWorkflow with ``--instances`` instances spread over the seven statuses (one of them with
 a 60-event history (``--history``), 20 steps, 5 inbox events and 300 log lines) and a Space token, starts the API, signs in to the
 console and loads each page; then drops the database. Only the API runs: the pages read, they
-start no work.
+start no work (the instance-count deltas the inserts appended are folded first, as the beat's
+sweep does on a live host).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import sqlalchemy as sa
 
 from bench import scratch
 
-BUDGET_MS = 200.0
+BUDGET_MS = 50.0
 #: Log lines of the detailed instance.
 LOG_LINES = 300
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
@@ -201,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     with scratch.scratch_database("takohost_console_bench") as db_url:
         token, workflow, detailed = _populate(db_url, n=args.instances, history=args.history)
         from models import db as models_db
+        from models import status_counts
 
+        # What the beat's sweep does every few seconds on a live host: fold the count deltas the
+        # inserts appended (only the API runs here).
+        status_counts.compact(database_url=db_url, max_batches=1000)
         with models_db.session_scope(db_url) as session:
             session.execute(sa.text("ANALYZE"))
         models_db.dispose_all()

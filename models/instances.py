@@ -73,6 +73,33 @@ class Instance(Base):
     last_event_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
+class InstanceCount(Base):
+    """How many instances of ``workflow_uid`` have ``status``, as of the last compaction
+    (``models.status_counts``: the count now is this plus the pending ``InstanceCountDelta``
+    rows). Never read alone."""
+
+    __tablename__ = "instance_counts"
+
+    workflow_uid: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    status: Mapped[str] = mapped_column(sa.String(16), primary_key=True)
+    n: Mapped[int] = mapped_column(sa.BigInteger())
+
+
+class InstanceCountDelta(Base):
+    """One change of the instance counts not yet folded into ``InstanceCount``: ``delta``
+    instances more (or fewer) of ``workflow_uid`` with ``status``. Appended by triggers on
+    ``instances`` (migration ``0010_instance_counts``) in the writer's transaction, so a count is
+    exact and no writer waits for another's counter row; folded by ``models.status_counts.compact``."""
+
+    __tablename__ = "instance_count_deltas"
+    __table_args__ = (sa.Index("ix_instance_count_deltas_workflow_uid", "workflow_uid"),)
+
+    pk: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=True)
+    workflow_uid: Mapped[str] = mapped_column(sa.String(36))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    delta: Mapped[int] = mapped_column(sa.BigInteger())
+
+
 class Step(Base):
     """One durable step of an instance, keyed by name (seed: replay is by step name).
 

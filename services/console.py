@@ -2,7 +2,7 @@
 
 The console reads the same rows as the API through the instance, cron and Operation services;
 this module adds the few queries a person browsing a Space needs and the API has no call for:
-instance counts by status of every DurableWorkflow (live, not the periodic ``observed``), an
+instance counts by status of every DurableWorkflow (exact now, ``models.status_counts``, not the periodic ``observed``), an
 instance list newest first filtered by status and id prefix, an instance's own columns (params,
 timestamps) and step rows, and the Space's Operations newest first. Every query is scoped to the
 Space passed in (the caller resolved it from the signed-in token), so nothing of another Space is
@@ -28,6 +28,7 @@ from core import cron
 from models import cron as cron_models
 from models import instances as inst_models
 from models import resources as res_models
+from models import status_counts
 from models import tenant_logs as tenant_log_models
 from models.errors import DomainError
 from services import cron_runs, forms, instance_common, instance_history, operations
@@ -110,14 +111,7 @@ def workflows_txn(session: orm.Session, *, space: str) -> list[WorkflowRow]:
         )
         .order_by(res_models.Resource.name)
     ).all()
-    counts: dict[str, dict[str, int]] = {w.uid: dict.fromkeys(inst_models.STATUSES, 0) for w in workflows}
-    if workflows:
-        for uid, status, n in session.execute(
-            sa.select(inst_models.Instance.workflow_uid, inst_models.Instance.status, sa.func.count())
-            .where(inst_models.Instance.workflow_uid.in_(list(counts)))
-            .group_by(inst_models.Instance.workflow_uid, inst_models.Instance.status)
-        ):
-            counts[uid][status] = n
+    counts = status_counts.counts_txn(session, workflow_uids=[w.uid for w in workflows])
     return [
         WorkflowRow(
             uid=w.uid,
@@ -236,15 +230,9 @@ def find_instance_txn(session: orm.Session, *, space: str, instance_id: str) -> 
 
 
 def status_counts_txn(session: orm.Session, *, workflow_uid: str) -> dict[str, int]:
-    """Instances of ``workflow_uid`` per status (all seven, zeros included)."""
-    counts = dict.fromkeys(inst_models.STATUSES, 0)
-    for status, n in session.execute(
-        sa.select(inst_models.Instance.status, sa.func.count())
-        .where(inst_models.Instance.workflow_uid == workflow_uid)
-        .group_by(inst_models.Instance.status)
-    ):
-        counts[status] = n
-    return counts
+    """Instances of ``workflow_uid`` per status (all seven, zeros included; exact, maintained by
+    ``models.status_counts``, not counted)."""
+    return status_counts.counts_txn(session, workflow_uids=[workflow_uid])[workflow_uid]
 
 
 def instance_page_txn(
@@ -289,9 +277,14 @@ def instance_page_txn(
     if prefix:
         prefix = instance_common.id_or_error(prefix[:MAX_PREFIX], what="id prefix")
         raw = prefix.encode("utf-8")
-        # Ids are stored as UTF-8 bytes: a byte prefix is a character prefix.
+        # Ids are stored as UTF-8 bytes: a byte prefix is a character prefix, and the ids with it
+        # are a range of the (workflow_uid, instance_id) index: raw <= id < raw with its last byte
+        # + 1 (UTF-8 has no 0xFF byte, so that never overflows). A rare prefix reads its few rows,
+        # not every instance of the workflow.
+        after = raw[:-1] + bytes([raw[-1] + 1])
         query = query.where(
-            sa.func.substring(table.c.instance_id, 1, len(raw)) == sa.literal(raw, sa.LargeBinary)
+            table.c.instance_id >= sa.literal(raw, sa.LargeBinary),
+            table.c.instance_id < sa.literal(after, sa.LargeBinary),
         )
     if page_token:
         us, pk = decode_token(page_token, shape=(int, int))

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from models import db as models_db
-from models import instances as inst_models
 from models import resources as res_models
+from models import status_counts
 from services import forms
 
 log = logging.getLogger(__name__)
@@ -39,15 +39,7 @@ def observe_workflow_txn(session: orm.Session, *, workflow: res_models.Resource,
     """A DurableWorkflow's ``observed``: ``{"ready": ready, "instanceCounts": {status: n}}`` with all
     seven statuses (docs/spec/durable-workflow.md#dw-resource "確認済みならready:booleanと…instanceCounts"). Runs in the caller's
     transaction; ``ready`` is decided by the caller (every weighted Version exports the class)."""
-    counts = dict.fromkeys(inst_models.STATUSES, 0)
-    rows = session.execute(
-        sa.select(inst_models.Instance.status, sa.func.count())
-        .where(inst_models.Instance.workflow_uid == workflow.uid)
-        .group_by(inst_models.Instance.status)
-    ).all()
-    for status_name, count in rows:
-        if status_name in counts:
-            counts[status_name] = count
+    counts = status_counts.counts_txn(session, workflow_uids=[workflow.uid])[workflow.uid]
     return {"ready": bool(ready), "instanceCounts": counts}
 
 

@@ -275,18 +275,11 @@ class HostStateCollector:
             pass
 
     def _count_by_status(self) -> dict[str, int]:
-        import sqlalchemy as sa
-
         from models import db as models_db
-        from models import instances as inst_models
+        from models import status_counts
 
-        counts = dict.fromkeys(inst_models.STATUSES, 0)
         with models_db.session_scope(self.settings.database_url) as session:
-            for status, count in session.execute(
-                sa.select(inst_models.Instance.status, sa.func.count()).group_by(inst_models.Instance.status)
-            ):
-                counts[status] = count
-        return counts
+            return status_counts.totals_txn(session)
 
     def _queue_depth(self) -> int:
         from services import redis_client

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from core import config
 from models import db as models_db
 from models import instances as inst_models
+from models import status_counts
 from services import dispatch, instance_stop, leases, retention, workflow_observer
 from workers.engine import lease as lease_mod
 
@@ -131,10 +132,11 @@ def finish_terminations(*, now: dt.datetime, settings: config.Settings) -> int:
 
 
 def housekeeping(*, now: dt.datetime) -> int:
-    """Retention purge and DurableWorkflow observation (see the module doc); returns how many rows
-    were purged or re-observed. Logs and swallows the failure of either."""
+    """Retention purge, the fold of instance-count deltas (``models.status_counts.compact``) and
+    DurableWorkflow observation (see the module doc); returns how many rows were purged, folded
+    or re-observed. Logs and swallows the failure of each."""
     done = 0
-    for duty in (retention.purge_retired, workflow_observer.refresh):
+    for duty in (retention.purge_retired, status_counts.compact, workflow_observer.refresh):
         try:
             done += duty(now=now)
         except Exception:  # noqa: BLE001 - the next sweep tries again
