@@ -435,6 +435,38 @@ def test_logs_show_the_newest_lines_follow_live_filter_and_page_back(stack, brow
     assert browser.execute_script("return window.__stay;") == marker
 
 
+def test_a_live_redraw_keeps_the_readers_focus_and_scroll(stack, browser, ops):
+    # Before, every live redraw replaced the live part wholesale: the focused timeline bar lost
+    # focus and the logs panel jumped back to its newest line while the reader was reading above.
+    from selenium.webdriver.common.by import By
+
+    ops.start("ops-flow", "reader", {"chatty": 200, "ticks": 40})
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=reader")
+    _wait(lambda: "tick 1" in _text(browser, "[data-testid=logs]"), timeout=45, what="the ticks print")
+    browser.execute_script("document.querySelector('[data-testid=logs]').scrollTop = 40;")
+    bar = browser.find_element(By.CSS_SELECTOR, ".lane[data-lane=talk] rect.seg")
+    browser.execute_script("arguments[0].focus();", bar)
+    version = browser.execute_script("return document.getElementById('live').getAttribute('data-version');")
+    for _ in range(2):  # two redraws, each with new lines
+        _wait(lambda v=version: browser.execute_script(
+            "return document.getElementById('live').getAttribute('data-version');") != v,
+            timeout=20, what="a live redraw")
+        version = browser.execute_script("return document.getElementById('live').getAttribute('data-version');")
+    assert browser.execute_script("return document.querySelector('[data-testid=logs]').scrollTop;") == 40
+    focused = browser.execute_script(
+        "var a = document.activeElement; var l = a.closest('[data-lane]');"
+        " return [a.tagName.toLowerCase(), a.getAttribute('data-kind'), l && l.getAttribute('data-lane')];")
+    assert focused == ["rect", "attempt", "talk"], focused
+    # Scrolled back to the bottom, the panel follows the newest line again.
+    browser.execute_script("var p = document.querySelector('[data-testid=logs]'); p.scrollTop = p.scrollHeight;")
+    _wait(lambda: "tick 12" in _text(browser, "[data-testid=logs]"), timeout=30, what="more ticks")
+    at_bottom = browser.execute_script(
+        "var p = document.querySelector('[data-testid=logs]'); return p.scrollHeight - p.scrollTop - p.clientHeight;")
+    assert at_bottom < 4, at_bottom
+    assert ops.session.post(f"{ops.instances('ops-flow')}/reader/terminate").status_code == 200
+
+
 def test_instance_lists_are_live_with_columns_filters_and_positions(stack, browser, ops):
     from selenium.webdriver.common.by import By
 

@@ -4,12 +4,71 @@
 
 (function () {
   // Live: while the instance is not terminal, ask every data-poll-ms whether it changed
-  // (204: no), and swap in the new live part when it did. Focus inside it is kept by id.
-  // The logs panel shows its newest line (the bottom) unless the reader scrolled up in it.
+  // (204: no), and swap in the new live part when it did. What the reader was at survives the
+  // swap: the focused element (by id, else by its place among the focusable elements of its
+  // lane or of the live part), each scrolled panel's position, the page's scroll and the open
+  // <details>. The logs panel shows its newest line (the bottom) unless the reader scrolled up.
+  var FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]";
   function follow(root) {
     Array.prototype.forEach.call(root.querySelectorAll("pre[data-follow]"), function (pre) {
       pre.scrollTop = pre.scrollHeight;
     });
+  }
+
+  function indexIn(scope, el) {
+    return Array.prototype.indexOf.call(scope.querySelectorAll(FOCUSABLE), el);
+  }
+
+  function remember(live) {
+    var state = {focus: null, panels: [], x: window.scrollX, y: window.scrollY};
+    var active = document.activeElement;
+    if (active && active !== live && live.contains(active)) {
+      var lane = active.closest("[data-lane]");
+      state.focus = {
+        id: active.id || null,
+        lane: lane ? lane.getAttribute("data-lane") : null,
+        index: indexIn(lane || live, active)
+      };
+    }
+    Array.prototype.forEach.call(live.querySelectorAll("pre, .scroll"), function (panel, i) {
+      var bottom = panel.scrollHeight - panel.scrollTop - panel.clientHeight < 4;
+      state.panels.push({key: panelKey(panel, i), top: panel.scrollTop, bottom: bottom,
+                         follows: panel.hasAttribute("data-follow")});
+    });
+    return state;
+  }
+
+  // A panel is known by its test id or label (stable when other panels come or go), else its place.
+  function panelKey(panel, i) {
+    return panel.getAttribute("data-testid") || panel.getAttribute("aria-label") || "#" + i;
+  }
+
+  function restore(live, state) {
+    var panels = {};
+    Array.prototype.forEach.call(live.querySelectorAll("pre, .scroll"), function (panel, i) {
+      panels[panelKey(panel, i)] = panel;
+    });
+    state.panels.forEach(function (p) {
+      var panel = panels[p.key];
+      if (!panel) { return; }
+      panel.scrollTop = (p.follows && p.bottom) ? panel.scrollHeight : p.top;
+    });
+    var f = state.focus;
+    if (f) {
+      var target = f.id ? document.getElementById(f.id) : null;
+      if (!target) {
+        var scope = live;
+        if (f.lane !== null) {
+          scope = Array.prototype.filter.call(live.querySelectorAll("[data-lane]"), function (l) {
+            return l.getAttribute("data-lane") === f.lane;
+          })[0] || live;
+        }
+        var all = scope.querySelectorAll(FOCUSABLE);
+        target = all[Math.min(f.index, all.length - 1)] || null;
+      }
+      if (target && typeof target.focus === "function") { target.focus({preventScroll: true}); }
+    }
+    window.scrollTo(state.x, state.y);
   }
 
   function startLive(live) {
@@ -34,12 +93,13 @@
           if (!data) { return; }
           var openDetails = Array.prototype.map.call(live.querySelectorAll("details[open] > summary"),
                                                      function (s) { return s.textContent; });
+          var state = remember(live);
           live.innerHTML = data.html;
           Array.prototype.forEach.call(live.querySelectorAll("details > summary"), function (s) {
             if (openDetails.indexOf(s.textContent) >= 0) { s.parentNode.open = true; }
           });
           live.setAttribute("data-version", data.v);
-          follow(live);
+          restore(live, state);
           live.setAttribute("data-terminal", data.terminal ? "true" : "false");
           if (data.terminal) {  // an ended instance takes no actions: say so instead of the forms
             Array.prototype.forEach.call(document.querySelectorAll(".action-forms"), function (f) { f.hidden = true; });
