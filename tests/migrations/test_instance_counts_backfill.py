@@ -4,13 +4,11 @@
 
 from __future__ import annotations
 
-import uuid
-
 import sqlalchemy as sa
-from alembic.script import ScriptDirectory
 
 from models import migrate, status_counts
 from models.instances import STATUSES
+from tests.migrations.conftest import revision_before
 
 BEFORE_SQL = """
 INSERT INTO instances (workflow_uid, space, instance_id, status, epoch, step_count, next_event_id, next_sequence,
@@ -22,12 +20,6 @@ FROM generate_series(1, 500) AS i;
 """
 
 
-def _revision_before(url: str) -> str:
-    scripts = ScriptDirectory.from_config(migrate.alembic_config(url))
-    [script] = [s for s in scripts.walk_revisions() if s.revision.endswith("_instance_counts")]
-    return script.down_revision
-
-
 def _recount(conn, uid: str) -> dict[str, int]:
     counts = dict.fromkeys(STATUSES, 0)
     for status, n in conn.execute(
@@ -37,44 +29,29 @@ def _recount(conn, uid: str) -> dict[str, int]:
     return counts
 
 
-def test_the_counts_are_backfilled_and_kept(db_url):
+def test_the_counts_are_backfilled_and_kept(empty_database):
     from sqlalchemy import orm
 
-    from tests.conftest import ADMIN_URL
-
-    name = f"takohost_counts_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        migrate.upgrade(url, _revision_before(url))
-        with engine.begin() as conn:
-            conn.exec_driver_sql(BEFORE_SQL.replace("%", "%%"))
-        migrate.upgrade(url)
-        with orm.Session(engine) as session:
-            read = status_counts.counts_txn(session, workflow_uids=["w1", "w2", "none"])
-            assert read["w1"] == _recount(session, "w1") and read["w2"] == _recount(session, "w2")
-            assert sum(read["w1"].values()) == 334 and read["none"] == dict.fromkeys(STATUSES, 0)
-            # and the triggers keep them: a multi-row update, a delete, an insert
-            session.execute(sa.text("UPDATE instances SET status = 'complete' WHERE status IN ('queued', 'running')"))
-            session.execute(sa.text("DELETE FROM instances WHERE status = 'errored' AND workflow_uid = 'w2'"))
-            session.commit()
-            read = status_counts.counts_txn(session, workflow_uids=["w1", "w2"])
-            assert read["w1"] == _recount(session, "w1") and read["w2"] == _recount(session, "w2")
-            assert read["w1"]["queued"] == 0 and read["w2"]["errored"] == 0
-        assert status_counts.compact(database_url=url) > 0
-        with orm.Session(engine) as session:
-            read = status_counts.counts_txn(session, workflow_uids=["w1", "w2"])
-            assert read["w1"] == _recount(session, "w1") and read["w2"] == _recount(session, "w2")
-            assert session.scalar(sa.text("SELECT count(*) FROM instance_count_deltas")) == 0
-            # No zero row is kept.
-            assert session.scalar(sa.text("SELECT count(*) FROM instance_counts WHERE n = 0")) == 0
-    finally:
-        engine.dispose()
-        from models import db as models_db
-
-        models_db.dispose_all()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    url, engine = empty_database
+    migrate.upgrade(url, revision_before(url, "_instance_counts"))
+    with engine.begin() as conn:
+        conn.exec_driver_sql(BEFORE_SQL.replace("%", "%%"))
+    migrate.upgrade(url)
+    with orm.Session(engine) as session:
+        read = status_counts.counts_txn(session, workflow_uids=["w1", "w2", "none"])
+        assert read["w1"] == _recount(session, "w1") and read["w2"] == _recount(session, "w2")
+        assert sum(read["w1"].values()) == 334 and read["none"] == dict.fromkeys(STATUSES, 0)
+        # and the triggers keep them: a multi-row update and a delete
+        session.execute(sa.text("UPDATE instances SET status = 'complete' WHERE status IN ('queued', 'running')"))
+        session.execute(sa.text("DELETE FROM instances WHERE status = 'errored' AND workflow_uid = 'w2'"))
+        session.commit()
+        read = status_counts.counts_txn(session, workflow_uids=["w1", "w2"])
+        assert read["w1"] == _recount(session, "w1") and read["w2"] == _recount(session, "w2")
+        assert read["w1"]["queued"] == 0 and read["w2"]["errored"] == 0
+    assert status_counts.compact(database_url=url) > 0
+    with orm.Session(engine) as session:
+        read = status_counts.counts_txn(session, workflow_uids=["w1", "w2"])
+        assert read["w1"] == _recount(session, "w1") and read["w2"] == _recount(session, "w2")
+        assert session.scalar(sa.text("SELECT count(*) FROM instance_count_deltas")) == 0
+        # No zero row is kept.
+        assert session.scalar(sa.text("SELECT count(*) FROM instance_counts WHERE n = 0")) == 0

@@ -4,12 +4,10 @@ keep it exact after."""
 
 from __future__ import annotations
 
-import uuid
-
 import sqlalchemy as sa
-from alembic.script import ScriptDirectory
 
 from models import migrate
+from tests.migrations.conftest import revision_before
 
 BEFORE_SQL = """
 INSERT INTO spaces (name, created_at) VALUES ('a', now()), ('b', now());
@@ -31,40 +29,20 @@ SELECT pk, 1, now(), 1, 'stdout', 'héllo!' FROM instances WHERE instance_id = '
 """
 
 
-def _quota_revision(url: str) -> str:
-    """The revision before the one that creates ``space_usage`` (found by its name, so that a
-    re-chained history still finds it)."""
-    scripts = ScriptDirectory.from_config(migrate.alembic_config(url))
-    [script] = [s for s in scripts.walk_revisions() if s.revision.endswith("_space_quotas")]
-    return script.down_revision
-
-
-def test_the_counters_are_backfilled_from_what_the_spaces_hold(db_url):
-    from tests.conftest import ADMIN_URL
-
-    name = f"takohost_usage_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        migrate.upgrade(url, _quota_revision(url))
-        with engine.begin() as conn:
-            conn.exec_driver_sql(BEFORE_SQL.replace("%", "%%"))
-        migrate.upgrade(url)
-        with engine.begin() as conn:
-            rows = conn.execute(
-                sa.text("SELECT space, live_instances, stored_events, log_bytes, version_code_bytes FROM space_usage")
-            ).all()
-            assert sorted(map(tuple, rows)) == [("a", 1, 4, 5 + 64, 5), ("b", 1, 0, 7 + 64, 0)]
-            # and the triggers keep them: i1 completes and consumes its inbox, i3 is deleted
-            conn.execute(sa.text("UPDATE instances SET status = 'complete', inbox_count = 0 WHERE instance_id = 'i1'"))
-            conn.execute(sa.text("UPDATE instances SET log_bytes = 0 WHERE instance_id = 'i3'"))  # b: 71 → 0
-            conn.execute(sa.text("DELETE FROM instances WHERE instance_id = 'i3'"))
-            rows = conn.execute(sa.text("SELECT space, live_instances, stored_events, log_bytes FROM space_usage")).all()
-            assert sorted(map(tuple, rows)) == [("a", 0, 1, 5 + 64), ("b", 0, 0, 0)]
-    finally:
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+def test_the_counters_are_backfilled_from_what_the_spaces_hold(empty_database):
+    url, engine = empty_database
+    migrate.upgrade(url, revision_before(url, "_space_quotas"))
+    with engine.begin() as conn:
+        conn.exec_driver_sql(BEFORE_SQL.replace("%", "%%"))
+    migrate.upgrade(url)
+    with engine.begin() as conn:
+        rows = conn.execute(
+            sa.text("SELECT space, live_instances, stored_events, log_bytes, version_code_bytes FROM space_usage")
+        ).all()
+        assert sorted(map(tuple, rows)) == [("a", 1, 4, 5 + 64, 5), ("b", 1, 0, 7 + 64, 0)]
+        # and the triggers keep them: i1 completes and consumes its inbox, i3 is deleted
+        conn.execute(sa.text("UPDATE instances SET status = 'complete', inbox_count = 0 WHERE instance_id = 'i1'"))
+        conn.execute(sa.text("UPDATE instances SET log_bytes = 0 WHERE instance_id = 'i3'"))  # b: 71 → 0
+        conn.execute(sa.text("DELETE FROM instances WHERE instance_id = 'i3'"))
+        rows = conn.execute(sa.text("SELECT space, live_instances, stored_events, log_bytes FROM space_usage")).all()
+        assert sorted(map(tuple, rows)) == [("a", 0, 1, 5 + 64), ("b", 0, 0, 0)]
