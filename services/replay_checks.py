@@ -10,7 +10,7 @@ share) replays the Version in the sandbox against every live instance of the Wor
 DurableWorkflows and writes the outcome to ``observed.replayCheck`` (:func:`record_txn`), progress
 to the Operation meanwhile (:func:`progress_txn`, shown as the Operation's ``progress``).
 
-:func:`gate_txn` is the server-side deploy gate (``TAKOHOST_DEPLOY_REPLAY_GATE=1``): an update of a
+:func:`gate_txn` is the server-side deploy gate (``TAKOHOST_DEPLOY_REPLAY_GATE``, for the WorkerDeployments that opt in): an update of a
 WorkerDeployment that adds weight to a Version without a passed check is ``409
 replay_check_failed``. A passed check proves no incompatibility with the histories it replayed;
 it never proves compatibility in general (docs/spec/durable-workflow.md: "Hostは…その互換性を一般に証明できない").
@@ -60,9 +60,29 @@ class Target:
     status: str
 
 
-def gate_enabled() -> bool:
-    """``TAKOHOST_DEPLOY_REPLAY_GATE`` is ``1`` (README settings): the server-side deploy gate."""
-    return os.environ.get("TAKOHOST_DEPLOY_REPLAY_GATE", "") in ("1", "true", "yes")
+def gate_applies(setting: str, *, space: str, deployment: str) -> bool:
+    """Whether the server-side deploy gate covers WorkerDeployment ``deployment`` (its name) of
+    ``space``, by the value of ``TAKOHOST_DEPLOY_REPLAY_GATE`` (docs/operations.md settings):
+
+    - empty or ``0``/``false``/``no``: no Deployment (the default);
+    - ``1``/``true``/``yes``/``*``: every Deployment;
+    - otherwise a comma-separated list of ``SPACE/DEPLOYMENT`` entries, ``SPACE/*`` for every
+      Deployment of one Space: the Deployments that opt in (the WorkerDeployment Form has no field
+      for it, docs/spec/worker-forms.md#wf-deployment, so the opt-in is the operator's setting).
+
+    Pure: no I/O."""
+    value = setting.strip()
+    if value.lower() in ("", "0", "false", "no"):
+        return False
+    if value.lower() in ("1", "true", "yes", "*"):
+        return True
+    entries = {entry.strip() for entry in value.split(",") if entry.strip()}
+    return f"{space}/{deployment}" in entries or f"{space}/*" in entries
+
+
+def gate_enabled(*, space: str, deployment: str) -> bool:
+    """:func:`gate_applies` with the process's ``TAKOHOST_DEPLOY_REPLAY_GATE``."""
+    return gate_applies(os.environ.get("TAKOHOST_DEPLOY_REPLAY_GATE", ""), space=space, deployment=deployment)
 
 
 def instance_timeout_s() -> float:
@@ -184,7 +204,7 @@ def record_txn(session: orm.Session, *, version: res_models.Resource, check: dic
 
 
 def gate_txn(session: orm.Session, *, deployment: res_models.Resource, spec: dict) -> None:
-    """The server-side deploy gate (when :func:`gate_enabled`): every Version whose weight grows
+    """The server-side deploy gate (when :func:`gate_enabled` for this Deployment): every Version whose weight grows
     from ``deployment``'s current spec to ``spec`` must have a passed ``observed.replayCheck`` of
     its current generation's code (a check is dropped when the Version is re-validated).
 
@@ -192,7 +212,7 @@ def gate_txn(session: orm.Session, *, deployment: res_models.Resource, spec: dic
         DomainError: ``replay_check_failed`` (409), ``details``: ``{"version", "reason": "missing"
             | "failed", "totals"?}``.
     """
-    if not gate_enabled():
+    if not gate_enabled(space=deployment.space, deployment=deployment.name):
         return
     before = {v["version"]["resourceUid"]: v["weight"] for v in (deployment.spec or {}).get("versions", [])}
     for entry in spec.get("versions", []):

@@ -134,3 +134,21 @@ def test_the_server_side_gate_refuses_weight_for_a_missing_or_failed_check(db_ur
     assert settle(accepted.get_json()["id"])["state"] == "succeeded"
     monkeypatch.delenv("TAKOHOST_DEPLOY_REPLAY_GATE")  # off (the default): no check needed
     assert _allocate(client, space, token, live, renamed).status_code == 202
+
+
+def test_a_deployment_opts_in_to_the_gate_by_name(db_url, client, space_token, live, monkeypatch):
+    """``TAKOHOST_DEPLOY_REPLAY_GATE=SPACE/DEPLOYMENT,…``: only the Deployments listed (or a
+    Space's ``SPACE/*``) are gated; another Deployment's name or another Space's leaves it open."""
+    space, token = space_token
+    name = client.get(f"/v2/spaces/{space}/resources/{live.deployment}", headers=headers(token, None)).get_json()["name"]
+    renamed = workflows.add_version(db_url, space=space, worker=live.worker, source=FLOW.replace('"fetch"', '"load"'), class_names=["Flow"])
+    _check(client, space, token, renamed)
+    for listed in (f"{space}/{name}", f"other/{name},{space}/*"):
+        monkeypatch.setenv("TAKOHOST_DEPLOY_REPLAY_GATE", listed)
+        refused = _allocate(client, space, token, live, renamed)
+        assert refused.status_code == 409, listed
+        assert refused.get_json()["error"]["details"]["reason"] == "failed"
+    monkeypatch.setenv("TAKOHOST_DEPLOY_REPLAY_GATE", f"{space}/not-{name},other/{name}")
+    accepted = _allocate(client, space, token, live, renamed)
+    assert accepted.status_code == 202
+    assert settle(accepted.get_json()["id"])["state"] == "succeeded"
