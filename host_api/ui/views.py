@@ -76,6 +76,9 @@ HISTORY_SHOWN = 200
 HISTORY_PAGE = 500
 #: Step lanes drawn in the timeline (the most recent steps; the table below lists every segment).
 MAX_LANES = 60
+#: Failed attempts listed under "Attempt errors" on the instance page (the newest; the history
+#: lists them all).
+ATTEMPT_ERRORS_SHOWN = 50
 #: Notices after a successful action (Post/Redirect/Get), by the ``done`` query value.
 NOTICES = {"event": "Event sent.", "terminate": "Instance terminated.", "start": "Instance started."}
 
@@ -395,6 +398,7 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
     if in_flight is not None:
         console_timeline.add_in_flight(chart, name=in_flight["name"], attempt=in_flight["attempt"],
                                        since=in_flight["since"], now=now)
+    failures = console_where.attempt_errors(events)
     version = console.page_version(detail["status"], detail["nextEventId"], detail["inboxCount"], detail["stopping"],
                                    log_tail["latestSeq"])
     return {
@@ -410,6 +414,8 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
         "inbox": inbox,
         "timeline": chart,
         "traceback": _traceback(events),
+        "attempt_errors": failures[-ATTEMPT_ERRORS_SHOWN:],
+        "attempt_errors_total": len(failures),
         "diverged": divergence.divergence_text(events),
         "where": console_where.where_text(progress) if progress else None,
         "in_flight": in_flight,

@@ -97,3 +97,27 @@ def traceback_text(error: dict) -> str | None:
     if kind or message:
         lines.append(f"{kind}: {message}" if kind and message else str(kind or message))
     return "\n".join(lines)
+
+
+def attempt_errors(events: list[dict]) -> list[dict]:
+    """Every failed ``step.do`` attempt in the history ``events`` (oldest first), for the instance
+    page's "Attempt errors" list: ``{"name", "attempt", "type", "message", "at"`` (the
+    ``StepAttemptFailed`` event's RFC 3339 timestamp), ``"retryAt"`` (the next attempt's time, or
+    None), ``"final"`` (the step failed for good with this attempt: a ``StepFailed`` follows) and
+    ``"traceback"`` (text, or None)``}``, oldest first."""
+    found: list[dict] = []
+    for event in events:
+        attrs = event.get("attributes") or {}
+        kind = event.get("eventType")
+        if kind == "StepAttemptFailed" and isinstance(attrs.get("name"), str):
+            error = attrs.get("error") if isinstance(attrs.get("error"), dict) else {}
+            found.append({
+                "name": attrs["name"], "attempt": attrs.get("attempt"), "type": error.get("type") or "Error",
+                "message": error.get("message") or "", "at": event.get("eventTimestamp"),
+                "retryAt": attrs.get("retryAt"), "final": False, "traceback": traceback_text(error),
+            })
+        elif kind == "StepFailed":
+            last = next((e for e in reversed(found) if e["name"] == attrs.get("name")), None)
+            if last is not None and last["retryAt"] is None:
+                last["final"] = True
+    return found

@@ -55,6 +55,11 @@ class Ops:
             step.do("ticking", tick)
         if p.get("slow"):
             step.do("slow step", lambda: time.sleep(p["slow"]))
+        if p.get("flaky"):
+            def reserve():
+                raise RuntimeError("no stock for <b>%s</b>" % p["flaky"])
+
+            step.do("reserve", reserve, {"maxAttempts": 3, "initialDelaySeconds": 1})
         return step.wait_for_event("go", {"type": "go", "timeoutSeconds": 3600})
 
 
@@ -287,6 +292,37 @@ def test_a_step_in_flight_relative_times_and_visible_failures(stack, browser, op
     assert failed.rect["width"] >= 0.014 * track.rect["width"] and failed.rect["width"] >= 8, failed.rect
 
 
+def test_attempt_errors_are_listed_without_a_hover_or_click(stack, browser, ops):
+    # Before, a failed attempt's error showed only in a timeline bar's tooltip (hover or focus) and
+    # in a closed "Timeline as a table"; only the newest traceback was on the page.
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    ops.start("ops-flow", "flaky-1", {"flaky": "TEA-01"})
+    ops.wait("ops-flow", "flaky-1", "errored", timeout=60)
+    _sign_in(browser, ops)
+    browser.get(f"{ops.url}/ui/workflows/ops-flow/instance?id=flaky-1")
+    panel = browser.find_element(By.CSS_SELECTOR, "[data-testid=attempt-errors]")
+    assert panel.is_displayed()
+    items = panel.find_elements(By.CSS_SELECTOR, "li[data-attempt]")
+    assert [(li.get_attribute("data-step"), li.get_attribute("data-attempt")) for li in items] == [
+        ("reserve", "1"), ("reserve", "2"), ("reserve", "3")]
+    for n, li in enumerate(items, start=1):
+        text = li.text  # WebDriver's text is what is rendered visible: nothing hidden counts
+        assert li.is_displayed() and text.startswith(f"“reserve” attempt {n}"), text
+        assert "RuntimeError: no stock for <b>TEA-01</b>" in text, text  # escaped text, not markup
+        stamp = li.find_element(By.CSS_SELECTOR, "time")
+        assert stamp.is_displayed() and re.fullmatch(r"just now|\d+ s ago", stamp.text), stamp.text
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", stamp.get_attribute("title"))
+        error = li.find_element(By.CSS_SELECTOR, "[data-testid=attempt-error]")
+        assert browser.execute_script("return arguments[0].closest('details') === null;", error)
+    assert "next attempt" in items[0].text and "failed for good" in items[2].text, (items[0].text, items[2].text)
+    assert browser.execute_script("return document.querySelectorAll('[data-testid=attempt-errors] b').length") == 0
+    # Each attempt's traceback is one click away, not only the newest.
+    assert len(panel.find_elements(By.CSS_SELECTOR, "details pre.traceback")) == 3
+
+
 def test_a_replay_divergence_is_flagged(stack, browser, ops):
     ops.start("ops-flow", "dice", {"random": True})
     ops.wait("ops-flow", "dice", "waiting")
@@ -342,6 +378,53 @@ def test_cron_next_matches_last_outcome_lateness_and_unknown_runs(stack, browser
     skipped_at = (day - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert requests.get(f"{ops.url}/ui/triggers/{ops.trigger_uid}/run?t={skipped_at}", cookies=cookies,
                         timeout=10).status_code == 200
+
+
+def test_empty_states_say_what_starts_the_thing(stack, browser, ops):
+    # A Space of its own, with nothing in it yet: each empty page names what fills it.
+    space = "ops-empty"
+    with models_db.session_scope(stack.db_url) as session:
+        token = tokens.create_token_txn(session, space=space)
+    api = requests.Session()
+    api.headers["Authorization"] = f"Bearer {token}"
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.delete_all_cookies()
+    browser.get(f"{ops.url}/ui/")
+    browser.find_element(By.ID, "token").send_keys(token, Keys.ENTER)
+    _wait(lambda: "/ui/workflows" in browser.current_url, what="signed in")
+    assert "no DurableWorkflow yet. Deploy one: takohost deploy examples/orders" in _text(browser, "main")
+    browser.get(f"{ops.url}/ui/triggers")
+    assert _text(browser, "[data-testid=empty]") == (
+        "This Space has no cron trigger yet. Add a [[triggers]] entry (a name and a cron expression) to takohost.toml"
+        " and a scheduled(event, env, ctx) handler to the worker, then takohost deploy.")
+    browser.get(f"{ops.url}/ui/operations")
+    assert _text(browser, "[data-testid=empty]") == (
+        "No Operation in this Space yet: each create, update and delete of a resource makes one"
+        " (takohost deploy DIR makes several).")
+
+    worker = _create(api, ops.url, space, "ModuleWorker", "idle", {})
+    flow = _create(api, ops.url, space, "DurableWorkflow", "idle-flow", {"worker": {"resourceUid": worker}, "className": "Ops"})
+    version = _create(api, ops.url, space, "WorkerVersion", "idle-v1",
+                      workflows.version_spec(worker=worker, source=textwrap.dedent(SOURCE)))
+    _create(api, ops.url, space, "WorkerDeployment", "idle-live",
+            {"worker": {"resourceUid": worker}, "versions": [{"version": {"resourceUid": version}, "weight": 100}]})
+    made = api.post(f"{ops.url}/v2/spaces/{space}/resources", headers={"Idempotency-Key": "idle-yearly"}, json={
+        "form": workflows.FORM.format("WorkerCronTrigger/0.3.0"), "name": "idle-yearly",
+        "spec": {"worker": {"resourceUid": worker}, "cron": "0 0 1 1 *"}})
+    assert made.status_code == 202, made.text
+    workflows._wait_operation(api, ops.url, space, made.json())
+    browser.get(f"{ops.url}/ui/workflows/idle-flow")
+    assert _text(browser, "[data-testid=empty]") == (
+        "No instance of idle-flow yet. Start one above, with takohost instances create idle-flow --params '{…}',"
+        f" or POST /v2/spaces/{space}/resources/{flow}/instances.")
+    browser.get(f"{ops.url}/ui/triggers/{made.json()['resourceUid']}")
+    runs = _text(browser, "[data-testid=empty]")
+    assert runs.startswith("No match recorded or skipped yet: the first comes at the next match, ") and \
+        runs.endswith("-01-01 00:00:00.000 UTC, while a takohost beat runs."), runs
+    browser.get(f"{ops.url}/ui/operations")
+    assert _text(browser, "[data-testid=empty]") == ""  # the creates above are listed now
 
 
 def _pages(ops) -> list[str]:

@@ -205,3 +205,24 @@ def test_the_axis_is_drawn_through_to_the_wake_time_and_marks_now():
     # An ended instance has no now and nothing planned.
     ended = timeline.build([*events, ev(11, 9, "InstanceTerminated")], now=T0 + dt.timedelta(seconds=20), terminal=True)
     assert ended.now_pct is None and all(s.outcome != "planned" for lane in ended.lanes for s in lane.segments)
+
+
+def test_every_failed_attempt_is_listed_with_what_followed():
+    from host_api.ui import where
+
+    frames = [{"file": "main.py", "line": 7, "function": "charge", "source": "raise RuntimeError('no')"}]
+    events = [
+        *RETRY_SLEEP_WAIT[:4],
+        ev(16, 20, "StepAttemptStarted", name="ship", attempt=1),
+        ev(17, 21, "StepAttemptFailed", name="ship", attempt=1,
+           error={"type": "OSError", "message": "<gone>", "traceback": frames}),
+        ev(18, 21, "StepFailed", name="ship", attempts=1, message="step failed after 1 attempt: OSError: <gone>"),
+        ev(19, 22, "StepAttemptFailed", name="odd", attempt=2, error="not a dict"),
+    ]
+    found = where.attempt_errors(events)
+    assert [(e["name"], e["attempt"], e["type"], e["message"], e["final"]) for e in found] == [
+        ("charge", 1, "RuntimeError", "no", False), ("ship", 1, "OSError", "<gone>", True),
+        ("odd", 2, "Error", "", False)]
+    assert found[0]["retryAt"] == at(4) and found[0]["at"] == RETRY_SLEEP_WAIT[3]["eventTimestamp"]
+    assert found[0]["traceback"] is None and found[1]["traceback"].endswith("OSError: <gone>")
+    assert where.attempt_errors(RETRY_SLEEP_WAIT[4:]) == []
