@@ -13,8 +13,12 @@ Postgres's share is not in it) — and a last line ``{"instances", "budget_ms",
 It makes a scratch database on ``TAKOHOST_TEST_DATABASE_URL`` (an admin URL; default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``), migrates it, inserts one
 DurableWorkflow with ``--instances`` instances spread over the seven statuses (one of them with
-a 60-event history (``--history``), 20 steps, 5 inbox events and 300 log lines) and a Space token, starts the API, signs in to the
-console and loads each page; then drops the database. Only the API runs: the pages read, they
+a 60-event history (``--history``), 20 steps, 5 inbox events and 300 log lines), a
+WorkerCronTrigger with a ``--runs`` ledger (deliveries, failures, skips, started instances; the
+newest run with 100 log lines) and a Space token, starts the API, signs in to the console and
+loads each page (lists: first and second page, one, several and a time range of statuses, id
+prefixes; the instance, its logs, go-to; Operations; cron triggers, one trigger, one run); then
+drops the database. Only the API runs: the pages read, they
 start no work (the instance-count deltas the inserts appended are folded first, as the beat's
 sweep does on a live host).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -41,13 +46,32 @@ import sqlalchemy as sa
 from bench import scratch
 
 BUDGET_MS = 50.0
+#: Runs in the cron trigger's ledger (one every five minutes back from now).
+RUNS = 2000
+#: Log lines of the cron trigger's newest run.
+RUN_LOG_LINES = 100
 #: Log lines of the detailed instance.
 LOG_LINES = 300
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
 
 
-def _populate(url: str, *, n: int, history: int = 60) -> tuple[str, str, str]:
-    """Migrate ``url`` and fill it; returns ``(token, workflow uid, the detailed instance's id)``."""
+@dataclasses.dataclass
+class Populated:
+    """What :func:`_populate` made: the Space token, the workflow, the detailed instance, the
+    cron trigger and the scheduled time of its newest run (as the ledger writes it), and when the
+    instances were created (``first``..``last``)."""
+
+    token: str
+    workflow: str
+    detailed: str
+    trigger: str
+    run_time: str
+    first: dt.datetime
+    last: dt.datetime
+
+
+def _populate(url: str, *, n: int, history: int = 60, runs: int = RUNS) -> Populated:
+    """Migrate ``url`` and fill it (instances, the detailed one, a cron trigger and its ledger)."""
     from models import db as models_db
     from models import instances as inst_models
     from models import migrate, tenant_logs
@@ -119,7 +143,79 @@ def _populate(url: str, *, n: int, history: int = 60) -> tuple[str, str, str]:
             session.add(tenant_logs.TenantLog(instance_pk=instance.pk, seq=q + 1, epoch=1, step=f"step {q % 20}",
                                               attempt=1, stream="stdout", message=f"line {q}: did a thing",
                                               logged_at=t))
-    return token, workflow, detailed
+    trigger, run_time = _populate_cron(url, space=space, worker=worker, workflow=workflow, n=n, runs=runs, now=now)
+    return Populated(token=token, workflow=workflow, detailed=detailed, trigger=trigger, run_time=run_time,
+                     first=now - dt.timedelta(seconds=n), last=now - dt.timedelta(seconds=1))
+
+
+def _populate_cron(
+    url: str, *, space: str, worker: str, workflow: str, n: int, runs: int, now: dt.datetime
+) -> tuple[str, str]:
+    """A WorkerCronTrigger (``*/5 * * * *``) with ``runs`` matches in its ledger, one every five
+    minutes back from ``now``: each with a delivery (every seventh failed, then retried) that
+    started an instance, every tenth a skipped match instead; the newest run has
+    :data:`RUN_LOG_LINES` log lines. Returns ``(trigger uid, the newest run's scheduledTime)``."""
+    from models import cron as cron_models
+    from models import db as models_db
+    from models import resources as res_models
+    from models import tenant_logs
+
+    trigger = str(uuid.uuid4())
+    newest = now.replace(second=0, microsecond=0) - dt.timedelta(minutes=now.minute % 5)
+    with models_db.session_scope(url) as session:
+        session.add(res_models.Resource(
+            uid=trigger, space=space, form="WorkerCronTrigger", name="bench-every-5-min", generation=1,
+            spec={"worker": {"resourceUid": worker}, "cron": "*/5 * * * *"}, observed={}, output={},
+            phase="idle", worker_uid=worker, created_at=now, updated_at=now,
+        ))
+    matches, skips = [], []
+    for k in range(runs):
+        at = newest - dt.timedelta(minutes=5 * k)
+        if k % 10 == 9:
+            skips.append({"trigger_uid": trigger, "cron": "*/5 * * * *", "scheduled_time": at,
+                          "reason": "no beat was running", "recorded_at": at + dt.timedelta(minutes=30)})
+        else:
+            matches.append({"trigger_uid": trigger, "space": space, "worker_uid": worker, "cron": "*/5 * * * *",
+                            "scheduled_time": at, "recorded_at": at + dt.timedelta(milliseconds=40),
+                            "dispatched_at": at + dt.timedelta(milliseconds=60), "state": "done"})
+    with models_db.session_scope(url) as session:
+        if skips:
+            session.execute(sa.insert(cron_models.CronSkip), skips)
+        match_pks = session.scalars(
+            sa.insert(cron_models.CronMatch).returning(cron_models.CronMatch.pk, sort_by_parameter_order=True),
+            matches,
+        ).all() if matches else []
+    deliveries = []
+    for pk, m in zip(match_pks, matches, strict=True):
+        start = m["scheduled_time"] + dt.timedelta(milliseconds=80)
+        if pk % 7 == 0:
+            deliveries.append({"match_pk": pk, "worker_id": "w1:1", "version_uid": worker, "started_at": start,
+                               "finished_at": start + dt.timedelta(seconds=1), "outcome": "failed",
+                               "error": "RuntimeError: the report store said 503"})
+            start += dt.timedelta(seconds=30)
+        deliveries.append({"match_pk": pk, "worker_id": "w1:1", "version_uid": worker, "started_at": start,
+                           "finished_at": start + dt.timedelta(seconds=2), "outcome": "ok", "error": None})
+    with models_db.session_scope(url) as session:
+        delivery_pks = session.scalars(
+            sa.insert(cron_models.CronDelivery).returning(cron_models.CronDelivery.pk, sort_by_parameter_order=True),
+            deliveries,
+        ).all() if deliveries else []
+        started = [
+            {"delivery_pk": pk, "workflow_uid": workflow, "instance_id": f"order-{(n - 1 - i) % n:06d}",
+             "created_at": d["started_at"]}
+            for i, (pk, d) in enumerate(zip(delivery_pks, deliveries, strict=True)) if d["outcome"] == "ok"
+        ]
+        for start in range(0, len(started), 5000):
+            session.execute(sa.insert(cron_models.CronRunInstance), started[start : start + 5000])
+        if delivery_pks:
+            first = delivery_pks[0]  # the newest run's (first) delivery
+            session.execute(sa.insert(tenant_logs.TenantLog), [
+                {"delivery_pk": first, "seq": q + 1, "epoch": None, "stream": "stdout",
+                 "message": f"report line {q}", "logged_at": deliveries[0]["started_at"]}
+                for q in range(RUN_LOG_LINES)
+            ])
+    newest_run = matches[0]["scheduled_time"] if matches else newest
+    return trigger, newest_run.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @contextlib.contextmanager
@@ -191,16 +287,24 @@ def _measure(session: requests.Session, url: str, *, loads: int, group: int, exp
     }
 
 
+def _minute(at: dt.datetime) -> str:
+    """``at`` as a ``datetime-local`` field sends it (UTC, to the minute): the time-range filter's
+    ``from``/``to``."""
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the JSON lines; 1 when a p95 is over the budget."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=int, default=10_000)
     parser.add_argument("--loads", type=int, default=30)
     parser.add_argument("--history", type=int, default=60, help="history events of the detailed instance")
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs in the cron trigger's ledger")
     args = parser.parse_args(argv)
     over = False
     with scratch.scratch_database("takohost_console_bench") as db_url:
-        token, workflow, detailed = _populate(db_url, n=args.instances, history=args.history)
+        made = _populate(db_url, n=args.instances, history=args.history, runs=args.runs)
+        token, workflow, detailed = made.token, made.workflow, made.detailed
         from models import db as models_db
         from models import status_counts
 
@@ -214,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             session = requests.Session()
             signed = session.post(f"{base}/ui/sign-in", data={"token": token}, allow_redirects=False)
             assert signed.status_code == 303, signed.text
+            span = made.last - made.first
+            middle = made.first + span / 2
             first = session.get(f"{base}/ui/workflows/{workflow}").text
             page2 = re.search(r'rel="next" href="[^"]*page=([^&"]+)', first).group(1)
             pages = {
@@ -226,7 +332,14 @@ def main(argv: list[str] | None = None) -> int:
                 "instance": f"{base}/ui/workflows/{workflow}/instance?id={detailed}",
                 "instance_logs": f"{base}/ui/workflows/{workflow}/instance/logs?id={detailed}",
                 "go_to_instance": f"{base}/ui/go?id={detailed}",
+                "instances_multi_status": f"{base}/ui/workflows/{workflow}?status=errored&status=terminated"
+                                          "&status=waiting",
+                "instances_time_range": f"{base}/ui/workflows/{workflow}?from={_minute(middle)}"
+                                        f"&to={_minute(middle + span / 4)}",
                 "operations": f"{base}/ui/operations",
+                "triggers": f"{base}/ui/triggers",
+                "trigger": f"{base}/ui/triggers/{made.trigger}",
+                "trigger_run": f"{base}/ui/triggers/{made.trigger}/run?t={made.run_time}",
             }
             for page, url in pages.items():
                 line = {"page": page, **_measure(session, url, loads=args.loads, group=group)}
