@@ -1,9 +1,9 @@
 """Decide which cron matches of one schedule to record and which to skip (pure, no I/O).
 
-Seed 003: a match the Host could not record in time is skipped, never back-filled or
-accumulated; once recorded, the handler is owed at least one call. docs/spec/cron-trigger.md#cr-runs: a match is
-recorded only while ``now − scheduledTime < 60 s``. The beat applies a ``Plan`` in one
-transaction (``beat.cron_recorder``); everything here takes ``now`` as a parameter.
+docs/spec/cron-trigger.md#cr-match: a match the Host could not record in time is skipped, never back-filled or
+accumulated; once recorded, the handler is owed at least one call (docs/spec/cron-trigger.md#cr-delivery).
+docs/spec/cron-trigger.md#cr-runs: a match is recorded only while ``now − scheduledTime < 60 s``. The beat
+applies a ``Plan`` in one transaction (``beat.cron_recorder``); everything here takes ``now`` as a parameter.
 
 A schedule is a chain of ``Segment``s: each cron expression owns the matches in
 ``(previous segment's end, end]``. An update closes the old segment at the update instant, so

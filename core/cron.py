@@ -11,7 +11,7 @@ fields separated by exactly one space)::
     element := "*" | "*/" NUM | NUM | NUM "-" NUM | NUM "-" NUM "/" NUM
     NUM     := [0-9]+
 
-Decisions where the seed leaves room (documented here, pinned by tests):
+Decisions where the Form leaves room (docs/spec/cron-trigger.md#cr-grammar; documented here, pinned by tests):
 
 * Leading zeros are accepted: ``05`` reads as 5 (it is a plain decimal integer in range).
 * A step may exceed the length of its range as long as it is within 1..field width
@@ -157,7 +157,7 @@ class CronSchedule:
         object.__setattr__(self, "_never", never)
 
     def _day_ok(self, day_of_month: int, day_of_week: int) -> bool:
-        """Seed: both day fields restricted → either may match; one restricted → only it."""
+        """docs/spec/cron-trigger.md#cr-days: both day fields restricted → either may match; one restricted → only it."""
         if self.dom_restricted and self.dow_restricted:
             return day_of_month in self.days_of_month or day_of_week in self.days_of_week
         if self.dom_restricted:

@@ -4,7 +4,7 @@
 the instance's status, its pending step (the steps table: at most one step is pending at a time,
 steps run one after the other), the latest ``ContextStarted`` event of its history, the step attempt
 a context runs right now (published by its worker's heartbeat, at most one lease renewal late) and
-whether a Version can run it now — with the clock passed in. It is a view beside the seed's ``status()``,
+whether a Version can run it now — with the clock passed in. It is a view beside the spec's ``status()``,
 whose shape it never changes (docs/spec/durable-workflow.md#dw-binding), and it adds nothing to the history.
 
 Body (``TypedDict`` :class:`Progress`)::

@@ -8,7 +8,7 @@ becomes :class:`HostUnreachable` (code ``unreachable``).
 Retries: only calls that are safe to repeat are retried, and only when the request did not get
 an answer (connection refused/reset, read timeout): ``GET``s, mutations carrying an
 ``Idempotency-Key`` (the host answers a repeated key with the same Operation, §2.3), ``send_event``
-with a key, and ``terminate`` (idempotent by the seed: "すでにterminalなら成功する").
+with a key, and ``terminate`` (idempotent: terminating a terminal instance succeeds, docs/spec/durable-workflow.md#dw-terminate).
 ``create_instance`` is never retried: a lost answer is resolved by the caller (a repeated create
 with the same id answers ``instance_exists``, docs/spec/durable-workflow.md).
 
@@ -319,7 +319,7 @@ class Client:
     def get_progress(self, workflow_uid: str, instance_id: str) -> dict[str, Any]:
         """``GET …/instances/{id}/progress`` → ``{"status", "activity", "step"?, "retryAt"?,
         "lastError"?, "wakeAt"?, "eventType"?, "timeoutAt"?, "context"?, "reason"?, "message"?}``
-        (README "Observability": where is it)."""
+        (docs/operations.md "Where is it?")."""
         return self._request(
             "GET", self._instances_path(workflow_uid, encode_segment(instance_id), "progress")
         )
@@ -371,7 +371,7 @@ class Client:
     def get_logs(self, workflow_uid: str, instance_id: str, *, page_token: str | None = None) -> dict[str, Any]:
         """``GET …/instances/{id}/logs[?pageToken=]`` → ``{"logs": [{"time", "epoch", "step",
         "attempt", "stream", "message"}], "nextPageToken", "removedLines"}`` (the token is a cursor
-        after the last line, always present; README "Logs")."""
+        after the last line, always present; README "What your code printed, and why it failed")."""
         return self._request(
             "GET",
             self._instances_path(workflow_uid, encode_segment(instance_id), "logs"),

@@ -1,7 +1,7 @@
 """Engine and session factory for workers, beat and the API.
 
 One engine per process and URL; sessions are short and explicit. Helpers that run inside
-a caller's transaction take the session and end in ``_txn`` (STYLE §5).
+a caller's transaction take the session and end in ``_txn`` (docs/spec/house-rules.md#hr-txn).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one root of domain errors shared by services, workers and the API (STYLE §4).
+"""The one root of domain errors shared by services, workers and the API (docs/spec/house-rules.md#hr-errors).
 
 ``code`` is the snake_case code of docs/spec/http-api.md#api-errors; the HTTP layer maps codes to statuses
 in one table (``host_api.errors``). No HTTP knowledge here.

@@ -14,10 +14,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 from models.base import Base, JSONText, ScalarText, UTCDateTime, utcnow
 from takohost.domain import history as domain_history
 
-#: The seed's seven statuses (DW-status), exactly.
+#: The seven statuses of docs/spec/durable-workflow.md#dw-status, exactly.
 STATUSES = ("queued", "running", "sleeping", "waiting", "complete", "errored", "terminated")
 TERMINAL_STATUSES = ("complete", "errored", "terminated")
-#: The seed's five failure reasons, exactly.
+#: The five failure reasons of docs/spec/durable-workflow.md#dw-status, exactly.
 FAILURE_REASONS = (
     "run_threw",
     "step_failed",
@@ -101,7 +101,7 @@ class InstanceCountDelta(Base):
 
 
 class Step(Base):
-    """One durable step of an instance, keyed by name (seed: replay is by step name).
+    """One durable step of an instance, keyed by name (docs/spec/durable-workflow.md#dw-step: replay is by step name).
 
     ``kind`` ∈ do/sleep/wait; ``state`` ∈ pending/succeeded/failed; ``config`` keeps the
     first stored settings (retry policy, seconds, wait type/timeout); ``result`` is SQL NULL
@@ -145,7 +145,7 @@ class HistoryEvent(Base):
 
 
 class InboxEvent(Base):
-    """An accepted, not yet consumed event (seed: sendEvent; docs/spec/http-api.md#api-inst inbox).
+    """An accepted, not yet consumed event (docs/spec/durable-workflow.md#dw-events; docs/spec/http-api.md#api-inst inbox).
 
     ``canonical_bytes`` is the RFC 8785 size of the stored ``{type, payload?}`` that counts
     toward the 1 MiB queue limit.
@@ -184,10 +184,10 @@ class Timer(Base):
 class WorkflowClosure(Base):
     """A DurableWorkflow UID closed for new create/event/wake because its DELETE is purging it.
 
-    Seed 000 (DELETE): "Hostは新規create/event/wakeを閉じ、実行ownerをfenceし…purgeする". The row is
-    written by ``services.instance_stop.purge_workflow`` under an exclusive advisory lock that
-    ``create`` takes shared, so no create can slip in after the close; it is kept after the purge
-    (UIDs are never reused).
+    docs/spec/durable-workflow.md#dw-delete: the host closes new creates, events and wakes, fences the running
+    owner, proves the stop, then purges. The row is written by ``services.instance_stop.purge_workflow`` under
+    an exclusive advisory lock that ``create`` takes shared, so no create can slip in after the close; it is
+    kept after the purge (UIDs are never reused).
     """
 
     __tablename__ = "workflow_closures"

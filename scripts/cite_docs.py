@@ -11,6 +11,10 @@ Usage:
     scripts/cite_docs.py [ROOT]          rewrite the files under ROOT (default: the repository)
     scripts/cite_docs.py --check [ROOT]  list the citations left; exit 1 when there is any
 
+``--check`` also reports forms no table maps, for a person to rewrite: any ``Seed NNN``, a
+``seed: "…"`` quote or ``(seed …)``, "the seed's …" / "the seed says" / "by the seed",
+``STYLE §N`` (now docs/spec/house-rules.md#hr-…) and ``ANCHORS.md`` (now docs/performance.md).
+
 A line holding ``cite-docs: ignore`` is left alone (e.g. a test that looks for the old words).
 Exit codes: 0 nothing left (or rewritten), 1 ``--check`` found citations, 2 bad usage.
 """
@@ -139,8 +143,35 @@ SEED_RE = re.compile(r"\bseeds?(?:/| )(00[0-4])(?:_[0-9a-f]{16}\.txt)?")
 ISSUE_RE = re.compile(r"\b[Ii]ssue (\d{1,5})((?:,? items? \d+(?:(?:, | and |–|-)\d+)*))?")
 OUTSIDE_RE = re.compile(r"/work/shared/|\bspec/seeds\b")
 
+# Forms of citation that only ``--check`` reports (no table maps them: a person picks the anchor).
+#: ``Seed 000``, ``seed 003``, ``seeds/002``: any case, any three-digit seed.
+SEED_NUMBER_RE = re.compile(r"\bseeds?(?:/| )\d{3}\b", re.IGNORECASE)
+#: ``seed: "…"`` (a quote of a seed text) and ``(seed 000 …)`` / ``(seed: the rule …)``; not a
+#: parameter such as ``writer(seed: int)``.
+SEED_QUOTE_RE = re.compile(r"\bseed:\s?[\"“「]|\(seed(?:\s|:\s?\w+\s)", re.IGNORECASE)
+#: "the seed's shape", "the seed says", "by the seed", "Seed: a rule …" (not "the seed of the RNG").
+SEED_PHRASE_RE = re.compile(
+    r"\bthe seed(?:'s|’s|\s(?:says|said|is silent|sets|leaves|gives|asks|requires|allows)\b)"
+    r"|\b(?:by|as in|from|of) the seed\b|(?-i:\bSeed:\s)",
+    re.IGNORECASE,
+)
+#: STYLE.md sections (``STYLE §5``, ``STYLE "one way …"``, ``STYLE.md``): now docs/spec/house-rules.md.
+STYLE_RE = re.compile(r"\bSTYLE(?:\.md\b|(?:'s)?\s?(?:§|[\"“]))")
+#: bench/ANCHORS.md: now docs/performance.md and docs/spec/host-features.md#hf-performance.
+ANCHORS_RE = re.compile(r"\bANCHORS\.md\b")
+
 #: What ``--check`` reports: any citation of a document outside the repository.
-CHECK_RES = (CONTRACT_RE, CONTRACT_BARE_RE, DESIGN_RE, SEED_RE, OUTSIDE_RE)
+CHECK_RES = (
+    CONTRACT_RE,
+    CONTRACT_BARE_RE,
+    DESIGN_RE,
+    SEED_NUMBER_RE,
+    SEED_QUOTE_RE,
+    SEED_PHRASE_RE,
+    STYLE_RE,
+    ANCHORS_RE,
+    OUTSIDE_RE,
+)
 
 IGNORE_MARK = "cite-docs: ignore"
 SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".sh", ".html", ".js", ".css", ".txt", ".ini", ".cfg"}
@@ -219,9 +250,12 @@ def findings(text: str) -> Iterator[tuple[int, str]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if IGNORE_MARK in line:
             continue
+        seen: set[tuple[int, int]] = set()
         for pattern in CHECK_RES:
             for match in pattern.finditer(line):
-                yield number, match.group(0)
+                if match.span() not in seen:
+                    seen.add(match.span())
+                    yield number, match.group(0).strip()
         for match in ISSUE_RE.finditer(line):
             if _issue_is_ours(int(match.group(1))):
                 yield number, match.group(0)

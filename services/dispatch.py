@@ -1,6 +1,6 @@
 """Send Celery messages by task name — the only worker module the API may import.
 
-Callers commit first, then dispatch (STYLE §5): a message never names state that is not
+Callers commit first, then dispatch (docs/spec/house-rules.md#hr-txn): a message never names state that is not
 yet durable. A lost message is harmless: beat sweeps re-dispatch from Postgres. So no function
 here raises: a failed send is logged as a warning and left to the sweep.
 """

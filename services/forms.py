@@ -410,8 +410,9 @@ def live_deployment_txn(session: orm.Session, *, worker_uid: str) -> res_models.
 def allocation_uids(deployment: res_models.Resource) -> list[str]:
     """UIDs weighted by the accepted spec *and* by the applied allocation (``observed.versions``).
 
-    While an allocation update is unfinished both may serve; a check must hold for both (seed
-    000 "有効なDeploymentの現在の配分と、先に受理された未完了の…配分更新の適用予定をそれぞれ調べる").
+    While an allocation update is unfinished both may serve; a check must hold for both
+    (docs/spec/durable-workflow.md#dw-resource: the host looks at the live Deployment's weights and at any
+    accepted, unfinished allocation update).
     """
     uids: list[str] = []
     entries = list(deployment.spec["versions"]) + list((deployment.observed or {}).get("versions", []))
@@ -494,8 +495,8 @@ class Readiness:
         """Why the workflow cannot accept new instances, or ``None`` when it is ready (pure).
 
         Ready only when the Worker has a live Deployment whose *applied* allocation is non-empty
-        and every weighted Version of it is validated and exports the class (README "ready: when
-        new instances are accepted"); the reason names the resources by name and UID."""
+        and every weighted Version of it is validated and exports the class (docs/writing-workflows.md
+        "When a workflow accepts instances"); the reason names the resources by name and UID."""
         if self.deployment is None:
             return (
                 f"its Worker has no Deployment, so no code runs class {self.class_name!r} "

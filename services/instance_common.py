@@ -10,9 +10,9 @@ Shared by ``instances`` (create/get/status/list), ``instance_events`` (sendEvent
   :func:`instance_txn` (``unknown_instance``);
 * :func:`rfc3339`, the time format of every instance answer.
 
-Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Helpers suffixed
-``_txn`` run in the caller's transaction and never commit (STYLE §5). This module must not import
-``workers.engine`` (the API imports it).
+Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Helpers
+suffixed ``_txn`` run in the caller's transaction and never commit (docs/spec/house-rules.md#hr-txn). This
+module must not import ``workers.engine`` (the API imports it).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from takohost.domain import documents, history, identifiers
 
 
 class _Absent:
-    """Marks an optional document that was not given at all (seed: only ``undefined`` is "none")."""
+    """Marks an optional document that was not given at all (docs/spec/durable-workflow.md#dw-doc: only an absent document is "none")."""
 
     def __repr__(self) -> str:
         return "ABSENT"

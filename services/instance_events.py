@@ -1,16 +1,16 @@
 """Events sent to DurableWorkflow instances: sendEvent and the inbox (docs/spec/http-api.md#api-inst, bindings §4.5).
 
-Seed 000 sendEvent: durable acceptance in per-instance order (``sequence``), at most
+docs/spec/durable-workflow.md#dw-events: durable acceptance in per-instance order (``sequence``), at most
 ``MAX_QUEUED_EVENTS`` unconsumed events and ``MAX_QUEUED_BYTES`` canonical bytes of
 ``{type, payload?}`` per instance (``event_queue_full``), and direct delivery to a waiting matching
 wait (which bypasses those limits, is consumed by that wait in the same commit and wakes the
 instance); an ``Idempotency-Key`` replays the first
 answer. :func:`inbox` lists the accepted, unconsumed events.
 
-Every function opens its own session and commits before it dispatches (STYLE §5). The instance row
-is locked ``FOR UPDATE`` and the event accepted in one statement. Domain
-failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC
-datetimes. This module must not import ``workers.engine`` (the API imports it).
+Every function opens its own session and commits before it dispatches (docs/spec/house-rules.md#hr-txn). The
+instance row is locked ``FOR UPDATE`` and the event accepted in one statement. Domain failures are
+``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC datetimes. This
+module must not import ``workers.engine`` (the API imports it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from services.telemetry import lifecycle
 from takohost.domain import deepjson
 from takohost.domain import inbox as inbox_rules
 
-#: Seed 000 sendEvent limits (``takohost.domain.inbox``).
+#: docs/spec/durable-workflow.md#dw-events limits (``takohost.domain.inbox``).
 MAX_QUEUED_EVENTS = inbox_rules.MAX_QUEUED_EVENTS
 MAX_QUEUED_BYTES = inbox_rules.MAX_QUEUED_BYTES
 

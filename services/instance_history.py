@@ -1,9 +1,9 @@
 """The history of a DurableWorkflow instance (docs/spec/durable-workflow.md#dw-history): its event types, appending, paging.
 
-History events are numbered per instance from 1 (``InstanceCreated``) by ``next_event_id`` and
-stamped never earlier than the instance's newest event (``last_event_at``), so ``eventId`` and
-``eventTimestamp`` both ascend. :func:`append_history_txn` appends in the caller's transaction
-(STYLE §5; the caller holds the row lock); :func:`history` serves the paged, read-only view.
+History events are numbered per instance from 1 (``InstanceCreated``) by ``next_event_id`` and stamped never
+earlier than the instance's newest event (``last_event_at``), so ``eventId`` and ``eventTimestamp`` both
+ascend. :func:`append_history_txn` appends in the caller's transaction (docs/spec/house-rules.md#hr-txn; the
+caller holds the row lock); :func:`history` serves the paged, read-only view.
 
 Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC
 datetimes. This module must not import ``workers.engine`` (the API imports it).

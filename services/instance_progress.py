@@ -5,7 +5,7 @@ Reads, in one read-only transaction: the instance row, its pending step (at most
 its latest ``ContextStarted`` event, the step attempt a context runs now (one Redis ``GET`` of
 what the worker's heartbeat published, for a ``running`` instance) and — only for an instance a context could be running or about
 to run — whether an applied Deployment can run its workflow (``forms``). Never writes, never
-changes the seed's ``status()`` (docs/spec/durable-workflow.md#dw-binding). This module must not import ``workers.engine``
+changes the spec's ``status()`` (docs/spec/durable-workflow.md#dw-binding). This module must not import ``workers.engine``
 (the API imports it).
 """
 

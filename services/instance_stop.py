@@ -1,15 +1,15 @@
 """Stopping DurableWorkflow instances: terminate (docs/spec/host-limits.md#hl-decisions) and the DELETE purge of a whole UID.
 
-Seed 000 terminate(): fence the owner (epoch bump), cancel the continuations, prove the stop,
-then publish ``terminated``; docs/spec/durable-workflow.md#dw-delete DELETE: close the UID, fence and stop every instance, then
-delete them all. A stop is proven when no replay-context lease of the instance is live
-(``leases.live_leases``); ``stop_signals`` asks the owners to stop now rather than at their next
+docs/spec/durable-workflow.md#dw-terminate: fence the owner (epoch bump), cancel the continuations, prove the
+stop, then publish ``terminated``; docs/spec/durable-workflow.md#dw-delete DELETE: close the UID, fence and
+stop every instance, then delete them all. A stop is proven when no replay-context lease of the instance is
+live (``leases.live_leases``); ``stop_signals`` asks the owners to stop now rather than at their next
 heartbeat.
 
-Every function opens its own sessions and commits before it publishes or waits (STYLE §5). Domain
-failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC
-datetimes; durations are in seconds. This module must not import ``workers.engine`` (the API
-imports it).
+Every function opens its own sessions and commits before it publishes or waits
+(docs/spec/house-rules.md#hr-txn). Domain failures are ``models.errors.DomainError`` with
+docs/spec/http-api.md#api-errors codes. Times are aware UTC datetimes; durations are in seconds. This module
+must not import ``workers.engine`` (the API imports it).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
 
 
 def purge_continuations_txn(session: orm.Session, *, instance_pk: int) -> None:
-    """Delete an instance's unconsumed events and timers (seed: "terminal遷移では未一致eventをpurge")."""
+    """Delete an instance's unconsumed events and timers (docs/spec/durable-workflow.md#dw-events: a terminal transition purges them)."""
     session.execute(
         sa.delete(inst_models.InboxEvent).where(inst_models.InboxEvent.instance_pk == instance_pk)
     )

@@ -1,17 +1,18 @@
 """DurableWorkflow instances: create, get, status and list (docs/spec/http-api.md#api-inst, bindings §4.5).
 
-Seed 000 "Caller Bindingとinstance": create (``instance_exists`` for a retained id, generated ids;
-a ``lifetime`` timer at creation + 31536000 s), get (``unknown_instance``), status (seven
-statuses; ``output`` only when complete, ``error`` only when errored), and the paged list of a
-DurableWorkflow's instances. The rest of the instance API lives beside it: sendEvent and the inbox
-in ``instance_events``, the history in ``instance_history``, terminate and the DELETE purge in
-``instance_stop``, binding calls from workflow code in ``instance_bindings``; the argument checks
-and row lookups they share in ``instance_common``.
+docs/spec/durable-workflow.md#dw-binding, docs/spec/durable-workflow.md#dw-instance-id and
+docs/spec/durable-workflow.md#dw-status: create (``instance_exists`` for a retained id, generated ids; a
+``lifetime`` timer at creation + 31536000 s), get (``unknown_instance``), status (seven statuses; ``output``
+only when complete, ``error`` only when errored), and the paged list of a DurableWorkflow's instances. The
+rest of the instance API lives beside it: sendEvent and the inbox in ``instance_events``, the history in
+``instance_history``, terminate and the DELETE purge in ``instance_stop``, binding calls from workflow code in
+``instance_bindings``; the argument checks and row lookups they share in ``instance_common``.
 
-Every function opens its own session and commits before it dispatches (STYLE §5). Domain
-failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes; ``TypeError``-class argument
-problems are ``invalid_request`` (docs/spec/host-limits.md#hl-decisions). Times are aware UTC datetimes; durations are in
-seconds. This module must not import ``workers.engine`` (the API imports it).
+Every function opens its own session and commits before it dispatches (docs/spec/house-rules.md#hr-txn).
+Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes;
+``TypeError``-class argument problems are ``invalid_request`` (docs/spec/host-limits.md#hl-decisions). Times
+are aware UTC datetimes; durations are in seconds. This module must not import ``workers.engine`` (the API
+imports it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from services import dispatch, forms, instance_common, instance_pages, quotas
 from services.telemetry import lifecycle
 from takohost.domain import decide, deepjson, history
 
-#: Seed 000: "instance寿命は作成から31536000秒".
+#: An instance lives at most 31536000 s from its creation (docs/spec/durable-workflow.md#dw-step).
 LIFETIME_SECONDS = decide.LIFETIME_SECONDS
 
 
@@ -45,7 +46,7 @@ def lifetime_seconds(settings: config.Settings | None = None) -> float:
 
 
 def status_document(instance: inst_models.Instance) -> dict:
-    """``{"status", "output"?, "error"?}`` (seed: output only when complete, error only when errored)."""
+    """``{"status", "output"?, "error"?}`` (docs/spec/durable-workflow.md#dw-status: output only when complete, error only when errored)."""
     body: dict[str, Any] = {"status": instance.status}
     if instance.status == "complete" and instance.output is not None:
         body["output"] = instance.output
@@ -99,7 +100,7 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
 def _refuse_unready(readiness: forms.Readiness) -> None:
     """``409 dependency_conflict`` (rolling the insert back) when the workflow is not ``ready``:
     docs/spec/durable-workflow.md#dw-resource "ready:trueは新規instanceを受理できることだけを表し" — this host accepts a new instance
-    exactly when ``observed.ready`` would be true now (README "When a workflow accepts instances"),
+    exactly when ``observed.ready`` would be true now (docs/writing-workflows.md "When a workflow accepts instances"),
     so no instance waits ``queued`` for code that does not exist."""
     reason = readiness.unready_reason()
     if reason is not None:
@@ -118,7 +119,7 @@ def create(
     params: Any = instance_common.ABSENT,
     now: dt.datetime | None = None,
 ) -> str:
-    """Create an instance of DurableWorkflow ``workflow_uid``; returns its id (seed: create).
+    """Create an instance of DurableWorkflow ``workflow_uid``; returns its id (docs/spec/durable-workflow.md#dw-binding ``create``).
 
     ``instance_id`` ``None`` → a host-generated unique id; ``params`` ``ABSENT`` → no params
     (``None`` given explicitly is ``invalid_params``). Commits the ``queued`` instance, its

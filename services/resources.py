@@ -1,11 +1,11 @@
 """Accepting resource mutations, and reading resources (docs/spec/http-api.md#api-res, docs/spec/http-api.md#api-op).
 
-Every mutation is accepted in **one** transaction that (1) claims the Idempotency-Key (a
-replay returns the first Operation, whatever happened since), (2) runs every rule of
-``services.forms`` before any write, (3) writes the resource change, its references and
-a ``pending`` Operation. The caller commits, then dispatches the reconcile (STYLE §5). Unique
-indexes decide the races: ``uq_resources_live_name`` and ``uq_resources_live_deployment`` →
-``409 name_conflict``, ``uq_operations_active_resource`` → ``409 resource_busy``.
+Every mutation is accepted in **one** transaction that (1) claims the Idempotency-Key (a replay returns the
+first Operation, whatever happened since), (2) runs every rule of ``services.forms`` before any write, (3)
+writes the resource change, its references and a ``pending`` Operation. The caller commits, then dispatches
+the reconcile (docs/spec/house-rules.md#hr-txn). Unique indexes decide the races: ``uq_resources_live_name``
+and ``uq_resources_live_deployment`` → ``409 name_conflict``, ``uq_operations_active_resource``
+→ ``409 resource_busy``.
 
 The accepted spec and generation are visible at once; the reconcile task
 (``workers.operations_tasks``) applies them, fills ``observed`` and settles ``phase``.
@@ -28,7 +28,7 @@ from models import resources as res_models
 from models.errors import DomainError
 from services import cron_schedules, forms, idempotency, ids, operations, quotas, replay_checks
 
-#: Constraint name → (code, message) for IntegrityErrors at acceptance (STYLE §4).
+#: Constraint name → (code, message) for IntegrityErrors at acceptance (docs/spec/house-rules.md#hr-errors).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
     "uq_resources_live_name": ("name_conflict", "a live resource with this name exists in this Space"),
     "uq_resources_live_deployment": (

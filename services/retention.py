@@ -22,7 +22,8 @@ from services import instance_common
 
 log = logging.getLogger(__name__)
 
-#: Seed 000: "terminal履歴とIDはterminal遷移から少なくとも2592000秒保持する".
+#: A terminal instance's history and id are kept at least 2592000 s after its terminal transition
+#: (docs/spec/durable-workflow.md#dw-retention).
 RETENTION_SECONDS = 2_592_000
 
 BATCH = 500

@@ -1,9 +1,9 @@
 """The host errors that workflow code and binding callers see (docs/spec/worker-forms.md#wf-errors, docs/spec/durable-workflow.md).
 
-Seed 000: "StepのHost Errorは正確なsnake-case nameをown・読取専用・非列挙として持ち…". In Python
-every instance carries ``.name``, exactly the seed's snake_case string, as a **read-only**
-attribute: it is a class-level ``property`` without setter or deleter, so ``e.name = "x"`` and
-``del e.name`` raise ``AttributeError`` (a data descriptor also wins over the instance
+A step's host error carries its exact snake_case name as a read-only attribute
+(docs/spec/durable-workflow.md#dw-errors). In Python every instance carries ``.name``, exactly that snake_case
+string, as a **read-only** attribute: it is a class-level ``property`` without setter or deleter, so
+``e.name = "x"`` and ``del e.name`` raise ``AttributeError`` (a data descriptor also wins over the instance
 ``__dict__``). ``.message`` is the human text (also ``str(e)``).
 
 Whether an uncaught error counts as the genuine ``step_failed`` is decided by the host from the
@@ -50,7 +50,7 @@ class HostError(Exception):
 
     @property
     def name(self) -> str:
-        """The seed's snake_case error name, e.g. ``"step_failed"`` (read-only)."""
+        """The exact snake_case error name (docs/spec/durable-workflow.md#dw-errors), e.g. ``"step_failed"`` (read-only)."""
         return type(self).error_name
 
     def __str__(self) -> str:
@@ -128,7 +128,7 @@ ERROR_CLASSES: dict[str, type[HostError]] = {
 
 
 def error_from_name(name: str, message: str = "") -> HostError:
-    """Build the host error whose seed name is ``name`` (e.g. across a process boundary).
+    """Build the host error whose snake_case name (docs/spec/durable-workflow.md#dw-errors) is ``name`` (e.g. across a process boundary).
 
     Raises ``ValueError`` for a name that is not one of ``ERROR_CLASSES``.
     """

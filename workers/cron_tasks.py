@@ -1,8 +1,9 @@
 """Cron delivery: the ``takohost.deliver_cron_match`` task and the undelivered-match sweep.
 
-Seed 003: once a match is recorded the Host owes at least one handler call; a raised error, a
-failed awaitable or a failed ``wait_until`` is a failed run, never retried for that reason;
-a delivery whose worker died is delivered again with the identical event (CB-03).
+docs/spec/cron-trigger.md#cr-delivery, docs/spec/cron-trigger.md#cr-failure: once a match is recorded the Host
+owes at least one handler call; a raised error, a failed awaitable or a failed ``wait_until`` is a failed run,
+never retried for that reason; a delivery whose worker died is delivered again with the identical event
+(CB-03).
 
 A delivery holds the Redis lease ``{namespace}:cronlease:{match_pk}`` (``SET NX PX``, renewed
 by a heartbeat thread) from before its ``cron_deliveries`` row is written until after that row

@@ -1,5 +1,5 @@
 """The host side of the sandbox protocol that every path shares (docs/spec/worker-forms.md#wf-deployment, docs/spec/worker-forms.md#wf-loading, docs/spec/durable-workflow.md#dw-binding, docs/spec/cron-trigger.md#cr-handler;
-``takohost/runtime/PROTOCOL.md``; STYLE "one way to build a sandbox job and answer a binding call").
+``takohost/runtime/PROTOCOL.md``; docs/spec/house-rules.md#hr-one-implementation "one way to build a sandbox job and answer a binding call").
 
 Replay contexts (``workers.engine.context``) and cron deliveries (``workers.cron_tasks``) both:
 

@@ -1,4 +1,4 @@
-"""Host log lines that name what they are about (docs/spec/host-features.md#hf-observability; STYLE §12).
+"""Host log lines that name what they are about (docs/spec/host-features.md#hf-observability).
 
 A replay context binds the fields of its instance — ``workflow`` (the DurableWorkflow UID), ``space``,
 ``instance_id`` (the user's id), ``instance`` (the host's pk) and ``epoch`` (the context's fencing

@@ -20,9 +20,9 @@ from takohost.domain import decide, history
 class StepRow:
     """The values of one ``steps`` row to insert or update (by ``(instance, name)``).
 
-    On conflict every column but ``config``, ``kind`` and ``created_at`` is replaced: the first
-    stored config (policy, seconds, wait type/timeout) is kept (seed: "同種の保留stepは最初に保存した
-    設定を維持する").
+    On conflict every column but ``config``, ``kind`` and ``created_at`` is replaced: the first stored config
+    (policy, seconds, wait type/timeout) is kept (docs/spec/durable-workflow.md#dw-step: a pending step of the
+    same kind keeps the settings stored first).
     """
 
     name: str
@@ -64,7 +64,7 @@ def attempt(
     ``retry`` timer unless the delay is 0) or the final failure (``step_failed``).
 
     ``StepAttemptStarted`` is written here, with its real start time, in the same commit as the
-    attempt's outcome (one commit per step, ANCHORS.md); an attempt whose worker died before its
+    attempt's outcome (one commit per step, docs/performance.md); an attempt whose worker died before its
     outcome was committed leaves no record and runs again (at-least-once).
     """
     events = [history.attempt_started(name, attempt, at=started_at, policy=policy)]

@@ -1,22 +1,23 @@
-"""Pure step decisions of a replay context (docs/spec/durable-workflow.md#dw-replay "Class ABI、replay、step"; docs/spec/architecture.md point 5).
+"""Pure step decisions of a replay context (docs/spec/durable-workflow.md#dw-replay, docs/spec/durable-workflow.md#dw-step; docs/spec/architecture.md#ar-context point 5).
 
 Given the stored step record of a name (or none), the child's request and the clock, say what the
 context answers or commits. No I/O: the context (``context.py``) applies a decision, the store
-(``store.py``) commits it. Decide purely, apply once (STYLE §2).
+(``store.py``) commits it. Decide purely, apply once (docs/spec/house-rules.md#hr-decide-purely).
 
-Rules, each from the seed:
+Rules, each from docs/spec/durable-workflow.md#dw-step:
 
-* "完了済み名は成功・失敗を問わず記録結果でreplayし、新たな効果を起こさない。nameを先に検証し、
-  完了済み名の残りの引数は使わない": a completed name replays its recorded outcome, whatever the
-  other arguments (even invalid ones) are. Decision (the seed is silent): a completed *failure*
+* A completed name, succeeded or failed, replays its recorded outcome and causes no new effect; the
+  name is checked first: a completed name replays whatever the other arguments (even invalid ones)
+  are. Decision (the spec is silent): a completed *failure*
   asked for by another kind of step cannot be replayed as that kind's error and is a
   ``step_definition_mismatch``; a completed success replays its result (``None`` for a sleep).
-* "未完了名の異種再利用はcatchできないstep_definition_mismatch": a pending name of another kind.
-* "未完了名の不正なJS引数はTypeError": bad arguments of a not-completed name → ``reject_args``.
-* "同種の保留stepは最初に保存した設定を維持する": a pending step keeps its stored policy /
-  deadline / type and timeout.
-* "最多1024 step": the 1025th distinct name ends the instance ``step_limit_exceeded`` (docs/spec/host-limits.md#hl-decisions).
-* "instance寿命は作成から31536000秒": past ``lifetime_ends_at`` the instance ends
+* Reusing an unfinished name for a step of another kind is the uncatchable
+  ``step_definition_mismatch``.
+* Bad arguments of a not-completed name are a ``TypeError`` → ``reject_args``.
+* A pending step of the same kind keeps the settings stored first: its policy / deadline / type
+  and timeout.
+* At most 1024 distinct step names: the 1025th ends the instance ``step_limit_exceeded`` (docs/spec/host-limits.md#hl-decisions).
+* An instance lives at most 31 536 000 s from creation: past ``lifetime_ends_at`` the instance ends
   ``lifetime_exceeded``; a deadline beyond it is kept, but its timer fires at the lifetime end.
 * do: the delay after failed attempt k is ``retry.delay_after_attempt``; every retry runs in a fresh
   context (even with delay 0); the last failure is ``step_failed``.
@@ -291,7 +292,7 @@ class AttemptSucceeded:
 @dataclasses.dataclass(frozen=True)
 class AttemptFailedRetry:
     """Commit the failed attempt and the next attempt's time ``retry_at`` (``delay`` seconds),
-    then stop the context: the retry runs in a fresh one (seed: "0 delayでもfresh context")."""
+    then stop the context: the retry runs in a fresh one, even with delay 0 (docs/spec/durable-workflow.md#dw-step-do)."""
 
     error: dict
     delay: int

@@ -1,9 +1,9 @@
 """Documents: validation and RFC 8785 canonical bytes (docs/spec/durable-workflow.md#dw-doc DW-doc; pure, no I/O).
 
-Seed 000: "全document（params、step結果、event payload、output）はplainまたはnull-prototypeの
-object rootで最大1024 own property、RFC 8785 canonical UTF-8で最大1048576 bytes。内部はnull、
-boolean、有限数、Unicode文字列、同条件のobjectまたは穴のない通常配列に限る。…循環…を拒否する。
-共有する非循環objectはよい。getterやtoJSONを実行せず…直列化する。"
+Params, step results, event payloads and outputs are documents (docs/spec/durable-workflow.md#dw-doc): a plain
+object root of at most 1024 properties and at most 1 048 576 bytes of RFC 8785 canonical UTF-8;
+inside only null, booleans, finite numbers, Unicode strings, such objects and dense arrays; cycles
+are rejected, shared non-cyclic objects are fine; nothing user-defined runs while serialising.
 
 Python rendering (docs/spec/durable-workflow.md#dw-doc):
 
@@ -21,12 +21,12 @@ Nothing user-defined is ever called: every value is classified by ``type(x) is �
 touched, containers are snapshotted with the C-level ``list(d.items())`` / ``list(l)``, and error
 messages never ``repr`` a value of a foreign type.
 
-Depth (docs/spec/host-limits.md#hl-decisions, docs/spec/host-features.md#hf-newcomer): the seed sets no depth limit, so none is added — any nesting
-that fits the key and byte limits is a document (the deepest 1 MiB document nests about 524 000
-levels). The walk and the serialiser here are iterative; the host's other tools on stored
-documents (JSON text in and out, the sandbox frames, the Postgres columns) go through
-``takohost.domain.deepjson``, which has no recursion limit either. ``vars`` of a WorkerVersion
-are the one exception: they are copied and compared with recursive stdlib tools, so their
+Depth (docs/spec/host-limits.md#hl-decisions, docs/spec/host-features.md#hf-newcomer): the Form sets no depth
+limit (docs/spec/durable-workflow.md#dw-doc), so none is added — any nesting that fits the key and byte limits
+is a document (the deepest 1 MiB document nests about 524 000 levels). The walk and the serialiser here are
+iterative; the host's other tools on stored documents (JSON text in and out, the sandbox frames, the Postgres
+columns) go through ``takohost.domain.deepjson``, which has no recursion limit either. ``vars`` of a
+WorkerVersion are the one exception: they are copied and compared with recursive stdlib tools, so their
 validation passes ``max_depth=VARS_MAX_DEPTH`` (512; ``invalid_spec`` beyond).
 
 ``rfc8785`` serialises every float and every string that needs an escape (its escaping and
@@ -114,12 +114,12 @@ def canonical_document(value: object, *, allow_none: bool, max_depth: int | None
     "no document" here (step results, outputs, binding params/payload defaults), in which case
     ``None`` is returned. ``len(result)`` is the document's size in bytes (docs/spec/durable-workflow.md#dw-doc).
 
-    ``max_depth`` (levels, the root being level 1) is ``None`` for every document of the seed (no
-    depth limit); only ``vars`` pass ``VARS_MAX_DEPTH``. Raises ``InvalidDocument`` (→
-    ``invalid_params``; also for nesting beyond ``max_depth``) and, for a valid document whose
-    canonical form exceeds ``MAX_DOCUMENT_BYTES``, ``DocumentTooLargeError`` (→
-    ``document_too_large``).
-    Validity is decided first: an invalid and oversized value raises ``InvalidDocument``.
+    ``max_depth`` (levels, the root being level 1) is ``None`` for every document of
+    docs/spec/durable-workflow.md#dw-doc (no depth limit); only ``vars`` pass ``VARS_MAX_DEPTH``. Raises
+    ``InvalidDocument`` (→ ``invalid_params``; also for nesting beyond ``max_depth``) and, for a valid
+    document whose canonical form exceeds ``MAX_DOCUMENT_BYTES``, ``DocumentTooLargeError`` (→
+    ``document_too_large``). Validity is decided first: an invalid and oversized value raises
+    ``InvalidDocument``.
     """
     if value is None:
         if allow_none:

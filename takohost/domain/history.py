@@ -210,7 +210,7 @@ def completed() -> Event:
 def errored(error: dict, *, details: dict | None = None) -> Event:
     """The instance ended ``errored`` with ``error`` ``{"reason", "message"?}``; ``details`` adds
     history-only attributes (``type``, ``traceback`` of a ``run_threw``): the instance's ``error``,
-    which ``status()`` returns, keeps the seed's exact shape."""
+    which ``status()`` returns, keeps the spec's exact shape (docs/spec/durable-workflow.md#dw-status)."""
     return Event("InstanceErrored", {**(details or {}), **error})
 
 

@@ -37,7 +37,7 @@ MAX_STEP_SECONDS = 31_536_000
 
 # docs/spec/http-api.md#api-res: resource names, 1..63 characters.
 RESOURCE_NAME_RE = re.compile(r"\A[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
-# Seed 000: DurableWorkflow className (``$`` allowed by the Form, docs/spec/durable-workflow.md#dw-abi).
+# docs/spec/durable-workflow.md#dw-resource: DurableWorkflow className (``$`` allowed by the Form, docs/spec/durable-workflow.md#dw-abi).
 CLASS_NAME_RE = re.compile(r"\A[A-Za-z_$][A-Za-z0-9_$]{0,63}\Z")
 # docs/spec/worker-forms.md#wf-version: vars and workflowBindings[].name.
 VAR_NAME_RE = re.compile(r"\A[A-Z_][A-Z0-9_]*\Z")
@@ -101,7 +101,7 @@ def validate_wait_options(options: object) -> tuple[str, int]:
 def validate_int_in_range(value: object, *, what: str, low: int, high: int) -> int:
     """Return ``value`` if it is an ``int`` (not ``bool``) within ``low..high``, else ``TypeError``.
 
-    ``float`` values are rejected even when integral (``2.0``): the seed says 整数 (integer).
+    ``float`` values are rejected even when integral (``2.0``): the spec asks for integers (docs/spec/durable-workflow.md#dw-step-do).
     """
     if type(value) is not int:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}")

@@ -12,7 +12,7 @@ from takohost.domain import documents
 
 __all__ = ["MAX_QUEUED_BYTES", "MAX_QUEUED_EVENTS", "delivers_to_wait", "event_size", "queue_full"]
 
-#: Seed 000 sendEvent: at most 1024 unconsumed events and 1048576 canonical bytes of {type,payload?}.
+#: docs/spec/durable-workflow.md#dw-events: at most 1024 unconsumed events and 1048576 canonical bytes of {type,payload?}.
 MAX_QUEUED_EVENTS = 1024
 MAX_QUEUED_BYTES = 1_048_576
 

@@ -1,14 +1,14 @@
 """A hint of non-determinism: does this context's replay follow the recorded steps? (pure;
 docs/spec/host-features.md#hf-observability).
 
-Seed 000 asks code outside steps to be deterministic ("constructor/module評価を含めstep外のコードは
-履歴に対し決定的"), so every context asks for the recorded step names again, in the order they
-were first recorded, before it asks for a new one. When it does not — a recorded step is
-skipped (a new name is asked while recorded names were not replayed, or ``run`` ends without
-them), or a recorded step is first asked after a step recorded later — the host says so in the
-history (``ReplayDiverged``) and the logs. It is a diagnostic only: the seed's semantics (a
-completed name replays its record, a new name runs) do not change. A name asked again after its
-first visit in the same context is fine (deterministic code may reuse a completed name).
+docs/spec/durable-workflow.md#dw-replay asks code outside steps, module import and the constructor included,
+to be deterministic against the history, so every context asks for the recorded step names again, in the order
+they were first recorded, before it asks for a new one. When it does not — a recorded step is skipped (a new
+name is asked while recorded names were not replayed, or ``run`` ends without them), or a recorded step is
+first asked after a step recorded later — the host says so in the history (``ReplayDiverged``) and the logs.
+It is a diagnostic only: the spec's semantics (docs/spec/durable-workflow.md#dw-step: a completed name replays
+its record, a new name runs) do not change. A name asked again after its first visit in the same context is
+fine (deterministic code may reuse a completed name).
 
 :class:`ReplayOrder` reports each kind of divergence once per context.
 """

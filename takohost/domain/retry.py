@@ -1,14 +1,16 @@
 """``step.do`` retry policies and their delays (docs/spec/durable-workflow.md#dw-step, docs/spec/durable-workflow.md#dw-step-do "• do:"; pure, no I/O).
 
-Seed 000: "retryPolicyを省けばmaxAttempts:1。指定時はmaxAttemptsが1〜100、
-initialDelaySeconds既定0、backoff既定constant（またはexponential）、maxDelaySeconds既定43200。
-delayは0〜43200整数で、失敗した試行kの次のdelayはconstantならmin(maxDelaySeconds,
-initialDelaySeconds)、exponentialならmin(maxDelaySeconds,initialDelaySeconds*2^(k-1))。"
+docs/spec/durable-workflow.md#dw-step-do: without a retry policy there is one attempt. A given policy has
+``maxAttempts`` 1..100, ``initialDelaySeconds`` (default 0), ``backoff`` ``"constant"`` (default) or
+``"exponential"`` and ``maxDelaySeconds`` (default 43200); delays are integers 0..43200, and the delay
+after failed attempt k is ``min(maxDelaySeconds, initialDelaySeconds)`` for constant and
+``min(maxDelaySeconds, initialDelaySeconds * 2^(k-1))`` for exponential.
 
-Decision: inside a given policy ``maxAttempts`` is **required**. The seed gives defaults for
-``initialDelaySeconds``, ``backoff`` and ``maxDelaySeconds`` only; ``maxAttempts: 1`` is the
-meaning of omitting the whole policy ("retryPolicyを省けば"), and "指定時はmaxAttemptsが1〜100"
-states what a specified policy carries. So ``{"backoff": "exponential"}`` is a ``TypeError``.
+Decision: inside a given policy ``maxAttempts`` is **required**. The Form gives defaults for
+``initialDelaySeconds``, ``backoff`` and ``maxDelaySeconds`` only; ``maxAttempts: 1`` is the meaning of
+omitting the whole policy, and "a given policy has maxAttempts 1..100" states what a specified policy carries
+(docs/spec/durable-workflow.md#dw-step-do: required inside a given policy). So ``{"backoff": "exponential"}``
+is a ``TypeError``.
 
 All values are seconds (integers). Every violation is a ``TypeError`` raised in the workflow
 (catchable, docs/spec/durable-workflow.md#dw-step; case WF-08): unknown keys, non-``dict`` policies (also ``dict``
@@ -41,7 +43,7 @@ Backoff = Literal["constant", "exponential"]
 
 
 class RetryPolicyJSON(TypedDict):
-    """The stored/wire shape: all four keys, camelCase as in the seed."""
+    """The stored/wire shape: all four keys, camelCase as in docs/spec/durable-workflow.md#dw-step-do."""
 
     maxAttempts: int
     initialDelaySeconds: int
@@ -60,7 +62,7 @@ class RetryPolicy:
     max_delay_seconds: int
 
     def to_json(self) -> RetryPolicyJSON:
-        """The policy with all four seed keys, e.g. for the step's stored ``config``."""
+        """The policy with all four keys of docs/spec/durable-workflow.md#dw-step-do, e.g. for the step's stored ``config``."""
         return {
             "maxAttempts": self.max_attempts,
             "initialDelaySeconds": self.initial_delay_seconds,

@@ -127,7 +127,7 @@ def output_problem(output: object) -> str | None:
 
 
 def errored_error(reason: str, message: str) -> dict:
-    """The instance's ``error`` of an ``errored`` end: ``{"reason", "message"?}`` (the seed's shape)."""
+    """The instance's ``error`` of an ``errored`` end: ``{"reason", "message"?}`` (the spec's shape, docs/spec/durable-workflow.md#dw-status)."""
     error = {"reason": reason}
     if message:
         error["message"] = protocol.safe_text(message)

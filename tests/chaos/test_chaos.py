@@ -1,4 +1,4 @@
-"""Chaos (STYLE §8 "chaos/ (SIGKILL and restarts)"; docs/spec/host-features.md#hf-stop): 200 instances with sleeps,
+"""Chaos (docs/spec/house-rules.md#hr-tests "chaos/ (SIGKILL and restarts)"; docs/spec/host-features.md#hf-stop): 200 instances with sleeps,
 events and retries run on 2–3 real workers that are SIGKILLed and restarted at random (seeded)
 intervals, with a real beat and API. At the end:
 

@@ -125,7 +125,7 @@ def test_metrics_json_logs_and_progress_through_real_processes(tmp_path):
             lambda: (p := progress("wait"))["activity"] == "waiting" and p, timeout=60, message="waiting"
         )
         assert wait["eventType"] == "approved" and "timeoutAt" in wait and wait["step"]["name"] == "approval"
-        assert http.status("wait") == {"id": "wait", "status": "waiting"}  # the seed's shape, unchanged
+        assert http.status("wait") == {"id": "wait", "status": "waiting"}  # the spec's shape (docs/spec/durable-workflow.md#dw-status), unchanged
         go = tmp_path / "go"
         code, body = http.call("POST", "", {"id": "slow", "params": {"mode": "slow", "go": str(go)}})
         assert code == 201, body

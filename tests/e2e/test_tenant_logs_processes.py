@@ -57,7 +57,7 @@ def test_logs_and_tracebacks_through_real_processes(api_server, worker, space_to
         timeout=90,
         message="errored",
     )
-    # the seed's shape, exactly: the traceback is not in status()
+    # the spec's shape (docs/spec/durable-workflow.md#dw-status), exactly: the traceback is not in status()
     assert status == {
         "id": instance_id,
         "status": "errored",

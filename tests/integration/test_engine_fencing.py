@@ -249,7 +249,7 @@ def test_terminate_asks_the_owner_to_stop_at_once_and_returns_once_the_stop_is_p
 
 
 def test_a_context_fenced_by_a_delete_can_never_commit_later(db_url, space_token, zygote, monkeypatch):
-    """Seed 000 DELETE: "古いowner tokenはその後commitできない" — also after the purge removed the
+    """docs/spec/durable-workflow.md#dw-delete: an old owner's token can never commit afterwards — also after the purge removed the
     instance, and after an instance of the same id exists again elsewhere."""
     space, _ = space_token
     deployed = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")

@@ -144,7 +144,8 @@ class Named:
 def test_an_event_for_a_waiting_matching_wait_is_consumed_in_the_commit_that_accepts_it(
     deploy, driver, payload
 ):
-    """Seed 000: "instanceで最古の一致eventを原子的に消費しstep結果と一緒にcommitする". The wait is
+    """docs/spec/durable-workflow.md#dw-step-wait: the oldest matching event is consumed atomically, in the same commit
+    as the step's result. The wait is
     waiting, so the inbox holds no matching event: the sent one is the oldest, and it is consumed
     with the wait's result in the very commit that accepts it; the woken context replays the wait."""
     run = deploy(WAITS_NAMED, "Named")

@@ -140,7 +140,7 @@ def test_progress_says_what_each_instance_does(db_url, space_token, driver):
 
     wait = where("wait")
     assert wait["activity"] == "waiting" and wait["eventType"] == "approved" and "timeoutAt" in wait
-    # status() keeps the seed's exact shape
+    # status() keeps the spec's exact shape (docs/spec/durable-workflow.md#dw-status)
     assert instances.status(space=space, workflow_uid=wf, instance_id="wait") == {"status": "waiting"}
 
     instance_events.send_event(space=space, workflow_uid=wf, instance_id="wait", event_type="approved")

@@ -278,7 +278,7 @@ def test_replay_that_skips_recorded_steps_is_diagnosed(deploy, driver):
     assert diverged[0]["names"][0].startswith("roll ") and diverged[0]["name"].startswith("roll ")
     lines, _ = run.all_logs("d1")
     assert any(line["stream"] == "host" and "replay diverged (skipped)" in line["message"] for line in lines)
-    # a diagnostic only: the new name ran its effect, the instance completed as the seed says
+    # a diagnostic only: the new name ran its effect, the instance completed as docs/spec/durable-workflow.md#dw-replay allows
     assert run.status("d1") == {"status": "complete", "output": {"n": 4}}
 
 

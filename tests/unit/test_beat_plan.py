@@ -1,7 +1,8 @@
 """The pure match planner of beat (``beat.cron_plan``): record vs skip, segments, skip capping.
 
-Seed 003: matches that could not be recorded are skipped, never back-filled; an update applies
-to future matches only. docs/spec/cron-trigger.md#cr-runs: recorded only while now − scheduledTime < 60 s.
+docs/spec/cron-trigger.md#cr-match: matches that could not be recorded are skipped, never back-filled; an
+update applies to future matches only (docs/spec/cron-trigger.md#cr-spec). docs/spec/cron-trigger.md#cr-runs:
+recorded only while now − scheduledTime < 60 s.
 """
 
 from __future__ import annotations

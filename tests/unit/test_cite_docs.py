@@ -74,6 +74,56 @@ def test_every_rewritten_target_is_a_spec_page_and_anchor_that_exists():
             assert f'<a id="{anchor}"></a>' in path.read_text(encoding="utf-8"), f"{page}#{anchor}"
 
 
+#: Lines ``--check`` reports although the rewrite maps none of them, with what it reports.
+CHECK_ONLY = [
+    ('Seed 000: "StepのHost Errorは正確なsnake-case nameを…". In Python', "Seed 000"),
+    ("#: Seed 000 sendEvent limits (``takohost.domain.inbox``).", "Seed 000"),
+    ("Seed 003: a match the Host could not record in time is skipped", "Seed 003"),
+    ('the retry runs in a fresh one (seed: "0 delayでもfresh context")."""', 'seed: "'),
+    ('"""``{"status"}`` (seed: output only when complete, error only when errored)."""', "(seed: output"),
+    ('"""The instance\'s ``error``: ``{"reason", "message"?}`` (the seed\'s shape)."""', "the seed's"),
+    ("``float`` values are rejected even when integral: the seed says 整数 (integer).", "the seed says"),
+    ("# side-effect free by the seed's rule) may have run.", "by the seed"),
+    ('"""Seed: both day fields restricted → either may match."""', "Seed:"),
+    ("Decisions where the seed leaves room (documented here, pinned by tests):", "the seed leaves"),
+    ("a caller's transaction take the session and end in ``_txn`` (STYLE §5).", "STYLE §"),
+    ('``PROTOCOL.md``; STYLE "one way to build a sandbox job").', 'STYLE "'),
+    ("Read STYLE.md first.", "STYLE.md"),
+    ("(one commit per step, ANCHORS.md); an attempt whose worker died", "ANCHORS.md"),
+    ("(bench/ANCHORS.md). A child forgets the zygote's pids and paths", "ANCHORS.md"),
+]
+
+#: Lines that mention seeds, styles or anchors without citing an outside document.
+NOT_CITATIONS = [
+    "    rng = random.Random(SEED)",
+    "    def writer(seed: int) -> None:",
+    "    writers = [threading.Thread(target=writer, args=(seed,)) for seed in range(4)]",
+    "    seed = int(hashlib.sha256(period[\"start\"].encode()).hexdigest()[:8], 16)",
+    "| `TAKOHOST_CHAOS_SEED` | the seed of the chaos test's kill schedule (default fixed) |",
+    "restarted at random (seeded) intervals; the same hash seed and the same address layout",
+    "ANCHORS = [",
+    "_STATUS_STYLE = {",
+    '"""Steps (docs/spec/durable-workflow.md#dw-step; the spec\'s shape, docs/spec/house-rules.md#hr-txn)."""',
+    '# the old words: "Seed 000", "the seed\'s", "STYLE §5", "ANCHORS.md"  # cite-docs: ignore',
+]
+
+
+@pytest.mark.parametrize(("line", "cited"), CHECK_ONLY)
+def test_check_reports_seed_style_and_anchors_citations(line, cited):
+    assert [found for _, found in cite_docs.findings(line + "\n")] == [cited]
+
+
+@pytest.mark.parametrize("line", [line for line, _ in CHECK_ONLY])
+def test_the_rewrite_leaves_check_only_forms_for_a_person(line):
+    # No table maps them (the anchor depends on the rule quoted): --check keeps reporting them.
+    assert list(cite_docs.findings(cite_docs.rewrite_text(line + "\n")))
+
+
+@pytest.mark.parametrize("line", NOT_CITATIONS)
+def test_check_ignores_random_seeds_names_and_the_ignore_marker(line):
+    assert list(cite_docs.findings(line + "\n")) == []
+
+
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
 
@@ -83,6 +133,7 @@ def test_check_fails_on_a_tree_with_citations_and_passes_after_the_rewrite(tmp_p
     module = tmp_path / "pkg" / "mod.py"
     module.write_text('"""Steps (CONTRACT §4.3; seed 000 "step.do")."""\n# issue 12 item 3\nX = 1\n')
     (tmp_path / "notes.md").write_text("Read /work/shared/spec/DESIGN.md first.\n")
+    (tmp_path / "pkg" / "old.py").write_text('"""Commit, then dispatch (STYLE §5; ANCHORS.md)."""\n# Seed 003: skip\n')
     (tmp_path / "clean.py").write_text('"""Nothing outside (docs/spec/durable-workflow.md#dw-step)."""\n')
 
     check = run("--check", str(tmp_path))
@@ -91,6 +142,9 @@ def test_check_fails_on_a_tree_with_citations_and_passes_after_the_rewrite(tmp_p
     assert "pkg/mod.py:2: issue 12 item 3" in check.stdout
     assert "notes.md:1: /work/shared/" in check.stdout
     assert "clean.py" not in check.stdout
+    assert "pkg/old.py:1: STYLE §" in check.stdout
+    assert "pkg/old.py:1: ANCHORS.md" in check.stdout
+    assert "pkg/old.py:2: Seed 003" in check.stdout
 
     rewrite = run(str(tmp_path))
     assert rewrite.returncode == 0, rewrite.stderr
@@ -98,6 +152,12 @@ def test_check_fails_on_a_tree_with_citations_and_passes_after_the_rewrite(tmp_p
     # The outside path is not a citation the script can map: --check keeps reporting it.
     assert run("--check", str(tmp_path)).returncode == 1
     (tmp_path / "notes.md").write_text("Read docs/spec/architecture.md first.\n")
+    # STYLE § and ANCHORS.md have no table either: a person rewrites them.
+    assert run("--check", str(tmp_path)).returncode == 1
+    (tmp_path / "pkg" / "old.py").write_text(
+        '"""Commit, then dispatch (docs/spec/house-rules.md#hr-txn; docs/performance.md)."""\n'
+        "# docs/spec/cron-trigger.md#cr-match: skip\n"
+    )
     final = run("--check", str(tmp_path))
     assert final.returncode == 0, final.stdout
     assert final.stdout == ""

@@ -1,5 +1,5 @@
 """Every ``takohost`` help text stands on its own (docs/spec/host-features.md#hf-newcomer): it cites no document that is
-not in the repository (docs/spec/README.md, docs/spec/architecture.md, seeds live outside it), and ``--version`` works."""
+not in the repository (docs/spec/README.md, docs/spec/architecture.md, the Forms' own texts live outside it), and ``--version`` works."""
 
 from __future__ import annotations
 

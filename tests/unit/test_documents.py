@@ -319,7 +319,7 @@ def _nested(depth: int) -> dict:
 
 
 def test_no_depth_limit_and_never_a_recursion_error() -> None:
-    """docs/spec/host-features.md#hf-newcomer / docs/spec/host-limits.md#hl-decisions: the seed sets no depth limit, so none is added."""
+    """docs/spec/host-features.md#hf-newcomer / docs/spec/host-limits.md#hl-decisions: the Form sets no depth limit (docs/spec/durable-workflow.md#dw-doc), so none is added."""
     for depth in (512, 513, 1_000, 10_000, 200_000):
         deepest = canon(_nested(depth))
         assert deepest.count(b"[") + deepest.count(b"{") == depth

@@ -1,4 +1,4 @@
-"""Sandbox children for replay contexts: one pre-spawned ("warm") child per process (ANCHORS.md:
+"""Sandbox children for replay contexts: one pre-spawned ("warm") child per process (docs/performance.md:
 keep the fork off the critical path).
 
 A warm child is forked and has said hello while no context waits for it; it holds no tenant data

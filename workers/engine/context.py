@@ -209,7 +209,7 @@ class ReplayContext:
             # slow part of a context). Safe: the lease keeps other contexts of this instance out,
             # no step request is answered before the token is ours, and a refused start kills the
             # child before the lease is released — only code outside steps (deterministic and
-            # side-effect free by the seed's rule) may have run.
+            # side-effect free by docs/spec/durable-workflow.md#dw-replay) may have run.
             self.used_child = True
             # Before the job is sent: the host's log budget starts before the child's own.
             self.logs = tenant_logs.LogCollector(
@@ -573,7 +573,7 @@ class ReplayContext:
         policy = decision.policy.to_json()
         retrying = isinstance(outcome, decide.AttemptFailedRetry)
         if retrying or died:
-            # Each attempt runs in a fresh context (seed: "失敗後のretryは0 delayでもfresh context"):
+            # Each attempt runs in a fresh context (even with delay 0, docs/spec/durable-workflow.md#dw-step-do):
             # the child goes first, then the attempt's outcome is committed.
             self._stop_child()
         self.store.commit_attempt(
@@ -698,7 +698,7 @@ class ReplayContext:
         return "complete"
 
     def _end_errored(self, reason: str, message: str, *, frames: list[dict] | None = None) -> str:
-        """Publish ``errored`` with ``{"reason", "message"?}`` (the seed's shape); ``frames`` (the
+        """Publish ``errored`` with ``{"reason", "message"?}`` (the spec's shape, docs/spec/durable-workflow.md#dw-status); ``frames`` (the
         tenant's traceback of a ``run_threw``) go to the history event and the logs only."""
         self._host_log(
             f"instance errored: {reason}: {message}"

@@ -21,7 +21,8 @@ busy machine does not kill healthy children.
 
 The context's main thread then gets ``ChildGone`` from ``recv`` and looks at the flags (and at
 ``last_ping``: a child whose pings were withheld died of the host's trouble, not of its code).
-Keeping Redis and the epoch check off the per-step path is what ANCHORS.md asks for.
+Keeping Redis and the epoch check off the per-step path is the fast path that
+docs/spec/host-features.md#hf-performance asks for (the figures: docs/performance.md).
 
 A terminate or a DELETE does not wait for the next beat: after fencing it publishes the instance
 pks on ``{namespace}:stop`` (``services.stop_signals``); a listener thread wakes the beat at

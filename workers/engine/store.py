@@ -6,7 +6,7 @@ Every write a context makes is conditional on its fencing token: ``UPDATE instan
 History events are appended in the same statement or transaction as the state they record
 (docs/spec/durable-workflow.md#dw-history), numbered from ``instances.next_event_id``.
 
-Speed (ANCHORS.md): the hot commits (an attempt's outcome, a sleep) are ONE statement in
+Speed (docs/performance.md): the hot commits (an attempt's outcome, a sleep) are ONE statement in
 autocommit mode whose data-modifying CTEs all hang off the fenced ``UPDATE`` (``… FROM f``), so a
 step costs one round trip and one commit. Commits that must read what a concurrent ``send_event``
 just committed (the inbox) run as a short transaction instead, pipelined into two round trips: the

@@ -5,7 +5,7 @@ delay, ``timeout`` of a wait, all due at the lifetime end at the latest, and the
 every instance gets at creation) is deleted and its instance made runnable (status ``running``; a
 ``queued`` instance stays ``queued``: docs/spec/host-limits.md#hl-decisions) in one transaction, rows taken with ``FOR UPDATE
 SKIP LOCKED`` so that two beats never fire one timer twice; the replay contexts are dispatched
-only after the commit (STYLE §5). A lost dispatch is recovered by ``sweep.sweep``.
+only after the commit (docs/spec/house-rules.md#hr-txn). A lost dispatch is recovered by ``sweep.sweep``.
 """
 
 from __future__ import annotations
