@@ -1,4 +1,4 @@
-"""Flask app factory (STYLE §6): ``create_app(settings)``; workers and beat never import this."""
+"""Flask app factory (docs/spec/house-rules.md#hr-layers): ``create_app(settings)``; workers and beat never import this."""
 
 from __future__ import annotations
 

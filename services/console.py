@@ -9,7 +9,7 @@ Space passed in (the caller resolved it from the signed-in token), so nothing of
 ever read. Lists are keyset-paged (an opaque token of the last row's sort key), so a page costs
 the same with 10 or 10,000 instances.
 
-Helpers suffixed ``_txn`` run in the caller's session and never commit (STYLE §5); they only read.
+Helpers suffixed ``_txn`` run in the caller's session and never commit (docs/spec/house-rules.md#hr-txn); they only read.
 Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes.
 """
 
