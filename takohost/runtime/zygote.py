@@ -476,6 +476,25 @@ def _preload() -> None:
     gc.freeze()  # keep the preloaded objects out of the children's collections (copy-on-write)
 
 
+def _forget_hidden_modules(hidden: tuple[str, ...]) -> None:
+    """Drop from ``sys.modules`` every module loaded from a directory a context does not see
+    (``hidden``: the interpreter's own ``site-packages``, covered by an empty mount). ``site``
+    runs that directory's ``.pth`` files when the zygote starts, and one may import a package
+    (``certifi``, ``_distutils_hack``): every context would inherit it, its files absent, in the
+    place of the same package in the Version's pinned layer (``httpx`` would find a
+    ``certifi.where()`` that does not exist)."""
+    roots = tuple(os.path.realpath(path) + os.sep for path in hidden)
+    if not roots:
+        return
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None) or ""
+        locations = list(getattr(module, "__path__", None) or ())
+        for place in [origin, *locations]:
+            if isinstance(place, str) and place and os.path.realpath(place).startswith(roots):
+                del sys.modules[name]
+                break
+
+
 def _plain_loaders() -> None:
     """Give every SDK module loaded through the boot's finder (``takohost.runtime.boot``) a plain
     loader of its neutral path: the finder's loaders know the SDK's directory on the host, and
@@ -550,11 +569,13 @@ def main(argv: list[str] | None = None) -> int:
         message = (
             f"the sandbox cannot isolate tenant code on this machine ({exc}); it needs user, PID, "
             "mount and network namespaces. Set TAKOHOST_SANDBOX_ISOLATION=none to run tenant code "
-            "without isolation (unsafe: only for code you trust; see README 'Security model')"
+            "without isolation (unsafe: only for code you trust; see docs/security.md)"
         )
         os.write(args.ready_fd, f"error {message}\n".encode())
         return 78
     _preload()
+    if forker.isolated:
+        _forget_hidden_modules(layout.hidden)
     _plain_loaders()
     # What a context's code finds as its interpreter: a link in its root to the host's binary
     # (``isolation.mounts.INTERPRETER``), not the host's virtualenv (without isolation, the binary).

@@ -1,4 +1,4 @@
-"""Public egress attacked as a hostile tenant would (README "Egress"; the porous ``outbound`` mode's
+"""Public egress attacked as a hostile tenant would (docs/egress.md; the porous ``outbound`` mode's
 findings: TCP Fast Open past the port rules, ``listen()`` autobinding on the host, abstract names
 in the host's namespace, open UDP, the metadata address on port 80).
 
@@ -148,8 +148,36 @@ def _services_untouched(world: dict) -> None:
         print("the host's UDP listener received:", world["udp"].recvfrom(100))
 
 
+def _stack_service_endpoints(stack) -> list[tuple[str, int]]:
+    """The TCP endpoints of the stack's own Postgres, Redis and broker, as its processes are
+    configured (``TAKOHOST_DATABASE_URL``, ``TAKOHOST_REDIS_URL``, ``TAKOHOST_BROKER_URL``); a
+    name is taken at each address it resolves to here, and a Unix-socket URL has none."""
+    import urllib.parse
+
+    import sqlalchemy.engine
+
+    database = sqlalchemy.engine.make_url(stack.db_url)
+    found: list[tuple[str | None, int | None]] = [(database.host, database.port or 5432)]
+    for variable in ("TAKOHOST_REDIS_URL", "TAKOHOST_BROKER_URL"):
+        url = stack.env.get(variable) or os.environ.get(variable)
+        if url and urllib.parse.urlsplit(url).scheme in ("redis", "rediss"):
+            parts = urllib.parse.urlsplit(url)
+            found.append((parts.hostname or "localhost", parts.port or 6379))
+    endpoints: list[tuple[str, int]] = []
+    for host, port in found:
+        if not host or port is None or host.startswith("/"):
+            continue  # a Unix socket: no TCP route to refuse
+        for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            endpoint = (str(info[4][0]), port)
+            if endpoint not in endpoints:
+                endpoints.append(endpoint)
+    return endpoints
+
+
 def test_no_route_reaches_the_host_s_services(stack, tenants, world):
     api_port = int(stack.api_url.rsplit(":", 1)[1])
+    services = _stack_service_endpoints(stack)
+    assert services, "the stack's Postgres has a TCP endpoint"
     targets = [
         ("127.0.0.1", world["service_port"]),  # an egress port: the proxy gets it, and refuses
         ("127.0.0.1", 80),
@@ -163,6 +191,8 @@ def test_no_route_reaches_the_host_s_services(stack, tenants, world):
         ("127.0.0.1", 6379),
         ("10.0.0.5", 443),
         ("100.64.0.1", 80),
+        # the stack's real Postgres and Redis (and broker), wherever they listen
+        *(endpoint for endpoint in services if endpoint not in (("127.0.0.1", 5432), ("127.0.0.1", 6379))),
     ]
     udp_port = world["udp"].getsockname()[1]
     udp = [("127.0.0.1", udp_port), (PUBLIC, udp_port), (world["linklocal"], udp_port)]
@@ -185,6 +215,11 @@ def test_no_route_reaches_the_host_s_services(stack, tenants, world):
     assert "refused: link-local address" in found[f"connect {world['linklocal']}:80"]
     assert "refused: loopback address" in found[f"connect 127.0.0.1:{api_port}"]
     assert "refused: private address" in found["connect 10.0.0.5:443"]
+    for host, port in services:
+        # not one byte of the real Postgres or Redis, by any route
+        for route in ("connect", "raw", "fastopen"):
+            value = found[f"{route} {host}:{port}"]
+            assert not value.startswith("OK:") or value == "OK:b''", (route, host, port, value)
     assert found["raw_socket"].startswith("PermissionError") and found["packet_socket"].startswith("PermissionError")
 
 
@@ -228,6 +263,120 @@ def test_public_http_https_and_names_work_and_refusals_follow_redirects(stack, t
     assert any(t == "egress name internal.test refused: resolves to 127.0.0.1 (loopback address)" for t in texts)
     assert any(t == "egress name metadata.test refused: resolves to 169.254.77.7 (link-local address)" for t in texts)
     assert all(line["step"] == "attack" and line["attempt"] == 1 for line in egress_lines), egress_lines
+
+
+#: A Version pinning the three HTTP clients (``CLIENTS_SOURCE``'s imports run at validation, from
+#: the host's package layer): each used the way its documentation says, no proxy settings.
+CLIENTS_SOURCE = textwrap.dedent(
+    """
+    import ssl
+    import time
+
+    import httpx
+    import requests
+    import urllib3
+
+
+    def _get(library, url, ca):
+        if library == "requests":
+            response = requests.get(url, timeout=10, **({"verify": ca} if ca else {}))
+            return response.status_code, response.text
+        if library == "httpx":
+            verify = {"verify": ssl.create_default_context(cafile=ca)} if ca else {}
+            response = httpx.get(url, timeout=10, **verify)
+            return response.status_code, response.text
+        pool = urllib3.PoolManager(**({"ca_certs": ca} if ca else {}))
+        response = pool.request("GET", url, timeout=10)
+        return response.status, response.data.decode()
+
+
+    def _try(library, url, ca=None):
+        started = time.monotonic()
+        try:
+            status, text = _get(library, url, ca)
+            outcome = f"OK:{status}:{text}"
+        except Exception as exc:  # noqa: BLE001 - the tenant's report
+            outcome = f"{type(exc).__name__}:{exc}"[:600]
+        return {"outcome": outcome, "seconds": time.monotonic() - started}
+
+
+    class Clients:
+        def __init__(self, env):
+            self.env = env
+
+        def run(self, event, step):
+            p = event["params"]
+
+            def calls():
+                ca = "/tmp/egress-test-ca.pem"
+                with open(ca, "w") as f:
+                    f.write(p["ca"])
+                found = {"versions": {m.__name__: m.__version__ for m in (requests, httpx, urllib3)}}
+                for library in ("requests", "httpx", "urllib3"):
+                    for label, url in p["public"].items():
+                        found[f"{library} {label}"] = _try(library, url.format(library=library))
+                    found[f"{library} https"] = _try(library, p["https"].format(library=library), ca)
+                    for label, url in p["refused"].items():
+                        found[f"{library} {label}"] = _try(library, url)
+                return found
+
+            return step.do("calls", calls)
+    """
+)
+
+
+def test_requests_httpx_and_urllib3_reach_public_addresses_and_get_clear_refusals(stack, world):
+    """Tenant code pins ``requests``, ``httpx`` and ``urllib3`` (installed by the host from a
+    wheelhouse the test repacks from this interpreter: no registry) and uses each plainly: a GET
+    by address, by name and over verified HTTPS reaches the public test server; a GET to the
+    host's loopback, to the stack's own API and to the link-local address fails at once with the
+    proxy's reason (docs/egress.md)."""
+    from tests.support import wheels
+
+    versions = wheels.http_clients_wheelhouse(os.environ["TAKOHOST_WHEELHOUSE"])
+    pins = [f"{name}=={versions[name]}" for name in wheels.HTTP_CLIENT_DISTRIBUTIONS]
+    deployed = workflows.deploy_http(
+        stack.api_url, stack.token, stack.space, source=CLIENTS_SOURCE, class_name="Clients", requirements=pins
+    )
+    api_port = int(stack.api_url.rsplit(":", 1)[1])
+    refused = {
+        "loopback": f"http://127.0.0.1:{world['service_port']}/secret",
+        "api": f"http://127.0.0.1:{api_port}/v2/openapi.json",
+        "linklocal": f"http://{world['linklocal']}/latest/meta-data/",
+    }
+    params = {
+        "public": {"by_address": f"http://{PUBLIC}/{{library}}/plain", "by_name": "http://public.test/{library}/named"},
+        "https": "https://public.test/{library}/secure",
+        "refused": refused,
+        "ca": world["ca"],
+    }
+    http = stack.instances(deployed.workflow)
+    instance_id = f"clients-{uuid.uuid4().hex[:8]}"
+    code, body = http.call("POST", body={"id": instance_id, "params": params})
+    assert code == 201, body
+    final = wait_terminal(http, instance_id, timeout=120)
+    assert final["status"] == "complete", final
+    found = final["output"]
+    assert found.pop("versions") == {name: versions[name] for name in wheels.HTTP_CLIENT_DISTRIBUTIONS}
+    for library in wheels.HTTP_CLIENT_DISTRIBUTIONS:
+        assert found[f"{library} by_address"]["outcome"] == f"OK:200:hello from the internet /{library}/plain"
+        assert found[f"{library} by_name"]["outcome"] == f"OK:200:hello from the internet /{library}/named"
+        assert found[f"{library} https"]["outcome"] == f"OK:200:hello from the internet /{library}/secure"
+        assert f"public.test/{library}/named" in world["http_seen"]
+        assert f"{PUBLIC}/{library}/plain" in world["http_seen"]
+        assert f"public.test/{library}/secure" in world["https_seen"]
+        reasons = {
+            "loopback": f"egress to 127.0.0.1:{world['service_port']} refused: loopback address",
+            "api": f"egress to 127.0.0.1:{api_port} refused: loopback address",
+            "linklocal": f"egress to {world['linklocal']}:80 refused: link-local address",
+        }
+        for label, reason in reasons.items():
+            result = found[f"{library} {label}"]
+            assert not result["outcome"].startswith("OK"), (library, label, result)
+            assert reason in result["outcome"], (library, label, result)
+            assert result["seconds"] < 3, f"{library} {label}: a refusal must fail fast, not retry into a timeout"
+    time.sleep(0.5)
+    _services_untouched(world)
 
 
 def _shared(tmp_path_factory) -> str:

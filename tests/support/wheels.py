@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import pathlib
 import tarfile
+import uuid
 import zipfile
 
 
@@ -92,9 +94,13 @@ def wheel_from_installed(directory: str | pathlib.Path, name: str) -> pathlib.Pa
     entries[f"{info_dir}/RECORD"] = ("\n".join(record) + "\n").encode()
     normalized = dist.metadata["Name"].replace("-", "_").replace(".", "_")
     path = pathlib.Path(directory) / f"{normalized}-{dist.version}-{tag}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+    # Written aside and renamed into place: test files running side by side repack the same
+    # distributions into the run's one wheelhouse while a worker's pip may be reading it.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for member_path, data in entries.items():
             archive.writestr(member_path, data)
+    os.replace(partial, path)
     return path
 
 
@@ -109,3 +115,51 @@ def requests_wheelhouse(directory: str | pathlib.Path) -> dict[str, str]:
     for name in REQUESTS_DISTRIBUTIONS:
         wheel_from_installed(directory, name)
     return {name: importlib.metadata.version(name) for name in REQUESTS_DISTRIBUTIONS}
+
+
+def installed_closure(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` and every distribution they need, transitively, as this interpreter has them
+    installed (``importlib.metadata``'s ``Requires-Dist``; a requirement whose marker does not
+    hold here, an extra among them, is left out); in the order first met, each name once."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: dict[str, str] = {}
+    pending = list(names)
+    while pending:
+        name = pending.pop(0)
+        key = canonicalize_name(name)
+        if key in seen:
+            continue
+        dist = importlib.metadata.distribution(name)
+        seen[key] = dist.metadata["Name"]
+        for line in dist.requires or ():
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    return tuple(seen.values())
+
+
+def wheelhouse_of(directory: str | pathlib.Path, names: tuple[str, ...]) -> dict[str, str]:
+    """Repack ``names`` and everything they need (:func:`installed_closure`) into ``directory``
+    with :func:`wheel_from_installed`; returns name → installed version, dependencies included."""
+    import importlib.metadata
+
+    closure = installed_closure(names)
+    for name in closure:
+        wheel_from_installed(directory, name)
+    return {name: importlib.metadata.version(name) for name in closure}
+
+
+#: The HTTP clients tenant code uses "the ordinary way" (docs/egress.md): what
+#: :func:`http_clients_wheelhouse` serves, with their dependencies.
+HTTP_CLIENT_DISTRIBUTIONS = ("requests", "httpx", "urllib3")
+
+
+def http_clients_wheelhouse(directory: str | pathlib.Path) -> dict[str, str]:
+    """Repack ``requests``, ``httpx`` and ``urllib3`` as installed here, and what they need
+    (``httpcore``, ``h11``, ``anyio``, ``idna``, ``certifi``, ``charset-normalizer``, …), into
+    ``directory``; returns name → version (pin the first three at these)."""
+    return wheelhouse_of(directory, HTTP_CLIENT_DISTRIBUTIONS)
