@@ -1,7 +1,7 @@
 """Host configuration read from the environment (docs/spec/architecture.md#ar-operating).
 
 Every setting is an environment variable; production values are fixed here. Settings whose
-name contains ``TEST`` exist only so that tests can compress time (documented in README.md,
+name contains ``TEST`` exist only so that tests can compress time (documented in docs/operations.md,
 "Test-only settings"); they must never be set in production.
 """
 
@@ -42,7 +42,7 @@ class Settings:
         space_max_contexts: how many replay contexts one Space may run at once across the whole
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
-            same Space ends (``workers.engine.lease``; README "Production").
+            same Space ends (``workers.engine.lease``; docs/operations.md "Production").
         console_idle_s: seconds a web-console session lasts without a request
             (``TAKOHOST_CONSOLE_IDLE_SECONDS``, ``3600``; ``services.console_sessions``).
         console_session_s: seconds a web-console session lasts at most after sign-in
@@ -56,7 +56,7 @@ class Settings:
             what the workers register in Redis (``services.fleet``).
         quota_live_instances, quota_stored_events, quota_log_bytes, quota_version_code_bytes,
             quota_layer_bytes: what one Space may hold (``TAKOHOST_QUOTA_*``; ``0`` = no limit;
-            ``services.quotas``, README "Quotas"): instances not yet terminal (``10000``),
+            ``services.quotas``, docs/operations.md "Quotas"): instances not yet terminal (``10000``),
             accepted unconsumed events (``100000``), bytes of stored log lines (``536870912``,
             512 MiB), bytes of live WorkerVersions' module sources (``268435456``, 256 MiB) and
             bytes of package layers (``2147483648``, 2 GiB).

@@ -20,7 +20,7 @@ SELF_AUTHENTICATING_BLUEPRINTS = {"ui"}
 
 #: Seconds a known token's Space is remembered by an API process (docs/spec/host-features.md#hf-performance: no database
 #: transaction per request). A token deleted from the database is refused by every API process at
-#: most this long after (README "Security model"); an unknown token is never remembered.
+#: most this long after (docs/security.md); an unknown token is never remembered.
 TOKEN_CACHE_SECONDS = 5.0
 #: Remembered tokens per process (the memo is cleared when full).
 TOKEN_CACHE_SIZE = 10_000

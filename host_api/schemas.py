@@ -630,7 +630,7 @@ class CronRunList(ma.Schema):
 
 
 class LogLine(ma.Schema):
-    """One captured line of an instance (docs/spec/host-features.md#hf-observability; README "Logs"): ``stream`` ``stdout``/``stderr``
+    """One captured line of an instance (docs/spec/host-features.md#hf-observability; README "What your code printed, and why it failed"): ``stream`` ``stdout``/``stderr``
     (the tenant's) or ``host`` (markers, failures with their traceback, replay diagnostics)."""
 
     time = fields.String(required=True, metadata={"format": "date-time"})
@@ -696,7 +696,7 @@ class SpaceQuotas(ma.Schema):
 
 
 class SpaceUsage(ma.Schema):
-    """``{"space", "quotas"}``: what the Space holds against each quota (README "Quotas")."""
+    """``{"space", "quotas"}``: what the Space holds against each quota (docs/operations.md "Quotas")."""
 
     space = fields.String(required=True)
     quotas = fields.Nested(SpaceQuotas, required=True)

@@ -18,7 +18,7 @@ server left by a crashed supervisor is found through its pid file at the next st
 With ``--metrics-port PORT`` the supervisor serves one Prometheus endpoint for the whole stack:
 it makes the multiprocess directory (``metrics/dev-<pid>`` in the data dir) that API, worker
 and beat record into, and answers ``GET /metrics`` on that port with their sum and the beat's
-host-wide gauges (README "Metrics"). The children get no port of their own.
+host-wide gauges (docs/operations.md "Metrics"). The children get no port of their own.
 """
 
 from __future__ import annotations

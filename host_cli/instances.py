@@ -100,7 +100,7 @@ def status_detail(status: str, events: list[dict[str, Any]]) -> str | None:
 
 
 def progress_detail(progress: dict[str, Any]) -> str | None:
-    """One line from ``GET …/progress`` (README "Observability": where is it), or ``None`` for a
+    """One line from ``GET …/progress`` (docs/operations.md "Where is it?"), or ``None`` for a
     finished instance: ``retrying step 'charge' (attempt 2 at <retryAt>; attempt 1 failed:
     ZeroDivisionError: division by zero)``, ``waiting for event 'approved' (step 'approval', until
     <timeoutAt>)``, ``sleeping in step 'nap' until <wakeAt>``, ``queued: no Version to run it (…)``…"""

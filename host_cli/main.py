@@ -29,7 +29,7 @@ def _setup_logging(log_format: str | None = None, level: str = "INFO") -> None:
 
 def _serve_metrics(role: str, port: int | None, *, host_state: bool = False) -> None:
     """With a metrics port (``--metrics-port``, ``TAKOHOST_METRICS_PORT``): a fresh multiprocess
-    directory for this command's processes and ``GET /metrics`` on that port (README
+    directory for this command's processes and ``GET /metrics`` on that port (docs/operations.md
     "Observability"); nothing without one."""
     from services.telemetry import metrics
 
@@ -76,7 +76,7 @@ def _host_process() -> None:
 
 
 def _check_sandbox(metrics_port: int | None = None) -> None:
-    """Refuse to start a worker that could not isolate tenant code (README "Security model"), or
+    """Refuse to start a worker that could not isolate tenant code (docs/security.md), or
     whose sandbox or egress settings are wrong (a usage error naming the setting)."""
     import os
     import tempfile

@@ -3,7 +3,7 @@
 
 Why not Celery's prefork pool: a prefork worker is a main process that reads the broker and hands
 each task to a pool process over a pipe — one more hop and one more process's CPU per task. Side by
-side (``bench.engine_bench``, README "Performance") N solo processes give more steps/s and less CPU
+side (``bench.engine_bench``, docs/performance.md) N solo processes give more steps/s and less CPU
 per instance for the same N. Each solo process is a complete Celery worker: it consumes with
 ``acks_late`` and ``worker_prefetch_multiplier = 1`` (one unacknowledged message at a time), takes
 the Redis lease and the Postgres fencing token per context exactly as a prefork pool process does,

@@ -1,5 +1,5 @@
 """The live fleet's worker slots in Redis, so that the per-Space cap follows them (docs/spec/host-features.md#hf-neighbours;
-docs/spec/host-limits.md#hl-decisions "Fair share and quotas"; README "Production", "Fair share").
+docs/spec/host-limits.md#hl-decisions "Fair share and quotas"; docs/operations.md "Production", fair share).
 
 Every process that consumes the tenant-work queue (``Settings.queue``: replay contexts and cron
 deliveries) registers its slots in the ZSET ``{namespace}:fleet-slots``

@@ -1,7 +1,7 @@
 """Quotas per Space (docs/spec/host-features.md#hf-neighbours): what one Space may hold, counted exactly and cheaply.
 
 Five quotas, each a limit from the settings (``core.config.Settings.quota_*``; ``0`` = none),
-the same for every Space (README "Quotas"):
+the same for every Space (docs/operations.md "Quotas"):
 
 =====================  ===========================================  ====================================
 quota                  counts                                        refused when reached

@@ -2,7 +2,7 @@
 
 The API (``services.forms``) accepts a resource's ``form`` as one of these URLs or short names;
 the CLI (``host_cli.client``) writes the URLs into the resources it creates. One table for both
-(docs: README "HTTP API in one screen").
+(docs: docs/http-api.md "In one screen").
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def test_approvals_reminds_then_applies_after_the_hold(cli: Cli, tmp_path: pathl
 
 
 def test_approvals_notifications_reach_a_public_webhook(cli: Cli, tmp_path: pathlib.Path) -> None:
-    """Public egress (README "Egress"): the example's ``NOTIFY_WEBHOOK_URL`` is reached from a
+    """Public egress (docs/egress.md): the example's ``NOTIFY_WEBHOOK_URL`` is reached from a
     step, through the host's egress proxy (a server on an address the test setting makes public)."""
     from tests.support import egress as net
 

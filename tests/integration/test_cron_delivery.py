@@ -200,7 +200,7 @@ def test_a_scheduled_handler_reaches_public_addresses_and_its_connections_are_lo
     db_url: str, space_token: tuple[str, str]
 ) -> None:
     """Public egress from a ``scheduled`` handler, through the same sandbox and egress proxy as a
-    workflow's steps (README "Egress"); the run's logs keep the connection and the refusal."""
+    workflow's steps (docs/egress.md); the run's logs keep the connection and the refusal."""
     import psycopg
 
     from tests.support import egress as net

@@ -1,4 +1,4 @@
-"""The sandbox's network (README "Egress"): with ``TAKOHOST_SANDBOX_NETWORK=none`` a context reaches
+"""The sandbox's network (docs/egress.md): with ``TAKOHOST_SANDBOX_NETWORK=none`` a context reaches
 nothing; by default (``public``) its only way out is the host's egress proxy, and a refused
 connection fails at once with the reason. Real zygote children, the real proxy process; the
 "internet" is a server on a loopback alias made public by the test-only setting and names come

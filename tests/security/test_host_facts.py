@@ -228,7 +228,7 @@ def test_etc_and_the_host_name_are_the_contexts_own(zygote):
     assert "search" not in found["resolv"] and "domain" not in found["resolv"]
     assert found["hosts"].split() == ["127.0.0.1", "localhost", "::1", "localhost"]
     assert found["resolv"] == "nameserver 127.0.0.1\n"
-    # what README "Security model" lists, and nothing else
+    # what docs/security.md lists, and nothing else
     assert set(found["etc"]) <= {
         "localtime", "ssl", "nsswitch.conf", "hosts", "resolv.conf", "services", "protocols", "mime.types",
     }, found["etc"]

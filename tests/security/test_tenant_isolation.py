@@ -266,7 +266,7 @@ def test_host_services_are_unreachable(stack, http):
     finally:
         listener.close()
     # A datagram is "sent" into the context's own network namespace, where every address is
-    # local (README "Egress"): it reaches nothing — the host's listener above received none.
+    # local (docs/egress.md): it reaches nothing — the host's listener above received none.
     reached = {k: v for k, v in found.items() if v in ("CONNECTED", "SENT", "OPENED", "UP")
                and not k.startswith("udp ")}
     assert reached == {}, reached

@@ -114,7 +114,7 @@ def test_dev_mode_tenant_cannot_read_the_data_dir_reach_its_services_or_see_its_
     finally:
         listener.close()
     # A datagram is "sent" into the context's own network namespace, where every address is
-    # local (README "Egress"): it reaches nothing, as the listener above shows.
+    # local (docs/egress.md): it reaches nothing, as the listener above shows.
     reached = {k: v for k, v in connect.items() if v in ("CONNECTED", "SENT", "OPENED", "UP")
                and not k.startswith("udp ")}
     assert reached == {}, reached

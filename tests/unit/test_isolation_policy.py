@@ -1,7 +1,9 @@
-"""The sandbox policy read from ``TAKOHOST_SANDBOX_*`` (README "Security model"): defaults,
+"""The sandbox policy read from ``TAKOHOST_SANDBOX_*`` (docs/security.md): defaults,
 bounds, and a clear error naming the variable for a bad value."""
 
 from __future__ import annotations
+
+import pathlib
 
 import pytest
 
@@ -57,8 +59,10 @@ def test_bad_values_name_the_variable(name, value, expected):
 def test_the_network_is_public_by_default_none_on_request_and_outbound_is_gone():
     assert policy_module.Policy.from_environ({}).network == "public"
     assert policy_module.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "none"}).network == "none"
-    with pytest.raises(ValueError, match="outbound was replaced by public"):
+    with pytest.raises(ValueError, match="outbound was replaced by public") as refused:
         policy_module.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "outbound"})
+    assert "see docs/egress.md" in str(refused.value)  # a page that exists, not a README section gone
+    assert (pathlib.Path(__file__).resolve().parents[2] / "docs" / "egress.md").is_file()
     with pytest.raises(ValueError, match="one of public, none"):
         policy_module.Policy.from_environ({"TAKOHOST_SANDBOX_NETWORK": "internet"})
 

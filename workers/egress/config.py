@@ -1,6 +1,6 @@
 """The operator's egress configuration: ports, exceptions and per-Space rules, the upstream DNS
-resolver, and what the host must never let tenant code reach (docs/spec/host-limits.md#hl-decisions "Egress"; README
-"Egress").
+resolver, and what the host must never let tenant code reach (docs/spec/host-limits.md#hl-decisions "Egress";
+docs/egress.md).
 
 Read from the environment (:func:`load`):
 

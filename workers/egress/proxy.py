@@ -1,5 +1,5 @@
-"""The egress proxy: the one way out of every sandbox context (docs/spec/host-limits.md#hl-decisions "Egress"; README
-"Egress"). One process per worker process, started by :mod:`workers.egress.client`.
+"""The egress proxy: the one way out of every sandbox context (docs/spec/host-limits.md#hl-decisions "Egress";
+docs/egress.md). One process per worker process, started by :mod:`workers.egress.client`.
 
 A context with public egress lives in a network namespace of its own in which every address is
 local (``takohost.runtime.isolation.network``): its child hands the host one TCP listener per egress port and

@@ -1,4 +1,4 @@
-"""Where layers live and where packages come from (README settings table; docs/packages.md).
+"""Where layers live and where packages come from (docs/operations.md settings table; docs/packages.md).
 
 Every value is an environment variable, read anew by :func:`current` (tests change them).
 """

@@ -1,5 +1,5 @@
 """Tenant isolation for sandbox children: namespaces, a minimal read-only root, one identity per
-context, no capabilities, resource limits (README "Security model"; docs/spec/architecture.md#ar-sandbox "Tenant isolation").
+context, no capabilities, resource limits (docs/security.md; docs/spec/architecture.md#ar-sandbox "Tenant isolation").
 
 Every context is one process forked by the zygote (``forking.Forker.fork``) as PID 1 of a new
 PID namespace: the zygote switches the PID namespace of its *next* child with ``unshare

@@ -1,5 +1,5 @@
 """The network of a context with public egress: an empty network namespace whose only way out is
-the host's egress proxy (docs/spec/host-limits.md#hl-decisions "Egress"; README "Security model").
+the host's egress proxy (docs/spec/host-limits.md#hl-decisions "Egress"; docs/egress.md).
 
 A context's network namespace has no interface but its loopback. :func:`configure` (in the child,
 right after ``unshare(CLONE_NEWNET)``, while it still may) brings ``lo`` up and makes **every**

@@ -1,5 +1,5 @@
 """What the host decides for every context: the sandbox policy read from ``TAKOHOST_SANDBOX_*``
-(README "Security model") and the environment every context gets.
+(docs/security.md) and the environment every context gets.
 
 Standard library only: the policy travels to the zygote as JSON (:meth:`Policy.to_json`).
 """
@@ -22,8 +22,8 @@ CONTEXT_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 @dataclass(frozen=True)
 class Policy:
-    """What the host decides for every context (read from ``TAKOHOST_SANDBOX_*``, see README
-    "Security model").
+    """What the host decides for every context (read from ``TAKOHOST_SANDBOX_*``, see
+    docs/security.md).
 
     Attributes:
         mode: ``"namespaces"`` (default) or ``"none"`` (the documented, unsafe opt-out: children
@@ -89,7 +89,7 @@ class Policy:
         if network == "outbound":
             raise ValueError(
                 "TAKOHOST_SANDBOX_NETWORK=outbound was replaced by public, now the default (public "
-                "addresses through the host's egress proxy; see README \"Egress\"); unset it"
+                "addresses through the host's egress proxy; see docs/egress.md); unset it"
             )
         if network not in NETWORKS:
             raise ValueError(

@@ -5,7 +5,7 @@ Calls a context never needs and that reach state the namespaces do not separate 
 keyrings are per uid, not per namespace) or that are the usual ways to attack the kernel (nested
 namespaces, mounts, BPF, perf, io_uring, module loading) fail with ``EPERM``; ``clone3`` fails
 with ``ENOSYS`` so that the C library falls back to ``clone``, whose flags the filter can see
-(any ``CLONE_NEW*`` flag is refused there). README "Security model" lists them.
+(any ``CLONE_NEW*`` flag is refused there). docs/security.md lists them.
 
 Standard library only: this runs in the zygote and its children.
 """
