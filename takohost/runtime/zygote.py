@@ -8,7 +8,7 @@ environment and only those pipe descriptors; its settings (the socket's path, th
 child finds them in its command line. It imports the standard
 library and the SDK only, pre-imports what children commonly need, freezes the GC generations,
 and then forks in about 0.4 ms instead of the 1.7–5 ms a fork of a Celery worker costs
-(bench/ANCHORS.md). A child forgets the zygote's pids and paths (``_forget_in_child``).
+(docs/performance.md). A child forgets the zygote's pids and paths (``_forget_in_child``).
 
 Requests (one Unix stream connection per client process, see PROTOCOL.md "Zygote"): a frame
 ``{"op": "spawn"}`` carrying one end of a fresh ``socketpair`` as SCM_RIGHTS. The zygote hands
