@@ -1,7 +1,9 @@
 """Benchmark the durable-workflow engine on the local stack (docs/spec/host-features.md#hf-engine, docs/spec/host-features.md#hf-performance).
 
 Prints one JSON object: instances/s and steps/s of N instances of a 10-step workflow (trivial
-effects) started at once, CPU per instance counted per process (``bench.proc_cpu``), create →
+effects) started at once, CPU per instance counted per process (``bench.proc_cpu``: the API's
+and workers' process trees, the scratch database's Postgres backends and the Redis server, when it
+runs on this machine — on a shared Redis, other clients' work counts too), create →
 first-effect latency (p50/p99; unloaded, one instance at a time, and under the burst), 1-step
 create → complete, and send_event → wait-resumed latency (p50/p99), all over HTTP. 1-step create →
 complete is when a poll (every 0.5 ms) first sees ``complete``; ``one_step_create_to_terminal_at``
@@ -126,6 +128,18 @@ class Scratch:
     def roots(self) -> dict[str, int]:
         """Root pid per host process tree: ``api``, ``worker0``…"""
         return {"api": self.api.pid, **{f"worker{i}": w.pid for i, w in enumerate(self.workers)}}
+
+    def redis_server(self) -> int | None:
+        """Pid of the Redis server the host uses (``INFO server``'s ``process_id``), when it runs
+        on this machine (a Unix socket or a local address); ``None`` when it is elsewhere. Its CPU
+        counts in the total: every lease, fleet-slot and broker round trip is work we run."""
+        import redis
+
+        from core import config
+
+        info = redis.Redis.from_url(config.load_settings().redis_url).info("server")
+        pid = int(info.get("process_id", 0))
+        return pid if pid and os.path.exists(f"/proc/{pid}") else None
 
     def backends(self) -> list[int]:
         """Pids of the host's Postgres backends on the scratch database (not this process's)."""
@@ -428,14 +442,19 @@ def run(args: argparse.Namespace) -> dict:
         time.sleep(1.5)  # let the backends flush their transaction counts
         commits_before = scratch.commits()
         backends = proc_cpu.Backends(scratch.backends)
-        cpu_before = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": 0.0}
+        redis_pid = scratch.redis_server()
+
+        def redis_seconds() -> dict[str, float]:
+            return {"redis_server": proc_cpu.process_seconds(redis_pid, children=False)} if redis_pid else {}
+
+        cpu_before = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": 0.0, **redis_seconds()}
         busy_before = busy_cpu_seconds()
         began = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.create_threads) as pool:
             starts = dict(zip(ids, pool.map(lambda i: client.create(ten, i), ids), strict=True))
         created = time.time()
         outputs = wait_all(url, ten, ids, status="complete", timeout=600, interval=0.25)
-        cpu_after = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": backends.seconds()}
+        cpu_after = {**proc_cpu.snapshot(scratch.roots()), "postgres_backends": backends.seconds(), **redis_seconds()}
         burst_cpu = busy_cpu_seconds() - busy_before
         time.sleep(1.5)
         commits = scratch.commits() - commits_before  # includes this bench's ~4 polls a second
