@@ -51,9 +51,7 @@ SWEEP_BATCH = 500
 #: Seconds between two reads of the DELETE fence by a running delivery (the bound on how long a
 #: handler outlives the acceptance of its trigger's DELETE, plus the kill).
 FENCE_POLL_S = 1.0
-#: A child that vanished after going this share of its watchdog without a ping was (most likely)
-#: killed by the watchdog: the host's fault, not the handler's (as in ``workers.engine.context``).
-WATCHDOG_SUSPECT = 0.8
+
 
 def worker_id() -> str:
     """This worker process: ``{hostname}:{pid}``."""
@@ -304,7 +302,7 @@ def run_scheduled(
                 text += "\nTraceback (the Version's frames, innermost last):\n" + tracebacks.format_frames(run.traceback)
             logs.host_line(text)
         logs.flush()
-    if run.outcome == "gone" and pinger.gap() >= WATCHDOG_SUSPECT * watchdog:
+    if run.outcome == "gone" and pinger.gap() >= heartbeat.WATCHDOG_SUSPECT * watchdog:
         log.warning(
             "cron handler lost to its watchdog; the match is delivered again", extra={"match": job.match_pk}
         )

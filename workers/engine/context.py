@@ -34,10 +34,6 @@ from workers.engine import lease as lease_mod
 
 log = logging.getLogger(__name__)
 
-#: A child that vanished while it had gone this share of its watchdog without a ping was (most
-#: likely) killed by the watchdog: the host's fault, never recorded as the code's failure.
-WATCHDOG_SUSPECT = 0.8
-
 
 #: The parent's answers to a step request (the frames that may carry the eager grant).
 _STEP_ANSWERS = frozenset({"resolve", "raise", "reject_args", "run_effect"})
@@ -370,7 +366,7 @@ class ReplayContext:
         if watched.fenced or watched.lost:
             raise _Stop("fenced" if watched.fenced else "lease_lost")
         watchdog = heartbeat.watchdog_seconds(self.leases.ttl_ms)
-        if watched.ping_gap() >= WATCHDOG_SUSPECT * watchdog:
+        if watched.ping_gap() >= heartbeat.WATCHDOG_SUSPECT * watchdog:
             if self._fenced_meanwhile():  # e.g. this process was frozen and another owner took over
                 raise _Stop("fenced")
             log.warning(

@@ -57,6 +57,10 @@ RENEW_FRACTION = 0.25
 PING_FRACTION = 0.1
 PING_WINDOW_FRACTION = 0.4
 WATCHDOG_FRACTION = 0.5
+#: A child that vanished after going this share of its watchdog without a ping was (most likely)
+#: killed by the watchdog: the host's fault, never recorded as the code's failure (replay contexts
+#: in ``workers.engine.context`` and cron deliveries in ``workers.cron_tasks`` both judge by it).
+WATCHDOG_SUSPECT = 0.8
 #: How long a stop hint is kept for a context that registers after it (seconds), and how many
 #: pks are kept at most (beyond that the memory is pruned; a forgotten hint costs only speed).
 HINT_MEMORY_S = 60.0
