@@ -186,6 +186,7 @@ def _skips(
         expressions[expr] = None
     result = [_skip(t, expr, now=now, ticks=ticks) for t, expr in head]
     if omitted:
+        assert last is not None  # the first omitted match at least
         capped = counted > SKIP_COUNT_LIMIT
         if capped:  # not every match was seen: name every expression in force over the span
             expressions = dict.fromkeys(_expressions_between(parsed, start=omitted[0][0], end=tail[0][0]))

@@ -210,7 +210,9 @@ def record_batch_txn(
                 "considered_until": plan.considered_until,
                 "next_due_at": plan.next_due_at,
                 # `remaining` ends with the current expression whenever it is not empty.
-                "superseded": [{"cron": s.cron, "until": s.end.isoformat()} for s in plan.remaining[:-1]]
+                "superseded": [
+                    {"cron": s.cron, "until": s.end.isoformat()} for s in plan.remaining[:-1] if s.end is not None
+                ]
                 or None,
             }
         )
@@ -231,10 +233,10 @@ def record_batch_txn(
         if len(recorded) < len(matches):
             log.info("some matches were already recorded", extra={"duplicates": len(matches) - len(recorded)})
     if skips:
-        statement = postgresql.insert(cron_models.CronSkip).on_conflict_do_nothing(
+        skip_statement = postgresql.insert(cron_models.CronSkip).on_conflict_do_nothing(
             index_elements=["trigger_uid", "scheduled_time"]
         )
-        session.execute(statement, skips)
+        session.execute(skip_statement, skips)
     if updates:
         session.execute(sa.update(cron_models.CronSchedule), updates)
     moved = {

@@ -75,7 +75,7 @@ class HostScheduler(celery_beat.Scheduler):
 
     def setup_schedule(self) -> None:
         """No Celery entries: Postgres is the schedule."""
-        self.data = {}
+        self.data: dict[str, object] = {}
         log.info("takohost beat scheduler started", extra={"beat": self.beat_id})
 
     def tick(self, *args: object, **kwargs: object) -> float:

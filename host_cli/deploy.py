@@ -10,6 +10,7 @@ the command itself (options, output, exit codes) is ``host_cli.client_commands``
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -187,7 +188,7 @@ class Deployer:
                 key = deploy_key({"call": "rollback", "uid": resource["uid"]})
                 operation = self._busy_retry(
                     f"delete {label}",
-                    lambda uid=resource["uid"], key=key: self.api.delete_resource(uid, idempotency_key=key),
+                    functools.partial(self.api.delete_resource, resource["uid"], idempotency_key=key),
                 )
                 operation = self.api.wait_operation(operation["id"], timeout=self.timeout)
             except http.ClientError as exc:
@@ -396,8 +397,8 @@ class Deployer:
             )
             operation = self._busy_retry(
                 label,
-                lambda key=key: self.api.create_resource(
-                    form=_FORM[form], name=name, spec=spec, idempotency_key=key
+                functools.partial(
+                    self.api.create_resource, form=_FORM[form], name=name, spec=spec, idempotency_key=key
                 ),
             )
             try:

@@ -290,8 +290,8 @@ class EmbeddedPostgres:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         for directory in (self.data_dir, self.socket_dir):
             directory.mkdir(mode=0o700, exist_ok=True)
-            if uid is not None:
-                os.chown(directory, uid, gid)
+            if identity:
+                os.chown(directory, *identity)
             os.chmod(directory, 0o700)
         if self.port is None and self._client_socket_dir is None:
             self._client_socket_dir, self._alias_parent = reachable_socket_dir(self.socket_dir, ".s.PGSQL.5432")
@@ -332,7 +332,7 @@ class EmbeddedPostgres:
             path = self.root / "password"
             path.write_text(secrets.token_hex(16) + "\n")
             path.chmod(0o600)
-            if uid is not None:
+            if uid is not None and gid is not None:
                 os.chown(path, uid, gid)  # initdb opens it through its descriptor, as that uid
             pwfile_fd = os.open(path, os.O_RDONLY)
             args += ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile=/proc/self/fd/{pwfile_fd}"]
@@ -363,7 +363,7 @@ class EmbeddedPostgres:
                 lines = pid_file.read_text().splitlines()
             except OSError:
                 lines = []
-            if len(lines) >= 8 and lines[0].strip() == str(self.proc.pid) and lines[7].strip() == "ready":
+            if self.proc is not None and len(lines) >= 8 and lines[0].strip() == str(self.proc.pid) and lines[7].strip() == "ready":
                 return
             time.sleep(0.02)
         self.stop()
@@ -477,7 +477,7 @@ class EmbeddedRedis:
     def _ping(self) -> bool:
         if self.socket_path is not None:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            target: object = str(self._socket or self.socket_path)
+            target: str | tuple[str, int | None] = str(self._socket or self.socket_path)
         else:
             conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             target = ("127.0.0.1", self.port)

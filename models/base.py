@@ -4,6 +4,7 @@ embedded default is a real PostgreSQL, docs/spec/architecture.md#ar-embedded).""
 from __future__ import annotations
 
 import datetime as dt
+from typing import ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase
@@ -21,6 +22,8 @@ class Base(DeclarativeBase):
     """Root of every mapped class; its ``metadata`` is what Alembic compares against."""
 
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    #: Every mapping here is of a ``Table`` (SQLAlchemy types it as any ``FromClause``).
+    __table__: ClassVar[sa.Table]
 
 
 class ScalarText(sa.types.TypeDecorator):

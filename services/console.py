@@ -385,15 +385,15 @@ def instance_detail_txn(
             .limit(1)
         ) or {}
     body["inbox"] = []  # as GET …/events serves it (instance_events.inbox), from the same rows
-    for event in session.scalars(
+    for inboxed in session.scalars(
         sa.select(inst_models.InboxEvent)
         .where(inst_models.InboxEvent.instance_pk == row.pk)
         .order_by(inst_models.InboxEvent.sequence)
     ):
-        item: dict[str, Any] = {"sequence": event.sequence, "type": event.type}
-        if event.payload is not None:
-            item["payload"] = event.payload
-        item["acceptedAt"] = instance_common.rfc3339(event.accepted_at)
+        item: dict[str, Any] = {"sequence": inboxed.sequence, "type": inboxed.type}
+        if inboxed.payload is not None:
+            item["payload"] = inboxed.payload
+        item["acceptedAt"] = instance_common.rfc3339(inboxed.accepted_at)
         body["inbox"].append(item)
     return body
 

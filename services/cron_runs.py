@@ -14,7 +14,8 @@ import binascii
 import dataclasses
 import datetime as dt
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -153,11 +154,11 @@ def insert_delivery_txn(
     session: orm.Session, *, match_pk: int, worker_id: str, version_uid: str | None, now: dt.datetime
 ) -> int:
     """Insert the running ``cron_deliveries`` row of ``match_pk``; returns its pk."""
-    return session.scalar(
+    return session.scalars(
         sa.insert(cron_models.CronDelivery)
         .values(match_pk=match_pk, worker_id=worker_id, version_uid=version_uid, started_at=now)
         .returning(cron_models.CronDelivery.pk)
-    )
+    ).one()
 
 
 def note_started_txn(
@@ -279,7 +280,7 @@ def mark_vanished_txn(
         .where(cron_models.CronDelivery.pk.in_(delivery_pks), cron_models.CronDelivery.finished_at.is_(None))
         .values(finished_at=now, outcome="unknown", error=error)
     )
-    return result.rowcount or 0
+    return cast("sa.CursorResult[Any]", result).rowcount or 0
 
 
 def note_dispatched_txn(session: orm.Session, *, match_pks: list[int], now: dt.datetime) -> None:
@@ -337,14 +338,14 @@ def list_runs_txn(session: orm.Session, *, space: str, trigger_uid: str, page_to
     return body
 
 
-def _by_pk(session: orm.Session, model: type, pks: list[int]) -> dict[int, Any]:
+def _by_pk(session: orm.Session, model: Any, pks: list[int]) -> dict[int, Any]:
     """``{pk: row}`` of ``model`` for ``pks`` (no query when there are none)."""
     if not pks:
         return {}
     return {row.pk: row for row in session.scalars(sa.select(model).where(model.pk.in_(pks)))}
 
 
-def _render(session: orm.Session, page: list) -> list[dict]:
+def _render(session: orm.Session, page: Sequence[Any]) -> list[dict]:
     match_pks = [pk for _, kind, pk in page if kind == "m"]
     skip_pks = [pk for _, kind, pk in page if kind == "s"]
     matches = _by_pk(session, cron_models.CronMatch, match_pks)

@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import Any
 
 import redis
 
@@ -151,7 +152,7 @@ def defer_dispatch(instance_pk: int, *, space: str, settings: config.Settings | 
         return False
 
 
-_scripts: dict[int, object] = {}
+_scripts: dict[int, Any] = {}
 
 
 def live_slots(client: redis.Redis, *, namespace: str, now_ms: int | None = None) -> int:

@@ -97,6 +97,7 @@ def resolve_refs_txn(session: orm.Session, *, space: str, refs: list[Ref]) -> di
             ``dependency_conflict`` (it exists but is of another Form).
     """
     found: dict[str, res_models.Resource] = {}
+    target: res_models.Resource | None
     for ref in refs:
         if ref.target_uid in found:
             target = found[ref.target_uid]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -86,4 +87,4 @@ def purge_expired_txn(session: orm.Session, *, now: dt.datetime) -> int:
             res_models.IdempotencyRecord.created_at < now - RETENTION
         )
     )
-    return result.rowcount or 0
+    return cast("sa.CursorResult[Any]", result).rowcount or 0

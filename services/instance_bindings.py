@@ -37,7 +37,7 @@ def call_binding(
     name the child raises; ``invalid_request`` becomes ``TypeError`` there).
     """
     allowed, required = _BINDING_ARGS.get(call, (None, None))
-    if allowed is None or type(args) is not dict or not required <= set(args) <= allowed:
+    if allowed is None or required is None or type(args) is not dict or not required <= set(args) <= allowed:
         raise DomainError("invalid_request", f"malformed binding call {call!r}")
     if call == "create":
         new_id = instances.create(

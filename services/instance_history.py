@@ -63,7 +63,7 @@ def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int)
         .limit(size + 1)
     ).all()
     names = {row.attributes.get("name") for row in rows[:size] if row.event_type == "StepCompleted"}
-    results = {}
+    results: dict[str, Any] = {}
     if names:
         results = dict(
             session.execute(

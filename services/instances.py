@@ -68,6 +68,7 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
     transaction), ``quota_exceeded`` (``liveInstances``) when the Space's live instances are at
     the limit (nothing inserted)."""
     connection = session.connection().connection.driver_connection
+    assert connection is not None  # a checked-out psycopg connection
     live_limit = quotas.limits().live_instances
     with connection.pipeline():
         live_rows = connection.execute(

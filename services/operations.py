@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -104,9 +105,12 @@ def set_state(
     check_transition(op.state, target, effect=effect)
     op.state = target
     op.effect = effect
-    op.error = None if error is None else {"code": error.code, "message": error.message}
-    if error is not None and error.details:
-        op.error["details"] = error.details
+    recorded: dict[str, Any] | None = None
+    if error is not None:
+        recorded = {"code": error.code, "message": error.message}
+        if error.details:
+            recorded["details"] = error.details
+    op.error = recorded
     op.updated_at = now
     if target in (SUCCEEDED, FAILED):
         op.next_attempt_at = None
@@ -126,8 +130,9 @@ def view(op: res_models.Operation) -> dict:
         body["effect"] = op.effect
     if op.error is not None:
         body["error"] = op.error
-    if op.kind == "check" and (op.request or {}).get("progress") is not None:
-        body["progress"] = op.request["progress"]  # a replay check's {"checked", "total", "totals"}
+    progress = (op.request or {}).get("progress")
+    if op.kind == "check" and progress is not None:
+        body["progress"] = progress  # a replay check's {"checked", "total", "totals"}
     body["createdAt"] = rfc3339(op.created_at)
     body["updatedAt"] = rfc3339(op.updated_at)
     return body

@@ -210,6 +210,7 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
         if op is None or op.state not in operations.UNFINISHED:
             return DONE
         resource = session.get(res_models.Resource, op.resource_uid)
+        assert resource is not None  # an Operation's resource row is never deleted, only marked
         if resource.form == "WorkerVersion" and op.kind != "delete" and not validate:
             return FORWARD
         operations.set_state(op, operations.RUNNING, now=now)
@@ -289,7 +290,7 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
             resource.observed = cron_schedules.register_schedule_txn(session, trigger=resource, now=now)
         resource.observed_at, resource.phase, resource.updated_at = now, "idle", now
         operations.set_state(op, operations.SUCCEEDED, now=now)
-        if form == "WorkerDeployment":
+        if form == "WorkerDeployment" and resource.worker_uid is not None:
             session.flush()
             observe_workflows_txn(session, worker_uid=resource.worker_uid, now=now)
     return DONE
@@ -319,7 +320,7 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
             quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
         session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == uid))
         operations.set_state(op, operations.SUCCEEDED, now=now)
-        if form == "WorkerDeployment":
+        if form == "WorkerDeployment" and resource.worker_uid is not None:
             session.flush()
             observe_workflows_txn(session, worker_uid=resource.worker_uid, now=now)
     return DONE
@@ -335,6 +336,7 @@ def _running_txn(
     resource = session.get(
         res_models.Resource, op.resource_uid, with_for_update={"key_share": True}, populate_existing=True
     )
+    assert resource is not None  # an Operation's resource row is never deleted, only marked
     return op, resource
 
 

@@ -134,7 +134,7 @@ class LogCollector:
                 continue
             self._egress_lines += 1
             opened = record.get("opened")
-            at = float(opened) if type(opened) in (int, float) else now_clock
+            at = float(opened) if isinstance(opened, (int, float)) and not isinstance(opened, bool) else now_clock
             step, attempt = self._tag_at(at)
             wall = now_wall - dt.timedelta(seconds=max(0.0, now_clock - at))
             text = protocol.safe_text(egress_client.describe(record), limit=MAX_HOST_LINE_CHARS)

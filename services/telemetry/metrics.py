@@ -87,7 +87,7 @@ _dir_seen: str | None = None
 def enabled() -> bool:
     """Whether this process records metrics (``PROMETHEUS_MULTIPROC_DIR`` names a directory)."""
     directory = os.environ.get(ENV_DIR)
-    return bool(directory) and os.path.isdir(directory)
+    return directory is not None and bool(directory) and os.path.isdir(directory)
 
 
 def _get(name: str) -> Any | None:
@@ -112,6 +112,7 @@ def _create() -> dict[str, Any]:
         if kind == "counter":
             made[name] = prometheus_client.Counter(name.removesuffix("_total"), text, labels, registry=registry)
         else:
+            assert buckets is not None  # every histogram of DEFINITIONS names its buckets
             made[name] = prometheus_client.Histogram(name, text, labels, buckets=buckets, registry=registry)
     return made
 

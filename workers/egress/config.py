@@ -245,7 +245,7 @@ def _resolve(host: str) -> set[egress.Address]:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except OSError:
         return set()
-    return {egress.unwrap(ipaddress.ip_address(info[4][0].split("%")[0])) for info in infos}
+    return {egress.unwrap(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in infos}
 
 
 def own_addresses() -> frozenset[egress.Address]:

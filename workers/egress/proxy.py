@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import functools
 import ipaddress
 import logging
 import os
@@ -209,16 +210,17 @@ class Server:
             sock.setblocking(False)
             try:
                 if sock.type == socket.SOCK_STREAM:
-                    server = await asyncio.start_server(
-                        lambda r, w, c=context: self._track(c, self.relay(c, r, w)), sock=sock
-                    )
+                    server = await asyncio.start_server(functools.partial(self._accepted, context), sock=sock)
                     context.servers.append(server)
                 else:
-                    transport, _ = await loop.create_datagram_endpoint(lambda c=context: _Dns(c), sock=sock)
+                    transport, _ = await loop.create_datagram_endpoint(functools.partial(_Dns, context), sock=sock)
                     context.transports.append(transport)
             except OSError:
                 log.exception("could not serve a descriptor of context %s", key)
                 sock.close()
+
+    def _accepted(self, context: _Context, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._track(context, self.relay(context, reader, writer))
 
     def _track(self, context: _Context, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)

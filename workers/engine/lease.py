@@ -44,7 +44,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import redis
 
@@ -378,7 +378,7 @@ class LeaseStore:
             )
         return {space: int(live) for space, live in zip(names, pipe.execute(), strict=True)}
 
-    def note_waiting(self, waiting: dict[str, Sequence[int]]) -> None:
+    def note_waiting(self, waiting: Mapping[str, Sequence[int]]) -> None:
         """Record ``{space: [pk, ...]}`` as deferred (kept at an earlier deferral time if already
         there), so that releases hand them slots: the sweep's repair after Redis lost the ZSET.
         One pipelined round trip."""
@@ -412,7 +412,9 @@ class LeaseStore:
     def holder(self, instance_pk: int) -> str | None:
         """The current lease value of ``instance_pk`` (``None``: no live lease)."""
         value = self.client.get(self.key(instance_pk))
-        return None if value is None else value.decode("utf-8", "replace")
+        if value is None or isinstance(value, str):
+            return value
+        return value.decode("utf-8", "replace")
 
 
 _stores: dict[tuple[int, str, str, int], LeaseStore] = {}

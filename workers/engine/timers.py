@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 
@@ -41,7 +42,7 @@ def fire_due(*, now: dt.datetime) -> int:
                 .limit(BATCH)
                 .with_for_update(skip_locked=True)
             ).all()
-            woken: list[int] = []
+            woken: Sequence[int] = []
             if taken:
                 session.execute(sa.delete(TIMERS).where(TIMERS.c.pk.in_([row.pk for row in taken])))
                 woken = session.scalars(

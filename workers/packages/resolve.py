@@ -152,18 +152,18 @@ def classify(stderr: str, *, index_url: str | None, wheelhouse: str | None) -> P
             package=package,
         )
     if "ResolutionImpossible" in stderr or "conflicting dependencies" in stderr:
-        names = {_name_of(a) for a, _ in _CONFLICT_LINE.findall(stderr)}
-        names |= {_name_of(b) for _, b in _CONFLICT_LINE.findall(stderr)}
-        names |= {_name_of(n) for n in _USER_REQUESTED.findall(stderr)}
+        conflicted = {_name_of(a) for a, _ in _CONFLICT_LINE.findall(stderr)}
+        conflicted |= {_name_of(b) for _, b in _CONFLICT_LINE.findall(stderr)}
+        conflicted |= {_name_of(n) for n in _USER_REQUESTED.findall(stderr)}
         lines = [
             line.strip()
             for line in stderr.splitlines()
             if " depends on " in line or line.strip().startswith("The user requested")
         ]
-        package = sorted(names)[0] if names else None
+        package = sorted(conflicted)[0] if conflicted else None
         return PackageError(
             "conflict",
-            f"conflicting requirements of {', '.join(sorted(names)) or 'the pins'}: "
+            f"conflicting requirements of {', '.join(sorted(conflicted)) or 'the pins'}: "
             + "; ".join(lines)[:600],
             package=package,
         )
