@@ -40,6 +40,7 @@ from takohost.runtime import protocol, tracebacks
 from workers import sandbox_host, tenant_logs
 from workers.engine import heartbeat, sandbox, store
 from workers.engine import lease as lease_mod
+from workers.sandbox import receive
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +295,7 @@ def run_scheduled(
     finally:
         pinger.stop()
         proven = child.kill_and_wait()
-        logs.egress(child.finish_egress(), space=job.space)
+        receive.take_egress(child, logs, space=job.space, records=child.finish_egress())
         child.close()
         if run is not None and run.outcome != "ok" and run.error:
             text = f"run failed: {run.error}"
@@ -314,6 +315,18 @@ def run_scheduled(
     return dataclasses.replace(run, proven=proven)
 
 
+class _Ended(Exception):
+    """Internal: a check between two frames ended the run (``run`` says how)."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(run.outcome)
+        self.run = run
+
+
+#: What a child that vanished without a result becomes (before the watchdog judgement).
+_GONE = "the handler process exited without a result (os._exit, a signal or a crash)"
+
+
 def _serve(
     child: sandbox.ChildHandle,
     *,
@@ -324,39 +337,36 @@ def _serve(
     logs: tenant_logs.LogCollector,
 ) -> Run:
     """The parent's loop for one handler child: answers, limit, fence, lease, ``log`` frames
-    (see run_scheduled)."""
+    (see run_scheduled); the frames come through ``receive.receive``, the loop every tenant run
+    shares."""
     assert isinstance(job.version, sandbox_host.VersionChoice)
     next_fence = time.monotonic() + FENCE_POLL_S
-    while True:
+
+    def poll() -> float:
+        """The limit, the lease and the DELETE fence (raises :class:`_Ended`); waits ≤ 1 s."""
+        nonlocal next_fence
         now = time.monotonic()
         if now >= deadline:
-            return Run("failed", cron_runs.timed_out(settings.scheduled_timeout_s))
+            raise _Ended(Run("failed", cron_runs.timed_out(settings.scheduled_timeout_s)))
         if lease.lost:
-            return Run("lease_lost", cron_runs.LEASE_LOST)
+            raise _Ended(Run("lease_lost", cron_runs.LEASE_LOST))
         if now >= next_fence:
             if _stopping(job.trigger_uid, settings=settings):
-                return Run("failed", cron_runs.STOPPED_BY_DELETE)
+                raise _Ended(Run("failed", cron_runs.STOPPED_BY_DELETE))
             next_fence = time.monotonic() + FENCE_POLL_S
-        if child.egress is not None:
-            logs.egress(child.egress.records(), space=job.space)
+        return max(0.0, min(next_fence, now + 1.0) - now)
+
+    while True:
         try:
-            reply = protocol.check_child_message(
-                child.recv(timeout=logs.wait_timeout(max(0.0, min(deadline, next_fence, now + 1.0) - now)))
-            )
-        except TimeoutError:
-            logs.flush_due()
-            continue
+            reply = receive.receive(child, logs=logs, space=job.space, deadline=deadline, poll=poll)
+        except _Ended as ended:
+            return ended.run
+        except receive.Overtime:
+            return Run("failed", cron_runs.timed_out(settings.scheduled_timeout_s))
         except sandbox.ChildGone:
-            return Run("gone", "the handler process exited without a result (os._exit, a signal or a crash)")
-        except protocol.ProtocolError as exc:
+            return Run("gone", _GONE)
+        except receive.Violation as exc:
             return Run("failed", f"the handler process broke the protocol: {exc}")
-        if reply["op"] == "log":
-            try:
-                logs.accept(reply)
-            except tenant_logs.LogFlood as exc:
-                return Run("failed", f"the handler process broke the protocol: log flood: {exc}")
-            logs.flush_due()
-            continue
         if reply["op"] == "scheduled_done":
             if reply.get("ok") is True:
                 return Run("ok", None)
@@ -372,7 +382,7 @@ def _serve(
         try:
             child.send(answer)
         except sandbox.ChildGone:
-            return Run("gone", "the handler process exited without a result (os._exit, a signal or a crash)")
+            return Run("gone", _GONE)
 
 
 def _note_started(job: DeliveryJob, *, workflow_uid: str, answer: dict, settings: config.Settings) -> None:

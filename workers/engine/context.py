@@ -27,10 +27,11 @@ from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, instance_stop
 from takohost.domain import commits, decide, history, replay_order
-from takohost.runtime import parent, protocol, tracebacks
+from takohost.runtime import parent, tracebacks
 from workers import sandbox_host, tenant_logs
 from workers.engine import children, heartbeat, observe, sandbox, store
 from workers.engine import lease as lease_mod
+from workers.sandbox import receive
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,12 @@ class _Stop(Exception):
         self.outcome = outcome
 
 
-class _Violation(Exception):
-    """The child broke the protocol (it is untrusted: the instance ends ``run_threw``)."""
-
-
-class _Overtime(Exception):
-    """Internal: the child ran past ``settings.step_timeout_s`` (an attempt of ``step.do``, or
-    code outside steps between two step calls) without its next frame (docs/spec/host-limits.md#hl-decisions "Attempt time
-    limit")."""
+#: The child broke the protocol (it is untrusted: the instance ends ``run_threw``).
+_Violation = receive.Violation
+#: The child ran past ``settings.step_timeout_s`` (an attempt of ``step.do``, or code outside
+#: steps between two step calls) without its next frame (docs/spec/host-limits.md#hl-decisions
+#: "Attempt time limit").
+_Overtime = receive.Overtime
 
 
 #: The name of the attempt time limit's setting, as its errors name it.
@@ -161,7 +160,7 @@ class ReplayContext:
             self.watched.child = None
         if self.child is not None:
             proven = self.child.kill_and_wait()
-            self._take_egress(self.child.finish_egress())
+            receive.take_egress(self.child, self.logs, space=self._space(), records=self.child.finish_egress())
             self.child.close()
             self.child = None
             if not proven:  # keep the lease: its expiry (with the child's watchdog) proves the stop
@@ -274,64 +273,41 @@ class ReplayContext:
 
     # -- the message loop --------------------------------------------------------------------------
     def _recv(self, deadline: float | None = None) -> dict:
-        """The child's next message but ``log`` frames, which go to :attr:`logs` (written at
-        most ``tenant_logs.FLUSH_SECONDS`` after they arrived, while waiting here).
+        """The child's next message but ``log`` frames, which go to :attr:`logs`, and its ``code``
+        frame (:meth:`_intercept`): ``receive.receive``, the loop every tenant run shares.
 
         ``deadline`` (monotonic seconds; default :attr:`outside_deadline`): no frame but logs by
         then raises :class:`_Overtime` (the attempt time limit)."""
         assert self.child is not None
-        if deadline is None:
-            deadline = self.outside_deadline
-        while True:
-            try:
-                self._take_egress()
-                # With egress its records are taken at least every flush interval, too.
-                limit = None if self.child.egress is None else tenant_logs.FLUSH_SECONDS
-                timeout = limit if self.logs is None else self.logs.wait_timeout(limit)
-                if deadline is not None:
-                    left = max(0.0, deadline - time.monotonic())
-                    timeout = left if timeout is None else min(timeout, left)
-                message = protocol.check_child_message(self.child.recv(timeout))
-            except TimeoutError:
-                if self.logs is not None:
-                    self.logs.flush_due()
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise _Overtime from None
-                continue
-            except protocol.ProtocolError as exc:
-                raise _Violation(str(exc)) from None
-            except sandbox.ChildGone:
-                self._explain_gone()
-                raise
-            if message["op"] == "code":
-                self._code(message)
-                continue
-            # The child sends its code frame before any of the Version's code runs: one that
-            # comes after any other frame is tenant code's (PROTOCOL.md "Compiled modules").
-            self.want_code = False
-            if message["op"] != "log":
-                return message
-            if self.logs is None:
-                raise _Violation("a log frame without a log collector")
-            try:
-                self.logs.accept(message)
-            except tenant_logs.LogFlood as exc:
-                raise _Violation(f"log flood: {exc}") from None
-            self.logs.flush_due()
+        try:
+            return receive.receive(
+                self.child,
+                logs=self.logs,
+                space=self._space(),
+                deadline=self.outside_deadline if deadline is None else deadline,
+                intercept=self._intercept,
+            )
+        except sandbox.ChildGone:
+            self._explain_gone()
+            raise
+
+    def _intercept(self, message: dict) -> bool:
+        """Consume a ``code`` frame (:meth:`_code`). The child sends it before any of the
+        Version's code runs: one that comes after any other frame is tenant code's (PROTOCOL.md
+        "Compiled modules"), so every other frame ends the wait for it."""
+        if message["op"] == "code":
+            self._code(message)
+            return True
+        self.want_code = False
+        return False
 
     def _flush_logs(self) -> None:
         if self.logs is not None:
             self.logs.flush()
 
-    def _take_egress(self, records: list[dict] | None = None) -> None:
-        """Keep the egress proxy's records of this context with its logs (``records``: the last
-        ones, from ``finish_egress``; ``None``: whatever arrived so far)."""
-        if records is None:
-            if self.child is None or self.child.egress is None:
-                return
-            records = self.child.egress.records()
-        if records and self.logs is not None:
-            self.logs.egress(records, space=self.space if self.snapshot is None else self.snapshot.space)
+    def _space(self) -> str | None:
+        """The Space whose code this context runs (its egress records are counted for it)."""
+        return self.space if self.snapshot is None else self.snapshot.space
 
     def _note_replaying(self) -> None:
         """Tenant lines outside effects are ``replayed`` while the child is asking again for the
@@ -724,7 +700,7 @@ class ReplayContext:
             if self.watched is not None:
                 self.watched.child = None
             proven = child.kill_and_wait()
-            self._take_egress(child.finish_egress())
+            receive.take_egress(child, self.logs, space=self._space(), records=child.finish_egress())
             child.close()
             if not proven:
                 self.lease = None
