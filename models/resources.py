@@ -89,6 +89,22 @@ class Resource(Base):
     deleted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
+def is_live(
+    form: str, *, space: str | None = None, uid: str | None = None, worker_uid: str | None = None
+) -> sa.ColumnElement[bool]:
+    """The ``WHERE`` condition "a live (not deleted) resource of ``form``", narrowed to ``space``,
+    ``uid`` and ``worker_uid`` where they are given (``None``: not narrowed, never ``IS NULL``).
+    Callers add their own ordering, locks and further conditions (``phase``, ``uid IN``, …)."""
+    conditions = [Resource.form == form, Resource.deleted_at.is_(None)]
+    if space is not None:
+        conditions.append(Resource.space == space)
+    if uid is not None:
+        conditions.append(Resource.uid == uid)
+    if worker_uid is not None:
+        conditions.append(Resource.worker_uid == worker_uid)
+    return sa.and_(*conditions)
+
+
 ACTIVE_OPERATION = sa.text("state IN ('pending', 'running')")
 
 

@@ -105,9 +105,7 @@ def workflows_txn(session: orm.Session, *, space: str) -> list[WorkflowRow]:
     workflows = session.scalars(
         sa.select(res_models.Resource)
         .where(
-            res_models.Resource.space == space,
-            res_models.Resource.form == "DurableWorkflow",
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("DurableWorkflow", space=space),
         )
         .order_by(res_models.Resource.name)
     ).all()
@@ -139,9 +137,7 @@ def workflow_by_ref_txn(session: orm.Session, *, space: str, ref: str) -> res_mo
     """
     rows = session.scalars(
         sa.select(res_models.Resource).where(
-            res_models.Resource.space == space,
-            res_models.Resource.form == "DurableWorkflow",
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("DurableWorkflow", space=space),
             sa.or_(res_models.Resource.uid == ref, res_models.Resource.name == ref),
         )
     ).all()
@@ -159,10 +155,7 @@ def deployed_versions_txn(session: orm.Session, *, space: str, worker_uid: str |
         return []
     deployment = session.scalars(
         sa.select(res_models.Resource).where(
-            res_models.Resource.space == space,
-            res_models.Resource.form == "WorkerDeployment",
-            res_models.Resource.worker_uid == worker_uid,
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("WorkerDeployment", space=space, worker_uid=worker_uid),
         ).order_by(res_models.Resource.created_at, res_models.Resource.uid)
     ).first()
     if deployment is None:
@@ -173,9 +166,7 @@ def deployed_versions_txn(session: orm.Session, *, space: str, worker_uid: str |
         row.uid: row
         for row in session.scalars(
             sa.select(res_models.Resource).where(
-                res_models.Resource.space == space,
-                res_models.Resource.form == "WorkerVersion",
-                res_models.Resource.deleted_at.is_(None),
+                res_models.is_live("WorkerVersion", space=space),
                 res_models.Resource.uid.in_(uids),
             )
         )
@@ -509,9 +500,7 @@ def triggers_txn(session: orm.Session, *, space: str, now: dt.datetime) -> list[
     rows = session.scalars(
         sa.select(res_models.Resource)
         .where(
-            res_models.Resource.space == space,
-            res_models.Resource.form == "WorkerCronTrigger",
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("WorkerCronTrigger", space=space),
         )
         .order_by(res_models.Resource.name)
     ).all()
@@ -522,10 +511,7 @@ def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime,
     """One live WorkerCronTrigger of ``space`` as :func:`triggers_txn` lists it (``not_found``)."""
     row = session.scalar(
         sa.select(res_models.Resource).where(
-            res_models.Resource.uid == uid,
-            res_models.Resource.space == space,
-            res_models.Resource.form == "WorkerCronTrigger",
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("WorkerCronTrigger", space=space, uid=uid),
         )
     )
     if row is None:

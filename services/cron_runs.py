@@ -131,9 +131,7 @@ def deployment_spec_txn(session: orm.Session, *, worker_uid: str) -> dict | None
     """The spec of ``worker_uid``'s live WorkerDeployment, or None when it has none."""
     return session.scalar(
         sa.select(res_models.Resource.spec).where(
-            res_models.Resource.form == "WorkerDeployment",
-            res_models.Resource.worker_uid == worker_uid,
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("WorkerDeployment", worker_uid=worker_uid),
         )
     )
 
@@ -143,9 +141,7 @@ def version_spec_txn(session: orm.Session, version_uid: str) -> dict | None:
     ``workers.sandbox_host.choose_version``)."""
     return session.scalar(
         sa.select(res_models.Resource.spec).where(
-            res_models.Resource.uid == version_uid,
-            res_models.Resource.form == "WorkerVersion",
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("WorkerVersion", uid=version_uid),
         )
     )
 

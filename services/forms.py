@@ -400,9 +400,7 @@ def live_deployment_txn(session: orm.Session, *, worker_uid: str) -> res_models.
     """The Worker's live Deployment that is not being deleted, or None."""
     return session.scalar(
         sa.select(res_models.Resource).where(
-            res_models.Resource.form == "WorkerDeployment",
-            res_models.Resource.worker_uid == worker_uid,
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("WorkerDeployment", worker_uid=worker_uid),
             res_models.Resource.phase != "deleting",
         )
     )
@@ -441,9 +439,7 @@ def _live_dependents_txn(session: orm.Session, *, worker_uid: str, form: str) ->
         session.scalars(
             sa.select(res_models.Resource)
             .where(
-                res_models.Resource.form == form,
-                res_models.Resource.worker_uid == worker_uid,
-                res_models.Resource.deleted_at.is_(None),
+                res_models.is_live(form, worker_uid=worker_uid),
                 res_models.Resource.phase != "deleting",
             )
             .order_by(res_models.Resource.created_at)

@@ -75,10 +75,7 @@ def workflow_txn(session: orm.Session, *, space: str, workflow_uid: str) -> res_
     """The live DurableWorkflow ``workflow_uid`` of ``space`` (else ``404 not_found``)."""
     workflow = session.scalar(
         sa.select(res_models.Resource).where(
-            res_models.Resource.uid == workflow_uid,
-            res_models.Resource.space == space,
-            res_models.Resource.form == "DurableWorkflow",
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("DurableWorkflow", space=space, uid=workflow_uid),
         )
     )
     if workflow is None:

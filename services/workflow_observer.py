@@ -56,8 +56,7 @@ def refresh(*, now: dt.datetime, force: bool = False) -> int:
         query = (
             sa.select(res_models.Resource)
             .where(
-                res_models.Resource.form == "DurableWorkflow",
-                res_models.Resource.deleted_at.is_(None),
+                res_models.is_live("DurableWorkflow"),
                 res_models.Resource.phase != "deleting",
                 res_models.Resource.observed_at.is_not(None),
             )

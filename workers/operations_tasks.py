@@ -344,9 +344,7 @@ def observe_workflows_txn(session: orm.Session, *, worker_uid: str, now: dt.date
     """Re-observe every live DurableWorkflow of ``worker_uid`` (its Deployment changed); returns how many."""
     workflows = session.scalars(
         sa.select(res_models.Resource).where(
-            res_models.Resource.form == "DurableWorkflow",
-            res_models.Resource.worker_uid == worker_uid,
-            res_models.Resource.deleted_at.is_(None),
+            res_models.is_live("DurableWorkflow", worker_uid=worker_uid),
         )
     ).all()
     for workflow in workflows:
