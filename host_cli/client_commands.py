@@ -71,16 +71,18 @@ def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
 
 # --- deploy ---------------------------------------------------------------------------------
 
-
-@click.command("deploy")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False))
-@click.option(
+_OPERATION_TIMEOUT = click.option(
     "--timeout",
     default=300.0,
     show_default=True,
     type=click.FloatRange(min=1),
     help="Seconds to wait for each Operation.",
 )
+
+
+@click.command("deploy")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@_OPERATION_TIMEOUT
 @click.option(
     "--force",
     is_flag=True,
@@ -112,13 +114,7 @@ def deploy(api: http.Client, *, directory: str, timeout: float, force: bool, as_
 @click.command("undeploy")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--yes", "-y", "assume_yes", is_flag=True, help="Delete without asking.")
-@click.option(
-    "--timeout",
-    default=300.0,
-    show_default=True,
-    type=click.FloatRange(min=1),
-    help="Seconds to wait for each Operation.",
-)
+@_OPERATION_TIMEOUT
 @common.json_option
 @common.client_command
 def undeploy(api: http.Client, *, directory: str, assume_yes: bool, timeout: float, as_json: bool) -> None:

@@ -421,23 +421,16 @@ def instances_history(
     """Show the instance's event history (the audit trail of every state change), oldest first;
     with ``--export FILE``, write it as a replayable history file instead."""
     workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
-    events = list(api.iter_history(workflow_uid, instance_id))
     if export_path is not None:
-        from takohost import testing  # here: the test kit costs every other command 0.1 s to import
-
-        status = api.get_instance(workflow_uid, instance_id)
-        exported = testing.HistoryFile(
-            events=events,
-            instance_id=instance_id,
-            workflow=workflow,
-            status={k: v for k, v in status.items() if k in ("status", "output", "error")},
-        )
+        exported = recorded_history(api, workflow_uid, instance_id, workflow=workflow)
         pathlib.Path(export_path).write_text(deepjson.dumps(exported.to_json()) + "\n", encoding="utf-8")
+        count, status = len(exported.events), (exported.status or {}).get("status")
         if as_json:
-            common.emit_json({"exported": export_path, "events": len(events), "status": status.get("status")})
+            common.emit_json({"exported": export_path, "events": count, "status": status})
         else:
-            Console().print(f"{len(events)} event(s) of {escape(instance_id)} written to {escape(export_path)}")
+            Console().print(f"{count} event(s) of {escape(instance_id)} written to {escape(export_path)}")
         return
+    events = list(api.iter_history(workflow_uid, instance_id))
     if as_json:
         common.emit_json({"events": events})
         return
@@ -452,3 +445,19 @@ def instances_history(
         )
     common.stdout_console().print(table)
     cli_logs.print_tracebacks(events)
+
+
+def recorded_history(api: http.Client, workflow_uid: str, instance_id: str, *, workflow: str) -> Any:
+    """The instance's history and final fields as a ``takohost.testing.HistoryFile`` (what
+    ``instances history --export`` writes and ``versions check DIR`` replays): every event, oldest
+    first, and ``{"status", "output"?, "error"?}`` of its status. Raises ``http.ClientError``."""
+    from takohost import testing  # here: the test kit costs every other command 0.1 s to import
+
+    events = list(api.iter_history(workflow_uid, instance_id))
+    status = api.get_instance(workflow_uid, instance_id)
+    return testing.HistoryFile(
+        events=events,
+        instance_id=instance_id,
+        workflow=workflow,
+        status={k: v for k, v in status.items() if k in ("status", "output", "error")},
+    )

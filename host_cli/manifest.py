@@ -20,19 +20,7 @@ collect_modules = base.collect_modules
 content_digest = base.content_digest
 MAX_MODULE_BYTES = base.MAX_MODULE_BYTES
 
-__all__ = [
-    "MANIFEST_FILE",
-    "Manifest",
-    "ManifestError",
-    "Project",
-    "TriggerDecl",
-    "WorkflowDecl",
-    "collect_modules",
-    "content_digest",
-    "load",
-    "load_project",
-    "parse",
-]
+__all__ = list(base.__all__)  # the same names; load, load_project and parse add the cron check
 
 
 def check_cron(expression: str) -> str | None:

@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from host_cli import client as http
 from host_cli import common, replay_check
+from host_cli import instances as cli_instances
 from host_cli import manifest as manifests
 from host_cli.errors import CommandFailed
 
@@ -55,14 +56,7 @@ def _check_one(
     result: dict[str, Any] = {"workflow": name, "id": instance_id, "status": row.get("status")}
     started = time.perf_counter()
     try:
-        events = list(api.iter_history(uid, instance_id))
-        status = api.get_instance(uid, instance_id)
-        recorded = testing.HistoryFile(
-            events=events,
-            instance_id=instance_id,
-            workflow=name,
-            status={k: v for k, v in status.items() if k in ("status", "output", "error")},
-        )
+        recorded = cli_instances.recorded_history(api, uid, instance_id, workflow=name)
         replayed = testing.replay(workflow, recorded, timeout=timeout)
     except TimeoutError:
         result.update(result="error", message=f"the code ran {timeout:g} s without a step request (time limit)")

@@ -6,32 +6,7 @@ StepFailed``); it must stay importable with the standard library alone (docs/spe
 
 from __future__ import annotations
 
-from takohost.errors import (
-    ERROR_CLASSES,
-    BackendUnavailable,
-    DocumentTooLarge,
-    EventQueueFull,
-    HostError,
-    InstanceExists,
-    InstanceTerminal,
-    InvalidParams,
-    StepFailed,
-    UnknownInstance,
-    WaitTimeout,
-    error_from_name,
-)
+from takohost import errors as _errors
+from takohost.errors import *  # noqa: F403 - the names of takohost.errors.__all__, below
 
-__all__ = [
-    "ERROR_CLASSES",
-    "BackendUnavailable",
-    "DocumentTooLarge",
-    "EventQueueFull",
-    "HostError",
-    "InstanceExists",
-    "InstanceTerminal",
-    "InvalidParams",
-    "StepFailed",
-    "UnknownInstance",
-    "WaitTimeout",
-    "error_from_name",
-]
+__all__ = list(_errors.__all__)

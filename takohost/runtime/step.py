@@ -35,6 +35,7 @@ import asyncio
 import inspect
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
 from takohost import errors
@@ -298,32 +299,28 @@ class Step:
     def sleep(self, name: str, seconds: int) -> None:
         """Sleep ``seconds`` (0..31536000; 0 completes in place). A future sleep never returns in
         this context: the parent kills the child and a later context continues."""
-        context = self._context
-        context.begin("sleep", name)
-        try:
-            step_name = _validated_name(name)
-            request, args_error = _sleep_request(step_name, seconds)
-            context.ask(step_name, effect=False)
-            reply = context.channel.request(request)
-            return context.settle(
-                reply, kind="sleep", name=step_name, args_error=args_error, may_run_effect=False
-            )
-        finally:
-            context.end()
+        return self._without_effect("sleep", "sleep", name, lambda step_name: _sleep_request(step_name, seconds))
 
     def wait_for_event(self, name: str, options: dict[str, Any]) -> Any:
         """Wait for an event ``{"type": t, "timeoutSeconds": s}``: its payload dict or ``None``;
         ``WaitTimeout`` after the timeout; ``TypeError`` for bad arguments of an uncompleted name."""
+        return self._without_effect(
+            "wait_for_event", "wait", name, lambda step_name: _wait_request(step_name, options)
+        )
+
+    def _without_effect(
+        self, method: str, kind: str, name: str, build: Callable[[str], tuple[dict[str, Any], TypeError | None]]
+    ) -> Any:
+        """A step call that runs no effect here (sleep, wait_for_event): ``build(step_name)`` makes
+        its request; the parent's answer settles it (a value, or the child is stopped)."""
         context = self._context
-        context.begin("wait_for_event", name)
+        context.begin(method, name)
         try:
             step_name = _validated_name(name)
-            request, args_error = _wait_request(step_name, options)
+            request, args_error = build(step_name)
             context.ask(step_name, effect=False)
             reply = context.channel.request(request)
-            return context.settle(
-                reply, kind="wait", name=step_name, args_error=args_error, may_run_effect=False
-            )
+            return context.settle(reply, kind=kind, name=step_name, args_error=args_error, may_run_effect=False)
         finally:
             context.end()
 
