@@ -25,6 +25,7 @@ import hmac
 import urllib.parse
 
 import flask
+from werkzeug.wrappers import Response
 
 from host_api import db
 from models import base as models_base
@@ -101,7 +102,7 @@ def check_post(user: SignedIn) -> None:
         raise PermissionError("the form's CSRF token is missing or wrong: reload the page and try again")
 
 
-def sign_in(response: flask.Response, token: str) -> bool:
+def sign_in(response: Response, token: str) -> bool:
     """Start a session for ``token`` and set its cookie on ``response``; ``False`` (nothing
     set) for a token that is not valid for any Space."""
     with db.session() as session:
@@ -120,7 +121,7 @@ def sign_in(response: flask.Response, token: str) -> bool:
     return True
 
 
-def sign_out(response: flask.Response, user: SignedIn) -> None:
+def sign_out(response: Response, user: SignedIn) -> None:
     """End ``user``'s session (a copy of its cookie stops working) and clear the cookie."""
     with db.session() as session:
         console_sessions.revoke_txn(session, session_id=user.session_id)

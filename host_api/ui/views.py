@@ -6,8 +6,8 @@ counts the JSON API has no call for; the instance, event, progress, stop, tenant
 services for the rest) and renders a Jinja template. Actions call the same service functions as the JSON
 routes, so their errors are the API's (``code: message``), shown on the page. A workflow's URLs
 name it (``/ui/workflows/order-fulfilment``; its UID works too). Instance ids travel
-in the query string (``?id=``), where any Unicode id survives without the raw-path routing of the
-JSON instance routes.
+in the query string (``?id=``), where any Unicode id survives without the raw-segment routing of
+the JSON instance routes (``host_api.routing``).
 
 | page | what |
 | --- | --- |
@@ -35,6 +35,7 @@ import urllib.parse
 import flask
 import markupsafe
 from werkzeug import exceptions as wz
+from werkzeug.wrappers import Response
 
 from host_api import errors
 from host_api.ui import logs as console_logs
@@ -87,7 +88,7 @@ def _user() -> console_session.SignedIn:
     return console_session.current()
 
 
-def _render(template: str, http_status: int = 200, **context) -> flask.Response:
+def _render(template: str, http_status: int = 200, **context) -> Response:
     user = getattr(flask.g, "console_user", None)
     html = flask.render_template(template, user=user, statuses=inst_models.STATUSES, **context)
     return flask.make_response(html, http_status)
@@ -151,7 +152,7 @@ def instance_url(uid: str, instance_id: str, endpoint: str = "ui.instance_page",
 
 
 @bp.after_request
-def _headers(response: flask.Response) -> flask.Response:
+def _headers(response: Response) -> Response:
     """No caching of Space data; scripts and styles from this origin only; not framable; no
     Referer to other sites."""
     response.headers.setdefault("Cache-Control", "no-store")
@@ -169,7 +170,7 @@ def _headers(response: flask.Response) -> flask.Response:
 
 
 @bp.errorhandler(console_session.NotSignedIn)
-def _not_signed_in(exc: Exception) -> flask.Response:
+def _not_signed_in(exc: Exception) -> Response:
     """The sign-in page, which brings a GET back to the page asked for (``?next=``)."""
     if flask.request.endpoint == "ui.instance_live":
         return flask.make_response(flask.jsonify({"signedOut": True}), 401)
@@ -191,12 +192,12 @@ def _next_page(value: str | None) -> str:
 
 
 @bp.errorhandler(DomainError)
-def _domain_error(exc: DomainError) -> flask.Response:
+def _domain_error(exc: DomainError) -> Response:
     return _render("error.html", _status(exc), code=exc.code, message=exc.message)
 
 
 @bp.errorhandler(Exception)
-def _unexpected(exc: Exception) -> flask.Response:
+def _unexpected(exc: Exception) -> Response:
     """Anything else is a page too (a person reads it), never a stack trace."""
     if isinstance(exc, wz.HTTPException):
         return _render("error.html", exc.code or 400, code=str(exc.code), message=exc.description or exc.name)
@@ -205,7 +206,7 @@ def _unexpected(exc: Exception) -> flask.Response:
 
 
 @bp.errorhandler(PermissionError)
-def _forbidden(exc: PermissionError) -> flask.Response:
+def _forbidden(exc: PermissionError) -> Response:
     return _render("error.html", 403, code="forbidden", message=str(exc))
 
 
@@ -214,7 +215,7 @@ def _forbidden(exc: PermissionError) -> flask.Response:
 
 
 @bp.get("/", strict_slashes=False)
-def index() -> flask.Response:
+def index() -> Response:
     """The sign-in page, or the workflows page when already signed in."""
     next_page = flask.request.args.get("next", "")
     try:
@@ -225,7 +226,7 @@ def index() -> flask.Response:
 
 
 @bp.post("/sign-in")
-def sign_in() -> flask.Response:
+def sign_in() -> Response:
     """Check the posted token; on success set the cookie and go to the page asked for before
     signing in (``next``), else the workflows page (only a form of this site: no login CSRF)."""
     console_session.check_origin(allow_null=False)
@@ -238,7 +239,7 @@ def sign_in() -> flask.Response:
 
 
 @bp.post("/sign-out")
-def sign_out() -> flask.Response:
+def sign_out() -> Response:
     """End the session and clear the cookie (CSRF-checked, so another site cannot sign you out)."""
     user = _user()
     console_session.check_post(user)
@@ -252,7 +253,7 @@ def sign_out() -> flask.Response:
 
 
 @bp.get("/workflows")
-def workflows() -> flask.Response:
+def workflows() -> Response:
     """Every DurableWorkflow of the Space with ``ready`` and its instance counts by status."""
     user = _user()
     with models_db.session_scope() as session:
@@ -269,7 +270,7 @@ def _workflow_ids(user: console_session.SignedIn, ref: str) -> tuple[str, str]:
 
 
 @bp.get("/go")
-def go_to_instance() -> flask.Response:
+def go_to_instance() -> Response:
     """"Go to instance": the instance with id ``?id=`` in any workflow of the Space (the header's
     search box, ``/`` focuses it): its page when one workflow has it, a list to choose from when
     several do, a 404 page saying so when none does."""
@@ -285,7 +286,7 @@ def go_to_instance() -> flask.Response:
 
 
 @bp.get("/workflows/<ref>")
-def instances_page(ref: str) -> flask.Response:
+def instances_page(ref: str) -> Response:
     """A workflow's instances, newest first, filtered by ``status`` and ``prefix``, keyset-paged."""
     return _instances_response(_user(), ref)
 
@@ -293,7 +294,7 @@ def instances_page(ref: str) -> flask.Response:
 def _instances_response(
     user: console_session.SignedIn, ref: str, *, status: int = 200, start_error: str | None = None,
     start_form: dict | None = None,
-) -> flask.Response:
+) -> Response:
     args = flask.request.args
     statuses = [s for s in args.getlist("status") if s]
     prefix = args.get("prefix") or None
@@ -429,7 +430,7 @@ def _instance_context(user: console_session.SignedIn, ref: str, instance_id: str
 
 
 @bp.get("/workflows/<ref>/instance")
-def instance_page(ref: str) -> flask.Response:
+def instance_page(ref: str) -> Response:
     """One instance: status, params, output or error, timeline, history, inbox, logs, actions."""
     user = _user()
     instance_id = flask.request.args.get("id", "")
@@ -439,7 +440,7 @@ def instance_page(ref: str) -> flask.Response:
 
 
 @bp.get("/workflows/<ref>/instance/history")
-def history_page(ref: str) -> flask.Response:
+def history_page(ref: str) -> Response:
     """An instance's whole history, oldest first, :data:`HISTORY_PAGE` events a page (the history
     service of ``GET …/history``, with its page tokens)."""
     user = _user()
@@ -463,7 +464,7 @@ def history_page(ref: str) -> flask.Response:
 
 
 @bp.get("/workflows/<ref>/instance/logs")
-def logs_page(ref: str) -> flask.Response:
+def logs_page(ref: str) -> Response:
     """An instance's log lines, newest last, :data:`services.console.LOG_PAGE` a page, filtered by
     ``step``, ``attempt`` and ``stream``; ``before`` (a line's ``seq``) pages back past any cap."""
     user = _user()
@@ -501,7 +502,7 @@ def logs_page(ref: str) -> flask.Response:
 
 
 @bp.get("/workflows/<ref>/instance/live")
-def instance_live(ref: str) -> flask.Response:
+def instance_live(ref: str) -> Response:
     """The live part of an instance page: ``204`` while ``v`` is still current, else
     ``{"v", "html", "terminal"}`` (the page's script swaps ``html`` in)."""
     user = _user()
@@ -520,14 +521,14 @@ def instance_live(ref: str) -> flask.Response:
 
 def _action_failed(
     user: console_session.SignedIn, ref: str, instance_id: str, *, message: str, status: int, form: dict
-) -> flask.Response:
+) -> Response:
     """The instance page again, with the refusal shown plainly and the form as it was sent."""
     context = _instance_context(user, ref, instance_id)
     return _render("instance.html", status, notice=None, action_error=message, form=form, **context)
 
 
 @bp.post("/workflows/<ref>/instance/events")
-def send_event(ref: str) -> flask.Response:
+def send_event(ref: str) -> Response:
     """Send the form's event (type + JSON payload) through the sendEvent service."""
     user = _user()
     console_session.check_post(user)
@@ -553,7 +554,7 @@ def send_event(ref: str) -> flask.Response:
 
 
 @bp.post("/workflows/<ref>/instance/terminate")
-def terminate(ref: str) -> flask.Response:
+def terminate(ref: str) -> Response:
     """Terminate the instance through the terminate service (waits until the stop is proven), with
     the form's reason and the console's Space as the actor, both recorded in ``InstanceTerminated``."""
     user = _user()
@@ -575,7 +576,7 @@ def terminate(ref: str) -> flask.Response:
 
 
 @bp.post("/workflows/<ref>/instances")
-def start_instance(ref: str) -> flask.Response:
+def start_instance(ref: str) -> Response:
     """Start an instance with the form's id (optional) and params (a JSON object, optional) through
     the create service of ``POST …/instances``; its page on success, the list with the error and
     the form as sent otherwise."""
@@ -607,7 +608,7 @@ def _status(exc: DomainError) -> int:
 
 
 @bp.get("/triggers")
-def triggers() -> flask.Response:
+def triggers() -> Response:
     """Every WorkerCronTrigger of the Space: expression and ``nextMatchAt``."""
     user = _user()
     with models_db.session_scope() as session:
@@ -617,7 +618,7 @@ def triggers() -> flask.Response:
 
 
 @bp.get("/triggers/<uid>")
-def trigger_page(uid: str) -> flask.Response:
+def trigger_page(uid: str) -> Response:
     """A trigger's runs ledger, newest first: deliveries, outcomes, errors, skip reasons, logs."""
     user = _user()
     page = flask.request.args.get("page") or None
@@ -638,7 +639,7 @@ def trigger_page(uid: str) -> flask.Response:
 
 
 @bp.get("/triggers/<uid>/run")
-def run_page(uid: str) -> flask.Response:
+def run_page(uid: str) -> Response:
     """One run of a trigger (``?t=`` its ``scheduledTime`` as the ledger writes it): the instances
     its handler started, linked, and the log lines of its deliveries (the service of the API's
     ``…/runs/{scheduledTime}/logs``). 404 for a time at which the trigger has no run."""
@@ -655,7 +656,7 @@ def run_page(uid: str) -> flask.Response:
 
 
 @bp.get("/operations")
-def operations_page() -> flask.Response:
+def operations_page() -> Response:
     """The Space's Operations, newest first, with state, effect and error."""
     user = _user()
     page = flask.request.args.get("page") or None

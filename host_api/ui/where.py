@@ -16,11 +16,12 @@ def when_text(value: dt.datetime | str | None) -> str:
         return ""
     if isinstance(value, str):
         try:
-            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return value  # not an instant: shown as given
-        if value.tzinfo is None:
-            return value.isoformat()
+        if parsed.tzinfo is None:
+            return parsed.isoformat()
+        value = parsed
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
@@ -110,7 +111,8 @@ def attempt_errors(events: list[dict]) -> list[dict]:
         attrs = event.get("attributes") or {}
         kind = event.get("eventType")
         if kind == "StepAttemptFailed" and isinstance(attrs.get("name"), str):
-            error = attrs.get("error") if isinstance(attrs.get("error"), dict) else {}
+            raw = attrs.get("error")
+            error: dict = raw if isinstance(raw, dict) else {}
             found.append({
                 "name": attrs["name"], "attempt": attrs.get("attempt"), "type": error.get("type") or "Error",
                 "message": error.get("message") or "", "at": event.get("eventTimestamp"),
