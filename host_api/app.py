@@ -7,7 +7,7 @@ import flask.json.provider
 from werkzeug.middleware import proxy_fix
 
 from core import config
-from host_api import admission, auth, errors, telemetry
+from host_api import admission, auth, errors, routing, telemetry
 from host_api.routes import instances, meta, resources, runs, spaces
 from host_api.ui import views as ui_views
 from services import ids
@@ -52,12 +52,7 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
     app.json = DeepJSONProvider(app)
     app.json.ensure_ascii = False
     app.json.sort_keys = False
-    # Routing never redirects (a redirect is an HTML page, docs/spec/http-api.md#api-errors) and each route has one
-    # spelling: '//' is not merged into '/' and a trailing slash is not a second spelling of a
-    # path (no rule ends in '/', so strict slashes never redirect). Rules copy these when added.
-    app.url_map.merge_slashes = False
-    app.url_map.strict_slashes = True
-    app.url_map.redirect_defaults = False
+    routing.configure(app)  # before any rule: no redirects, one spelling, raw instance ids
     errors.register(app)
     app.before_request(auth.authenticate)
     app.before_request(check_path_ids)
@@ -89,15 +84,28 @@ PATH_ID_PARAMS = {"uid": "resource", "op_id": "Operation"}
 
 
 def check_path_ids() -> None:
-    """``before_request`` (after authentication): a ``{uid}`` or ``{op_id}`` path parameter of any
-    URL-map route must have the shape of an id the host issued (``services.ids``), else
-    ``404 not_found`` before any query. The raw-path instance routes are not in the URL map:
-    they call ``ids.require_host_id`` themselves.
+    """``before_request`` (after authentication): the path variables in path order, each a
+    ``<segment:…>`` that percent-decodes as UTF-8 (``400 invalid_request`` otherwise) and, for a
+    ``{uid}`` or ``{op_id}``, with the shape of an id the host issued (``services.ids``; ``404
+    not_found`` otherwise, before any query).
 
     Raises:
-        DomainError: ``not_found``.
+        DomainError: ``invalid_request`` or ``not_found``.
     """
-    args = flask.request.view_args or {}
-    for param, what in PATH_ID_PARAMS.items():
-        if param in args:
-            ids.require_host_id(args[param], what=what)
+    for param, value in (flask.request.view_args or {}).items():
+        message = routing.path_segment_error(param, value)
+        if message is not None:
+            raise errors.ApiError("invalid_request", message)
+        if param in PATH_ID_PARAMS:
+            ids.require_host_id(value, what=PATH_ID_PARAMS[param])
+
+
+def url_map_app() -> flask.Flask:
+    """A bare app holding the API's URL map and views (no settings, hooks or database): what
+    ``host_api.openapi`` reads the routes from."""
+    app = flask.Flask("takohost", static_folder=None)
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    routing.configure(app)
+    for blueprint in BLUEPRINTS:
+        app.register_blueprint(blueprint)
+    return app

@@ -60,8 +60,8 @@ class ApiError(DomainError):
 def method_not_allowed(allowed: Iterable[str]) -> ApiError:
     """``405 method_not_allowed`` with the ``Allow`` header listing ``allowed`` (RFC 9110 §15.5.6).
 
-    For routes matched outside Werkzeug's URL map (the raw-path instance routes); the URL map's
-    own 405s get their ``Allow`` header from Werkzeug.
+    For a view that refuses a method itself; the URL map's own 405s (every route's, the
+    instance routes' too) get their ``Allow`` header from Werkzeug.
     """
     methods = sorted(set(allowed) | ({"HEAD"} if "GET" in allowed else set()))
     return ApiError(

@@ -1,134 +1,79 @@
-"""The API's OpenAPI 3 document, generated with apispec from the marshmallow schemas that validate
-requests (``host_api.schemas``), served at ``GET /v2/openapi.json`` (docs/spec/host-features.md#hf-foundation).
+"""The API's OpenAPI 3 document, generated with apispec from the URL map and the marshmallow
+schemas (``host_api.schemas``), served at ``GET /v2/openapi.json`` (docs/spec/host-features.md#hf-foundation).
 
-Closed request schemas (``unknown=RAISE``) come out with ``additionalProperties: false``; the
-create/update ``spec`` is a ``oneOf`` of the five Form spec schemas. Every route of the API is
-described here, including the instance (docs/spec/http-api.md#api-inst) and cron-run (§7) routes; a test checks
-that each Flask URL rule has a path here.
+Each URL rule of the API (every blueprint but the web console's) gives a path, its methods and
+its path parameters (:data:`PATH_PARAMETERS`, by rule variable); the view's
+``host_api.apidoc.operation`` gives the rest. A view without one is an error here, so no route
+goes undocumented and no documented path is unrouted. Closed request schemas (``unknown=RAISE``)
+come out with ``additionalProperties: false``; the create/update ``spec`` is a ``oneOf`` of the
+five Form spec schemas.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from typing import Any
 
+import flask
+import marshmallow as ma
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
+from werkzeug import routing
 
-from host_api import schemas
+from host_api import apidoc, schemas
 from host_api.errors import STATUS_BY_CODE
-from models import instances as inst_models
-from services import ids, instance_pages, resources, tenant_logs, tokens
+from services import ids, tokens
 
-SPACE = {
-    "name": "space",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": f"^{tokens.SPACE_RE.pattern}$"},
-    "description": "the Space of the token (any other is 404 not_found)",
+#: The path parameter each rule variable is documented as.
+PATH_PARAMETERS: dict[str, dict[str, Any]] = {
+    "space": {
+        "name": "space",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": f"^{tokens.SPACE_RE.pattern}$"},
+        "description": "the Space of the token (any other is 404 not_found)",
+    },
+    "uid": {
+        "name": "uid",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": ids.HOST_ID_PATTERN},
+        "description": "resource UID (issued by the host; any other string is 404 not_found)",
+    },
+    "op_id": {
+        "name": "op_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": ids.HOST_ID_PATTERN},
+        "description": "Operation id (issued by the host; any other string is 404 not_found)",
+    },
+    "instance_id": {
+        "name": "instance_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1, "maxLength": schemas.MAX_SCALAR_STRING},
+        "description": "1-256 Unicode scalar values, percent-encoded as one path segment",
+    },
+    "scheduled_time": {
+        "name": "scheduledTime",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "the run's scheduledTime as the ledger writes it (RFC 3339 UTC), or epoch ms",
+    },
 }
-UID = {
-    "name": "uid",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": ids.HOST_ID_PATTERN},
-    "description": "resource UID (issued by the host; any other string is 404 not_found)",
-}
-OP_ID = {
-    "name": "op_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": ids.HOST_ID_PATTERN},
-    "description": "Operation id (issued by the host; any other string is 404 not_found)",
-}
-INSTANCE_ID = {
-    "name": "instance_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "minLength": 1, "maxLength": schemas.MAX_SCALAR_STRING},
-    "description": "1-256 Unicode scalar values, percent-encoded as one path segment",
-}
-IDEMPOTENCY_KEY = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "required": True,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"},
-    "description": "same key + same request → the same Operation; another request → 422 (docs/spec/http-api.md#api-op)",
-}
-OPTIONAL_KEY = {**IDEMPOTENCY_KEY, "required": False}
-PAGE_TOKEN = {
-    "name": "pageToken",
-    "in": "query",
-    "required": False,
-    "schema": {"type": "string", "minLength": 1},
-    "description": "the nextPageToken of the previous page, unchanged (anything else is 400 invalid_request)",
-}
-
-
-def _limit(maximum: int, default: int) -> dict:
-    return {
-        "name": "limit",
-        "in": "query",
-        "required": False,
-        "schema": {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
-        "description": "page size, in ASCII digits",
-    }
-
-
-RESOURCE_LIMIT = _limit(resources.MAX_PAGE_SIZE, resources.DEFAULT_PAGE_SIZE)
-INSTANCE_LIMIT = _limit(instance_pages.MAX_PAGE, instance_pages.DEFAULT_PAGE)
-LOG_LIMIT = _limit(tenant_logs.MAX_PAGE, tenant_logs.DEFAULT_PAGE)
-
+#: Every public marshmallow schema of ``host_api.schemas``, as a component of its class name.
 SCHEMAS = {
-    cls.__name__: cls
-    for cls in (
-        schemas.Reference,
-        schemas.ModuleWorkerSpec,
-        schemas.WorkflowBinding,
-        schemas.WorkerVersionSpec,
-        schemas.DeploymentEntry,
-        schemas.WorkerDeploymentSpec,
-        schemas.DurableWorkflowSpec,
-        schemas.WorkerCronTriggerSpec,
-        schemas.CreateResourceBody,
-        schemas.UpdateResourceBody,
-        schemas.ErrorDetail,
-        schemas.ErrorBody,
-        schemas.OperationError,
-        schemas.OperationView,
-        schemas.ResourceView,
-        schemas.ResourceList,
-        schemas.InstanceCreateBody,
-        schemas.InstanceId,
-        schemas.ReplayCheckBody,
-        schemas.InstanceSummary,
-        schemas.InstanceList,
-        schemas.InstanceFailure,
-        schemas.InstanceStatus,
-        schemas.EventBody,
-        schemas.QueuedEvent,
-        schemas.EventList,
-        schemas.TerminateAnswer,
-        schemas.HistoryEvent,
-        schemas.HistoryPage,
-        schemas.ProgressStep,
-        schemas.ProgressContext,
-        schemas.InstanceProgress,
-        schemas.CronStartedInstance,
-        schemas.CronDeliveryView,
-        schemas.CronRunView,
-        schemas.CronRunList,
-        schemas.LogLine,
-        schemas.LogPage,
-        schemas.RunLogLine,
-        schemas.RunLogPage,
-        schemas.QuotaUse,
-        schemas.SpaceQuotas,
-        schemas.SpaceUsage,
-        schemas.Empty,
-        schemas.Health,
-    )
+    name: cls
+    for name, cls in vars(schemas).items()
+    if isinstance(cls, type) and issubclass(cls, ma.Schema)
+    and cls.__module__ == schemas.__name__ and not name.startswith("_")
 }
 SPEC_SCHEMA_NAMES = [cls.__name__ for cls in schemas.SPEC_SCHEMAS.values()]
+#: Blueprints that are not part of the API (the web console's HTML pages at ``/ui/``).
+UNDOCUMENTED_BLUEPRINTS = ("ui.",)
+_VARIABLE = re.compile(r"<(?:[^:>]+:)?([^>]+)>")
 
 
 def _ref(name: str) -> dict:
@@ -139,10 +84,10 @@ def _json(name: str, description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
 
 
-def _errors(*codes: str) -> dict:
+def _errors(codes: tuple[str, ...]) -> dict:
     """Responses for error ``codes`` (grouped by status), always with the §2.4 envelope."""
     by_status: dict[str, list[str]] = {}
-    for code in ("unauthenticated", "not_found", *codes):
+    for code in codes:
         by_status.setdefault(str(STATUS_BY_CODE[code]), []).append(code)
     return {
         status: _json("ErrorBody", "error: " + ", ".join(sorted(set(found))))
@@ -150,294 +95,59 @@ def _errors(*codes: str) -> dict:
     }
 
 
-MUTATION_ERRORS = (
-    "invalid_json",
-    "idempotency_key_required",
-    "idempotency_key_reused",
-    "resource_busy",
-    "document_too_large",
-)
-
-
-def _paths() -> dict[str, dict]:
-    resources = "/v2/spaces/{space}/resources"
-    instances = resources + "/{uid}/instances"
-    accepted = {
-        "202": {
-            **_json("OperationView", "accepted: the Operation (see Location)"),
-            "headers": {
-                "Location": {
-                    "schema": {"type": "string"},
-                    "description": "/v2/spaces/{space}/operations/{id}",
-                }
-            },
+def _operation(meta: apidoc.Operation) -> dict:
+    """The OpenAPI operation object of ``meta``."""
+    answer = meta.answer
+    success: dict = {"description": answer.description}
+    if answer.schema is not None:
+        success = _json(answer.schema.__name__, answer.description)
+    if answer.headers:
+        success["headers"] = answer.headers
+    codes = meta.errors if meta.public else ("unauthenticated", "not_found", *meta.errors)
+    result: dict = {"summary": meta.summary, "responses": {str(answer.status): success, **_errors(codes)}}
+    if meta.parameters:
+        result["parameters"] = list(meta.parameters)
+    if meta.body is not None:
+        result["requestBody"] = {
+            "required": meta.body_required,
+            "content": {"application/json": {"schema": _ref(meta.body.__name__)}},
         }
-    }
-    return {
-        "/healthz": {
-            "get": {
-                "summary": "liveness: the database answers",
-                "security": [],
-                "responses": {"200": _json("Health", "ok"), "503": _json("ErrorBody", "backend_unavailable")},
-            }
-        },
-        "/v2/openapi.json": {
-            "get": {
-                "summary": "this document",
-                "security": [],
-                "responses": {"200": {"description": "OpenAPI 3 document"}},
-            }
-        },
-        resources: {
-            "parameters": [SPACE],
-            "post": {
-                "summary": "create a resource of one of the five Forms (docs/spec/http-api.md#api-res)",
-                "parameters": [IDEMPOTENCY_KEY],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("CreateResourceBody")}},
-                },
-                "responses": {
-                    **accepted,
-                    **_errors(
-                        *MUTATION_ERRORS,
-                        "invalid_spec",
-                        "unsupported_form",
-                        "reference_not_found",
-                        "name_conflict",
-                        "dependency_conflict",
-                        "quota_exceeded",
-                    ),
-                },
-            },
-            "get": {
-                "summary": "list live resources, oldest first",
-                "parameters": [
-                    {
-                        "name": "form",
-                        "in": "query",
-                        "required": False,
-                        "description": "a Form URL or its short name (ModuleWorker, DurableWorkflow, …)",
-                        "schema": {
-                            "type": "string",
-                            "enum": sorted(schemas.forms.FORM_URLS.values()) + sorted(schemas.forms.FORM_URLS),
-                        },
-                    },
-                    PAGE_TOKEN,
-                    RESOURCE_LIMIT,
-                ],
-                "responses": {
-                    "200": _json("ResourceList", "one page"),
-                    **_errors("unsupported_form", "invalid_request"),
-                },
-            },
-        },
-        resources + "/{uid}": {
-            "parameters": [SPACE, UID],
-            "get": {
-                "summary": "one resource",
-                "responses": {"200": _json("ResourceView", "the resource"), **_errors()},
-            },
-            "put": {
-                "summary": "replace the spec (whole replacement); a new generation and Operation",
-                "parameters": [IDEMPOTENCY_KEY],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("UpdateResourceBody")}},
-                },
-                "responses": {
-                    **accepted,
-                    **_errors(
-                        *MUTATION_ERRORS,
-                        "invalid_spec",
-                        "immutable_field",
-                        "reference_not_found",
-                        "dependency_conflict",
-                        "replay_check_failed",
-                    ),
-                },
-            },
-            "delete": {
-                "summary": "delete the resource",
-                "parameters": [IDEMPOTENCY_KEY],
-                "responses": {**accepted, **_errors(*MUTATION_ERRORS, "dependency_conflict")},
-            },
-        },
-        resources + "/{uid}/check": {
-            "parameters": [SPACE, UID],
-            "post": {
-                "summary": "replay a WorkerVersion against the live instances of its Worker's DurableWorkflows "
-                "(an Operation of kind check; the outcome is the Version's observed.replayCheck)",
-                "parameters": [IDEMPOTENCY_KEY],
-                "requestBody": {
-                    "required": False,
-                    "content": {"application/json": {"schema": _ref("ReplayCheckBody")}},
-                },
-                "responses": {**accepted, **_errors(*MUTATION_ERRORS, "invalid_request", "unsupported_form")},
-            },
-        },
-        "/v2/spaces/{space}/usage": {
-            "parameters": [SPACE],
-            "get": {
-                "summary": "what the Space holds against each of its quotas",
-                "responses": {"200": _json("SpaceUsage", "usage and limits"), **_errors("invalid_request")},
-            },
-        },
-        "/v2/spaces/{space}/operations/{op_id}": {
-            "parameters": [SPACE, OP_ID],
-            "get": {
-                "summary": "an Operation",
-                "responses": {"200": _json("OperationView", "the Operation"), **_errors()},
-            },
-        },
-        resources + "/{uid}/runs": {
-            "parameters": [SPACE, UID],
-            "get": {
-                "summary": "a WorkerCronTrigger's recorded and skipped matches, newest first (§7)",
-                "parameters": [PAGE_TOKEN],
-                "responses": {"200": _json("CronRunList", "one page"), **_errors("invalid_request")},
-            },
-        },
-        resources + "/{uid}/runs/{scheduledTime}/logs": {
-            "parameters": [
-                SPACE,
-                UID,
-                {
-                    "name": "scheduledTime",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string"},
-                    "description": "the run's scheduledTime as the ledger writes it (RFC 3339 UTC), or epoch ms",
-                },
-            ],
-            "get": {
-                "summary": "what one cron run's handler printed (every delivery of the match), oldest first",
-                "parameters": [PAGE_TOKEN, LOG_LIMIT],
-                "responses": {
-                    "200": _json("RunLogPage", "one page"),
-                    **_errors("not_found", "invalid_request"),
-                },
-            },
-        },
-        instances: {
-            "parameters": [SPACE, UID],
-            "post": {
-                "summary": "create an instance (§2.5)",
-                "requestBody": {
-                    "required": False,
-                    "content": {"application/json": {"schema": _ref("InstanceCreateBody")}},
-                },
-                "responses": {
-                    "201": _json("InstanceId", "created"),
-                    **_errors(
-                        "invalid_json",
-                        "invalid_request",
-                        "invalid_params",
-                        "document_too_large",
-                        "instance_exists",
-                        "quota_exceeded",
-                        "backend_unavailable",
-                    ),
-                },
-            },
-            "get": {
-                "summary": "list instances",
-                "parameters": [
-                    {
-                        "name": "status",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string", "enum": list(inst_models.STATUSES)},
-                    },
-                    PAGE_TOKEN,
-                    INSTANCE_LIMIT,
-                ],
-                "responses": {"200": _json("InstanceList", "one page"), **_errors("invalid_request")},
-            },
-        },
-        instances + "/{instance_id}": {
-            "parameters": [SPACE, UID, INSTANCE_ID],
-            "get": {
-                "summary": "an instance's status",
-                "responses": {
-                    "200": _json("InstanceStatus", "status"),
-                    **_errors("unknown_instance", "invalid_request"),
-                },
-            },
-        },
-        instances + "/{instance_id}/events": {
-            "parameters": [SPACE, UID, INSTANCE_ID],
-            "post": {
-                "summary": "send an event (optional Idempotency-Key replays the first answer)",
-                "parameters": [OPTIONAL_KEY],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("EventBody")}},
-                },
-                "responses": {
-                    "202": _json("Empty", "accepted"),
-                    **_errors(
-                        "invalid_json",
-                        "invalid_request",
-                        "invalid_params",
-                        "document_too_large",
-                        "unknown_instance",
-                        "instance_terminal",
-                        "event_queue_full",
-                        "quota_exceeded",
-                        "idempotency_key_reused",
-                    ),
-                },
-            },
-            "get": {
-                "summary": "unconsumed events in acceptance order",
-                "responses": {"200": _json("EventList", "events"), **_errors("unknown_instance")},
-            },
-        },
-        instances + "/{instance_id}/terminate": {
-            "parameters": [SPACE, UID, INSTANCE_ID],
-            "post": {
-                "summary": "terminate (answers once the stop is proven)",
-                "responses": {
-                    "200": _json("TerminateAnswer", "terminated"),
-                    **_errors("unknown_instance", "backend_unavailable"),
-                },
-            },
-        },
-        instances + "/{instance_id}/history": {
-            "parameters": [SPACE, UID, INSTANCE_ID],
-            "get": {
-                "summary": "the SWF-style history, newest last (§6)",
-                "parameters": [PAGE_TOKEN, INSTANCE_LIMIT],
-                "responses": {
-                    "200": _json("HistoryPage", "one page"),
-                    **_errors("unknown_instance", "invalid_request"),
-                },
-            },
-        },
-        instances + "/{instance_id}/logs": {
-            "parameters": [SPACE, UID, INSTANCE_ID],
-            "get": {
-                "summary": "what the instance's code printed, by step and attempt, oldest first",
-                "parameters": [PAGE_TOKEN, LOG_LIMIT],
-                "responses": {
-                    "200": _json("LogPage", "one page"),
-                    **_errors("unknown_instance", "invalid_request"),
-                },
-            },
-        },
-        instances + "/{instance_id}/progress": {
-            "parameters": [SPACE, UID, INSTANCE_ID],
-            "get": {
-                "summary": "where is it: the step it runs, its next retry, a sleep's wake time, the awaited "
-                "event and its timeout, or why it is queued",
-                "responses": {
-                    "200": _json("InstanceProgress", "what it does now"),
-                    **_errors("unknown_instance", "invalid_request"),
-                },
-            },
-        },
-    }
+    if meta.public:
+        result["security"] = []
+    return result
+
+
+def documented_rules(app: flask.Flask) -> list[routing.Rule]:
+    """The URL rules of ``app`` that belong in the document (all but the web console's)."""
+    return [
+        rule for rule in app.url_map.iter_rules()
+        if rule.endpoint != "static" and not rule.endpoint.startswith(UNDOCUMENTED_BLUEPRINTS)
+    ]
+
+
+def openapi_path(rule: routing.Rule) -> str:
+    """``rule``'s path in OpenAPI form: ``<segment:instance_id>`` → ``{instance_id}``."""
+    return _VARIABLE.sub(lambda m: "{" + PATH_PARAMETERS[m[1]]["name"] + "}", rule.rule)
+
+
+def paths(app: flask.Flask) -> dict[str, dict]:
+    """The ``paths`` of ``app``'s URL map: ``{path: {"parameters", method: operation}}``.
+
+    Raises:
+        LookupError: a documented rule's view has no ``apidoc.operation``, or a rule variable
+            has no :data:`PATH_PARAMETERS` entry.
+    """
+    result: dict[str, dict] = {}
+    for rule in documented_rules(app):
+        meta = apidoc.of(app.view_functions[rule.endpoint])
+        variables = _VARIABLE.findall(rule.rule)
+        missing = [name for name in variables if name not in PATH_PARAMETERS]
+        if missing:
+            raise LookupError(f"{rule.rule}: no PATH_PARAMETERS entry for {missing}")
+        item = result.setdefault(openapi_path(rule), {"parameters": [PATH_PARAMETERS[n] for n in variables]})
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            item[method.lower()] = _operation(meta)
+    return result
 
 
 @functools.cache
@@ -456,9 +166,11 @@ def document() -> dict:
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     for name, schema in SCHEMAS.items():
         spec.components.schema(name, schema=schema)
-    for path, operations in _paths().items():
-        operations = dict(operations)
-        spec.path(path=path, operations=operations, parameters=operations.pop("parameters", None))
+    from host_api import app as app_module  # the app imports the meta routes, which import this
+
+    for path, operations in paths(app_module.url_map_app()).items():
+        parameters = operations.pop("parameters") or None
+        spec.path(path=path, operations=operations, parameters=parameters)
     result = spec.to_dict()
     result["security"] = [{"bearer": []}]
     one_of = {

@@ -2,10 +2,10 @@
 
 :func:`register` adds the app's first ``before_request`` (start the clock) and an ``after_request``
 that observes ``takohost_http_request_duration_seconds{method, route, status}``. ``route`` is the
-URL rule (``/v2/spaces/<space>/resources/<uid>``), or for the raw-path instance routes their
-template (``/v2/spaces/<space>/resources/<uid>/instances/<id>/events``), or ``unmatched``: never
-a raw path, so ids and Space names do not become label values; ``method`` is one of the usual
-seven or ``other`` (a client may send any token as its method). No-op when metrics are off.
+URL rule without converters (``/v2/spaces/<space>/resources/<uid>``; an instance id is ``<id>``,
+as dashboards have always seen it: ``…/instances/<id>/events``), or ``unmatched``: never a raw
+path, so ids and Space names do not become label values; ``method`` is one of the usual seven or
+``other`` (a client may send any token as its method). No-op when metrics are off.
 """
 
 from __future__ import annotations
@@ -15,28 +15,19 @@ import time
 
 import flask
 
-from host_api.routes import instances
 from services.telemetry import metrics
 
-_ACTION = re.compile(r"^/[^/]*/(?P<action>[a-z]+)$")
+_VARIABLE = re.compile(r"<(?:[^:>]+:)?([^>]+)>")
+#: Rule variables labelled under another name.
+_LABEL_NAMES = {"instance_id": "id"}
 
 
 def route_template() -> str:
     """The current request's route as a template (see the module doc)."""
     rule = flask.request.url_rule
-    if rule is not None:
-        return rule.rule
-    match = instances._PREFIX.match(instances._raw_path())
-    if match is None:
+    if rule is None:
         return "unmatched"
-    base = "/v2/spaces/<space>/resources/<uid>/instances"
-    rest = match["rest"]
-    if rest is None or rest == "/":
-        return base
-    action = _ACTION.match(rest)
-    if action is not None and action["action"] in instances._ACTIONS:
-        return f"{base}/<id>/{action['action']}"
-    return f"{base}/<id>"
+    return _VARIABLE.sub(lambda m: f"<{_LABEL_NAMES.get(m[1], m[1])}>", rule.rule)
 
 
 #: Methods measured under their own name; any other (a client may send any RFC 9110 token) is

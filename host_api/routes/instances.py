@@ -3,17 +3,17 @@
 render. The same service functions serve ``env.NAME`` bindings from workflow code (§4.5).
 
 Instance ids are 1–256 Unicode scalar values and may contain ``/``, ``%``, ``?``, spaces, emoji
-or U+0000 (API-inst-id). Werkzeug decodes ``%2F`` into ``/`` before routing and merges or
-redirects empty segments, so these routes are NOT matched by the URL map: a hook running after
-authentication reads the raw request target (``RAW_URI`` from gunicorn and the Werkzeug server
-and test client, or ``REQUEST_URI``), splits it on ``/`` and percent-decodes the id segment itself
-(strict UTF-8; anything else is ``400 invalid_request``).
+or U+0000 (API-inst-id). These routes are in Flask's URL map like every other, with each path
+variable a ``<segment:…>``: ``host_api.routing`` keeps the request's raw path for them, so an
+id's ``%2F`` stays inside its segment, and decodes each segment as strict UTF-8 (anything else
+is ``400 invalid_request``). The Space is the token's and the uid a host id, checked before any
+view runs (``host_api.auth``, ``host_api.app.check_path_ids``).
 
-| method | raw path after ``/v2/spaces/{space}/resources/{uid}/instances`` | handler |
+| method | path after ``/v2/spaces/{space}/resources/{uid}/instances`` | answer |
 | --- | --- | --- |
-| POST | (none) | create → ``201 {"id"}`` |
-| GET | (none) | list (``status``, ``pageToken``, ``limit``) |
-| GET | ``/{id}`` | get → ``{"id", "status", "output"?, "error"?}`` |
+| POST | (none, or ``/``) | create → ``201 {"id"}`` |
+| GET | (none, or ``/``) | list (``status``, ``pageToken``, ``limit``) |
+| GET | ``/{id}`` | ``{"id", "status", "output"?, "error"?}`` |
 | POST / GET | ``/{id}/events`` | send_event (``202 {}``, optional Idempotency-Key) / inbox |
 | POST | ``/{id}/terminate`` | terminate → ``{"status"}`` |
 | GET | ``/{id}/history`` | history (``pageToken``, ``limit``) |
@@ -23,16 +23,13 @@ and test client, or ``REQUEST_URI``), splits it on ``/`` and percent-decodes the
 
 from __future__ import annotations
 
-import re
-import urllib.parse
-
 import flask
 
+from host_api import apidoc, query, schemas
 from host_api import body as request_body
-from host_api import query
 from host_api.errors import ApiError
+from models import instances as inst_models
 from services import (
-    ids,
     instance_common,
     instance_events,
     instance_history,
@@ -44,31 +41,20 @@ from services import (
 
 bp = flask.Blueprint("instances", __name__)
 
-_PREFIX = re.compile(
-    r"^/v2/spaces/(?P<space>[^/?#]*)/resources/(?P<uid>[^/?#]*)/instances(?P<rest>/[^?#]*)?$"
-)
-_ACTIONS = {"events", "terminate", "history", "progress", "logs"}
+#: The collection; it also answers with a trailing slash (``…/instances/``), as it always did.
+COLLECTION = "/v2/spaces/<segment:space>/resources/<segment:uid>/instances"
+#: One instance (a non-empty id).
+ONE = COLLECTION + "/<segment(minlength=1):instance_id>"
+#: The prefix of an instance's sub-resources (an empty id reaches the service, which refuses it).
+OF_ONE = COLLECTION + "/<segment:instance_id>"
 _CREATE_KEYS = {"id", "params"}
 _EVENT_KEYS = {"type", "payload"}
-
-
-def _raw_path() -> str:
-    environ = flask.request.environ
-    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
-    if raw is None:  # a server without the raw target: re-quote what routing saw (ids with '/' break)
-        raw = urllib.parse.quote(environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""), safe="/")
-    if "://" in raw.split("?", 1)[0]:  # absolute-form request target
-        raw = urllib.parse.urlsplit(raw)._replace(scheme="", netloc="").geturl()
-    return raw.split("?", 1)[0].split("#", 1)[0]
-
-
-def _decode(segment: str, *, what: str) -> str:
-    """Percent-decode one raw path segment as strict UTF-8 (``invalid_request`` otherwise)."""
-    try:
-        raw = urllib.parse.unquote_to_bytes(segment)
-        return raw.decode("utf-8", errors="strict")
-    except UnicodeDecodeError:
-        raise ApiError("invalid_request", f"the {what} in the path is not percent-encoded UTF-8") from None
+STATUS = {
+    "name": "status",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": list(inst_models.STATUSES)},
+}
 
 
 def _unknown_keys(body: dict, allowed: set[str]) -> None:
@@ -100,73 +86,17 @@ def _object_or_empty_body() -> dict:
     return body
 
 
-@bp.before_app_request
-def route_instances() -> flask.Response | None:
-    """Serve every ``…/resources/{uid}/instances…`` request from the raw path (see module doc).
-
-    Runs after ``auth.authenticate`` (registered earlier), which set ``flask.g.space``; the path's
-    Space must be the token's Space (``404 not_found`` otherwise, as elsewhere).
-    """
-    match = _PREFIX.match(_raw_path())
-    if match is None:
-        return None
-    space = _decode(match["space"], what="Space")
-    if getattr(flask.g, "space", None) != space:
-        raise ApiError("not_found", "no such resource or route")
-    uid = ids.require_host_id(_decode(match["uid"], what="resource uid"))  # never a NUL into SQL
-    rest = match["rest"]
-    method = flask.request.method
-    if rest is None or rest == "/":
-        if method == "POST":
-            return _create(space, uid)
-        if method == "GET":
-            return _list(space, uid)
-        raise ApiError("method_not_allowed", f"method {method} not allowed here")
-    segments = rest[1:].split("/")
-    action = None
-    if len(segments) == 2 and segments[1] in _ACTIONS:
-        action = segments[1]
-    elif len(segments) != 1:
-        raise ApiError("not_found", "no such resource or route")
-    instance_id = _decode(segments[0], what="instance id")
-    key = (method, action)
-    if key == ("GET", None):
-        return _json(instances.describe(space=space, workflow_uid=uid, instance_id=instance_id))
-    if key == ("POST", "events"):
-        return _send_event(space, uid, instance_id)
-    if key == ("GET", "events"):
-        return _json(instance_events.inbox(space=space, workflow_uid=uid, instance_id=instance_id))
-    if key == ("POST", "terminate"):
-        _unknown_keys(_object_or_empty_body(), set())  # no body, or {}
-        return _json(instance_stop.terminate(
-            space=space, workflow_uid=uid, instance_id=instance_id, by=f"API (Space {space})"
-        ))
-    if key == ("GET", "progress"):
-        return _json(instance_progress.progress(space=space, workflow_uid=uid, instance_id=instance_id))
-    if key == ("GET", "logs"):
-        return _json(
-            tenant_logs.instance_logs(
-                space=space,
-                workflow_uid=uid,
-                instance_id=instance_id,
-                page_token=flask.request.args.get("pageToken"),
-                limit=_limit(),
-            )
-        )
-    if key == ("GET", "history"):
-        return _json(
-            instance_history.history(
-                space=space,
-                workflow_uid=uid,
-                instance_id=instance_id,
-                page_token=flask.request.args.get("pageToken"),
-                limit=_limit(),
-            )
-        )
-    raise ApiError("method_not_allowed", f"method {method} not allowed here")
-
-
-def _create(space: str, uid: str) -> flask.Response:
+@bp.post(COLLECTION, strict_slashes=False)
+@apidoc.operation(
+    "create an instance (§2.5)",
+    apidoc.Answer(201, schemas.InstanceId, "created"),
+    body=schemas.InstanceCreateBody,
+    body_required=False,
+    errors=("invalid_json", "invalid_request", "invalid_params", "document_too_large",
+            "instance_exists", "quota_exceeded", "backend_unavailable"),
+)
+def create_instance(space: str, uid: str) -> flask.Response:
+    """``POST …/instances`` ``{"id"?, "params"?}`` → ``201 {"id"}``."""
     body = _object_or_empty_body()
     _unknown_keys(body, _CREATE_KEYS)
     if "id" in body and not isinstance(body["id"], str):
@@ -177,10 +107,18 @@ def _create(space: str, uid: str) -> flask.Response:
         instance_id=body.get("id"),
         params=body.get("params", instance_common.ABSENT),
     )
-    return _json({"id": new_id}, 201)
+    return _json(schemas.InstanceId().dump({"id": new_id}), 201)
 
 
-def _list(space: str, uid: str) -> flask.Response:
+@bp.get(COLLECTION, strict_slashes=False)
+@apidoc.operation(
+    "list instances",
+    apidoc.ok(schemas.InstanceList, "one page"),
+    parameters=(STATUS, apidoc.PAGE_TOKEN, apidoc.INSTANCE_LIMIT),
+    errors=("invalid_request",),
+)
+def list_instances(space: str, uid: str) -> flask.Response:
+    """``GET …/instances[?status=&pageToken=&limit=]`` → ``{"instances", "nextPageToken"?}``."""
     args = flask.request.args
     return _json(
         instances.list_instances(
@@ -193,7 +131,28 @@ def _list(space: str, uid: str) -> flask.Response:
     )
 
 
-def _send_event(space: str, uid: str, instance_id: str) -> flask.Response:
+@bp.get(ONE)
+@apidoc.operation(
+    "an instance's status",
+    apidoc.ok(schemas.InstanceStatus, "status"),
+    errors=("unknown_instance", "invalid_request"),
+)
+def describe_instance(space: str, uid: str, instance_id: str) -> flask.Response:
+    """``GET …/instances/{id}`` → ``{"id", "status", "output"?, "error"?}``."""
+    return _json(instances.describe(space=space, workflow_uid=uid, instance_id=instance_id))
+
+
+@bp.post(OF_ONE + "/events")
+@apidoc.operation(
+    "send an event (optional Idempotency-Key replays the first answer)",
+    apidoc.Answer(202, schemas.Empty, "accepted"),
+    parameters=(apidoc.OPTIONAL_KEY,),
+    body=schemas.EventBody,
+    errors=("invalid_json", "invalid_request", "invalid_params", "document_too_large", "unknown_instance",
+            "instance_terminal", "event_queue_full", "quota_exceeded", "idempotency_key_reused"),
+)
+def send_event(space: str, uid: str, instance_id: str) -> flask.Response:
+    """``POST …/instances/{id}/events`` ``{"type", "payload"?}`` → ``202 {}``."""
     key = request_body.idempotency_key(required=False)
     body = request_body.json_object_body()
     _unknown_keys(body, _EVENT_KEYS)
@@ -209,3 +168,81 @@ def _send_event(space: str, uid: str, instance_id: str) -> flask.Response:
         idempotency=idempotency,
     )
     return _json(answer, 202)
+
+
+@bp.get(OF_ONE + "/events")
+@apidoc.operation(
+    "unconsumed events in acceptance order",
+    apidoc.ok(schemas.EventList, "events"),
+    errors=("unknown_instance",),
+)
+def inbox(space: str, uid: str, instance_id: str) -> flask.Response:
+    """``GET …/instances/{id}/events`` → ``{"events"}``."""
+    return _json(instance_events.inbox(space=space, workflow_uid=uid, instance_id=instance_id))
+
+
+@bp.post(OF_ONE + "/terminate")
+@apidoc.operation(
+    "terminate (answers once the stop is proven)",
+    apidoc.ok(schemas.TerminateAnswer, "terminated"),
+    errors=("unknown_instance", "backend_unavailable"),
+)
+def terminate(space: str, uid: str, instance_id: str) -> flask.Response:
+    """``POST …/instances/{id}/terminate`` (no body, or ``{}``) → ``{"status"}``."""
+    _unknown_keys(_object_or_empty_body(), set())
+    answer = instance_stop.terminate(
+        space=space, workflow_uid=uid, instance_id=instance_id, by=f"API (Space {space})"
+    )
+    return _json(schemas.TerminateAnswer().dump(answer))
+
+
+@bp.get(OF_ONE + "/history")
+@apidoc.operation(
+    "the SWF-style history, newest last (§6)",
+    apidoc.ok(schemas.HistoryPage, "one page"),
+    parameters=(apidoc.PAGE_TOKEN, apidoc.INSTANCE_LIMIT),
+    errors=("unknown_instance", "invalid_request"),
+)
+def history(space: str, uid: str, instance_id: str) -> flask.Response:
+    """``GET …/instances/{id}/history[?pageToken=&limit=]`` → ``{"events", "nextPageToken"?}``."""
+    return _json(
+        instance_history.history(
+            space=space,
+            workflow_uid=uid,
+            instance_id=instance_id,
+            page_token=flask.request.args.get("pageToken"),
+            limit=_limit(),
+        )
+    )
+
+
+@bp.get(OF_ONE + "/logs")
+@apidoc.operation(
+    "what the instance's code printed, by step and attempt, oldest first",
+    apidoc.ok(schemas.LogPage, "one page"),
+    parameters=(apidoc.PAGE_TOKEN, apidoc.LOG_LIMIT),
+    errors=("unknown_instance", "invalid_request"),
+)
+def logs(space: str, uid: str, instance_id: str) -> flask.Response:
+    """``GET …/instances/{id}/logs[?pageToken=&limit=]`` → ``{"logs", "nextPageToken", "removedLines"}``."""
+    return _json(
+        tenant_logs.instance_logs(
+            space=space,
+            workflow_uid=uid,
+            instance_id=instance_id,
+            page_token=flask.request.args.get("pageToken"),
+            limit=_limit(),
+        )
+    )
+
+
+@bp.get(OF_ONE + "/progress")
+@apidoc.operation(
+    "where is it: the step it runs, its next retry, a sleep's wake time, the awaited "
+    "event and its timeout, or why it is queued",
+    apidoc.ok(schemas.InstanceProgress, "what it does now"),
+    errors=("unknown_instance", "invalid_request"),
+)
+def progress(space: str, uid: str, instance_id: str) -> flask.Response:
+    """``GET …/instances/{id}/progress`` → what it runs or waits for."""
+    return _json(instance_progress.progress(space=space, workflow_uid=uid, instance_id=instance_id))

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import flask
 
+from host_api import apidoc, db, query, schemas
 from host_api import body as request_body
-from host_api import db, query, schemas
 from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, forms, operations, replay_checks, resources
 
 bp = flask.Blueprint("resources", __name__)
+
+FORM = {
+    "name": "form",
+    "in": "query",
+    "required": False,
+    "description": "a Form URL or its short name (ModuleWorker, DurableWorkflow, …)",
+    "schema": {"type": "string", "enum": sorted(forms.FORM_URLS.values()) + sorted(forms.FORM_URLS)},
+}
 
 
 def _accepted(space: str, accepted: resources.Accepted) -> flask.Response:
@@ -28,6 +36,14 @@ def _accepted(space: str, accepted: resources.Accepted) -> flask.Response:
 
 
 @bp.post("/v2/spaces/<space>/resources")
+@apidoc.operation(
+    "create a resource of one of the five Forms (docs/spec/http-api.md#api-res)",
+    apidoc.ACCEPTED,
+    parameters=(apidoc.IDEMPOTENCY_KEY,),
+    body=schemas.CreateResourceBody,
+    errors=(*apidoc.MUTATION_ERRORS, "invalid_spec", "unsupported_form", "reference_not_found",
+            "name_conflict", "dependency_conflict", "quota_exceeded"),
+)
 def create_resource(space: str) -> flask.Response:
     """``POST …/resources`` ``{"form", "name", "spec", "privateInputs"?}`` → ``202`` Operation."""
     key = request_body.idempotency_key(required=True)
@@ -49,6 +65,12 @@ def create_resource(space: str) -> flask.Response:
 
 
 @bp.get("/v2/spaces/<space>/resources")
+@apidoc.operation(
+    "list live resources, oldest first",
+    apidoc.ok(schemas.ResourceList, "one page"),
+    parameters=(FORM, apidoc.PAGE_TOKEN, apidoc.RESOURCE_LIMIT),
+    errors=("unsupported_form", "invalid_request"),
+)
 def list_resources(space: str) -> flask.Response:
     """``GET …/resources[?form=&pageToken=&limit=]`` → ``{"resources", "nextPageToken"?}``.
 
@@ -81,6 +103,7 @@ def list_resources(space: str) -> flask.Response:
 
 
 @bp.get("/v2/spaces/<space>/resources/<uid>")
+@apidoc.operation("one resource", apidoc.ok(schemas.ResourceView, "the resource"))
 def get_resource(space: str, uid: str) -> flask.Response:
     """``GET …/resources/{uid}`` → the Resource (``404 not_found`` once deleted)."""
     with db.session() as session:
@@ -88,6 +111,14 @@ def get_resource(space: str, uid: str) -> flask.Response:
 
 
 @bp.put("/v2/spaces/<space>/resources/<uid>")
+@apidoc.operation(
+    "replace the spec (whole replacement); a new generation and Operation",
+    apidoc.ACCEPTED,
+    parameters=(apidoc.IDEMPOTENCY_KEY,),
+    body=schemas.UpdateResourceBody,
+    errors=(*apidoc.MUTATION_ERRORS, "invalid_spec", "immutable_field", "reference_not_found",
+            "dependency_conflict", "replay_check_failed"),
+)
 def update_resource(space: str, uid: str) -> flask.Response:
     """``PUT …/resources/{uid}`` ``{"spec", "privateInputs"?}`` → ``202`` Operation."""
     key = request_body.idempotency_key(required=True)
@@ -108,6 +139,12 @@ def update_resource(space: str, uid: str) -> flask.Response:
 
 
 @bp.delete("/v2/spaces/<space>/resources/<uid>")
+@apidoc.operation(
+    "delete the resource",
+    apidoc.ACCEPTED,
+    parameters=(apidoc.IDEMPOTENCY_KEY,),
+    errors=(*apidoc.MUTATION_ERRORS, "dependency_conflict"),
+)
 def delete_resource(space: str, uid: str) -> flask.Response:
     """``DELETE …/resources/{uid}`` → ``202`` Operation (the body, if any, is ignored)."""
     key = request_body.idempotency_key(required=True)
@@ -120,6 +157,15 @@ def delete_resource(space: str, uid: str) -> flask.Response:
 
 
 @bp.post("/v2/spaces/<space>/resources/<uid>/check")
+@apidoc.operation(
+    "replay a WorkerVersion against the live instances of its Worker's DurableWorkflows "
+    "(an Operation of kind check; the outcome is the Version's observed.replayCheck)",
+    apidoc.ACCEPTED,
+    parameters=(apidoc.IDEMPOTENCY_KEY,),
+    body=schemas.ReplayCheckBody,
+    body_required=False,
+    errors=(*apidoc.MUTATION_ERRORS, "invalid_request", "unsupported_form"),
+)
 def check_version(space: str, uid: str) -> flask.Response:
     """``POST …/resources/{versionUid}/check`` ``{"terminal"?: N}`` → ``202`` Operation of kind
     ``check``: replay the Version against live instances (``services.replay_checks``)."""
@@ -137,6 +183,7 @@ def check_version(space: str, uid: str) -> flask.Response:
 
 
 @bp.get("/v2/spaces/<space>/operations/<op_id>")
+@apidoc.operation("an Operation", apidoc.ok(schemas.OperationView, "the Operation"))
 def get_operation(space: str, op_id: str) -> flask.Response:
     """``GET …/operations/{id}`` → the Operation."""
     with db.session() as session:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import flask
 
-from host_api import db, query
+from host_api import apidoc, db, query, schemas
 from host_api.errors import ApiError
 from services import cron_runs, tenant_logs
 
@@ -15,6 +15,12 @@ bp = flask.Blueprint("runs", __name__)
 
 
 @bp.get("/v2/spaces/<space>/resources/<uid>/runs")
+@apidoc.operation(
+    "a WorkerCronTrigger's recorded and skipped matches, newest first (§7)",
+    apidoc.ok(schemas.CronRunList, "one page"),
+    parameters=(apidoc.PAGE_TOKEN,),
+    errors=("invalid_request",),
+)
 def list_runs(space: str, uid: str) -> flask.Response:
     """``200 {"runs": [...], "nextPageToken"?}``, newest match first (recorded and skipped).
 
@@ -32,6 +38,12 @@ def list_runs(space: str, uid: str) -> flask.Response:
 
 
 @bp.get("/v2/spaces/<space>/resources/<uid>/runs/<scheduled_time>/logs")
+@apidoc.operation(
+    "what one cron run's handler printed (every delivery of the match), oldest first",
+    apidoc.ok(schemas.RunLogPage, "one page"),
+    parameters=(apidoc.PAGE_TOKEN, apidoc.LOG_LIMIT),
+    errors=("not_found", "invalid_request"),
+)
 def run_logs(space: str, uid: str, scheduled_time: str) -> flask.Response:
     """``200 {"logs": [{"time", "delivery", "stream", "message"}], "nextPageToken", "removedLines"}``:
     the tenant log lines of every delivery of the run at ``scheduled_time`` (as the runs ledger

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import flask
 
-from host_api import schemas
+from host_api import apidoc, schemas
 from host_api.errors import ApiError
 from services import quotas
 
@@ -16,6 +16,11 @@ bp = flask.Blueprint("spaces", __name__)
 
 
 @bp.get("/v2/spaces/<space>/usage")
+@apidoc.operation(
+    "what the Space holds against each of its quotas",
+    apidoc.ok(schemas.SpaceUsage, "usage and limits"),
+    errors=("invalid_request",),
+)
 def usage(space: str) -> flask.Response:
     """``200 {"space", "quotas": {name: {"used", "limit"}}}`` (``limit`` 0: none), dumped
     through ``schemas.SpaceUsage``; ``400 invalid_request`` for any query parameter."""

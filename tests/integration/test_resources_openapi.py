@@ -54,3 +54,20 @@ def test_form_spec_schemas_are_closed_and_match_validation(client):
     }
     assert components["WorkerDeploymentSpec"]["properties"]["versions"]["maxItems"] == 10
     assert len(components["CreateResourceBody"]["properties"]["spec"]["oneOf"]) == 5
+
+
+def test_every_documented_operation_is_routed_to_its_view(app, client):
+    """The other direction: each path and method of the document matches a URL rule of the app
+    (with a sample value for each path parameter, an instance id holding an encoded slash)."""
+    from host_api import apidoc
+
+    samples = {"space": "s", "uid": "u", "op_id": "o", "instance_id": "a%2Fb", "scheduledTime": "t"}
+    adapter = app.url_map.bind("localhost")
+    document = client.get("/v2/openapi.json").get_json()
+    for path, item in document["paths"].items():
+        url = re.sub(r"\{([^}]+)\}", lambda m: samples[m[1]], path)
+        for method in set(item) - {"parameters"}:
+            endpoint, args = adapter.match(url, method=method.upper())
+            assert apidoc.of(app.view_functions[endpoint]).summary == item[method]["summary"], (method, path)
+            if "instance_id" in args:
+                assert args["instance_id"] == "a/b"
