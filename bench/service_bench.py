@@ -91,7 +91,7 @@ def run(calls: int, against: str | None) -> dict:
         with models_db.session_scope(url) as session:
             tokens.create_token_txn(session, space="bench")
         uids = engine_bench.deploy(url, "bench")
-        dispatch.run_context = lambda pk: None  # every module's ``dispatch`` is this one
+        dispatch.run_context = lambda pk, **_: None  # every module's ``dispatch`` is this one
         modules = {"this": (instances, instance_events)}
         if against:
             services = os.path.join(os.path.abspath(against), "services")
@@ -108,15 +108,22 @@ def run(calls: int, against: str | None) -> dict:
         waiting = [f"w{i}" for i in range(total)]
         for instance_id in waiting:
             instances.create(space="bench", workflow_uid=uids["Waiter"], instance_id=instance_id)
-        with models_db.session_scope(url) as session:  # each waits on its wait "w" for an event "go"
+        # Each waits on its wait "w" for an event "go" (a day's timeout, with its timer).
+        with models_db.session_scope(url) as session:
             conn = session.connection()
             conn.exec_driver_sql(
                 "UPDATE instances SET status = 'waiting' WHERE workflow_uid = %(uid)s", {"uid": uids["Waiter"]}
             )
             conn.exec_driver_sql(
-                "INSERT INTO steps (instance_pk, name, kind, state, attempts, config, created_at, updated_at)"
-                " SELECT pk, convert_to('w', 'UTF8'), 'wait', 'pending', 0, '{\"type\": \"go\"}'::json,"
-                " now(), now() FROM instances WHERE workflow_uid = %(uid)s",
+                "INSERT INTO steps (instance_pk, name, kind, state, attempts, config, timeout_at, created_at,"
+                " updated_at) SELECT pk, convert_to('w', 'UTF8'), 'wait', 'pending', 0,"
+                " '{\"type\": \"go\", \"timeoutSeconds\": 86400}'::json, now() + interval '1 day', now(), now()"
+                " FROM instances WHERE workflow_uid = %(uid)s",
+                {"uid": uids["Waiter"]},
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO timers (instance_pk, kind, due_at, created_at)"
+                " SELECT pk, 'timeout', now() + interval '1 day', now() FROM instances WHERE workflow_uid = %(uid)s",
                 {"uid": uids["Waiter"]},
             )
         run_id = uuid.uuid4().hex[:6]

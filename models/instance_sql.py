@@ -7,12 +7,19 @@ beside the models they touch (``models.instances``).
 
 The engine's hot commits are ONE statement whose data-modifying CTEs hang off the fenced
 ``UPDATE`` named ``f`` (``… FROM f``): the ``*_CTE`` fragments below are joined by
-``workers.engine.store.ContextStore.apply``.
+``workers.engine.store.ContextStore.apply``. ``send_event``'s acceptance of an event is one
+statement of the same shape (:func:`accept_event`): both write a ``takohost.domain.commits.Commit``
+through :func:`commit_ctes`, so the step row, the timers and the history rows (built by
+``takohost.domain.history``) are written by the same code whoever commits them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 from models import resource_sql
+from takohost.domain import commits, decide, deepjson, history
 
 # -- creating an instance, accepting an event (services) -------------------------------------------
 
@@ -74,49 +81,65 @@ WHERE s.instance_pk = (SELECT i.pk FROM instances i
   AND s.kind = 'wait' AND s.state = 'pending'
 """
 
-#: The event, the counters and ``EventAccepted`` in one statement; or, for a waiting matching wait
-#: (``%(direct)s``, the wait named ``%(wait_name)s``), the event consumed at once: the wait's result,
-#: ``EventAccepted``, ``EventConsumed`` and ``StepCompleted``, the instance woken (``running``) and its
-#: timeout timer deleted, the event never in the inbox (docs/spec/durable-workflow.md#dw-step-wait: "最古の一致eventを原子的に消費し
-#: step結果と一緒にcommitする"). ``%(name_json)s``/``%(type_json)s`` are ASCII JSON strings.
-ACCEPT_EVENT = """
-WITH f AS (
-  UPDATE instances SET next_sequence = next_sequence + 1,
-         inbox_count = inbox_count + CASE WHEN %(direct)s THEN 0 ELSE 1 END,
-         inbox_bytes = inbox_bytes + CASE WHEN %(direct)s THEN 0 ELSE %(size)s END,
-         next_event_id = next_event_id + CASE WHEN %(direct)s THEN 3 ELSE 1 END, updated_at = %(now)s,
-         status = CASE WHEN %(direct)s THEN 'running' ELSE status END,
-         last_event_at = GREATEST(last_event_at, %(now)s)
-  WHERE pk = %(pk)s
-  RETURNING next_sequence - 1 AS sequence, next_event_id - CASE WHEN %(direct)s THEN 3 ELSE 1 END AS event_id,
-            last_event_at AS stamp
-), e AS (
+#: The instance ``UPDATE`` that accepts event ``%(sequence)s`` (the locked row's ``next_sequence``:
+#: no row when it moved) and numbers ``%(n)s`` history events from ``f.e0`` (``{sets}``: extra
+#: assignments, ``SET_EVENT_QUEUED`` for an event that goes to the inbox); ``f.last`` is the
+#: newest event's time after it. Statements: :func:`accept_event`.
+ACCEPT_UPDATE_CTE = """f AS (
+  UPDATE instances SET next_sequence = next_sequence + 1, next_event_id = next_event_id + %(n)s,
+         step_count = step_count + %(new)s, last_event_at = GREATEST(last_event_at, %(newest)s::timestamptz){sets}
+  WHERE pk = %(pk)s AND next_sequence = %(sequence)s
+  RETURNING next_event_id - %(n)s AS e0, last_event_at AS last
+)"""
+
+#: The queued event's inbox row (``%(type)s`` bytea UTF-8, ``%(payload)s`` json text or NULL).
+INBOX_INSERT_CTE = """e AS (
   INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)
-  SELECT %(pk)s, f.sequence, %(type)s, CAST(%(payload)s AS json), %(size)s, %(now)s FROM f
-  WHERE NOT CAST(%(direct)s AS boolean)
-), s AS (
-  UPDATE steps SET state = 'succeeded', result = CAST(%(payload)s AS json), updated_at = %(now)s
-  FROM f
-  WHERE steps.instance_pk = %(pk)s AND steps.name = %(wait_name)s AND steps.kind = 'wait'
-    AND steps.state = 'pending' AND CAST(%(direct)s AS boolean)
-), h AS (
-  INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
-  SELECT %(pk)s, f.event_id, 'EventAccepted',
-         CAST('{"sequence":' || f.sequence || ',"type":' || %(type_json)s || '}' AS json), f.stamp FROM f
-  UNION ALL
-  SELECT %(pk)s, f.event_id + 1, 'EventConsumed',
-         CAST('{"name":' || %(name_json)s || ',"sequence":' || f.sequence || ',"type":' || %(type_json)s || '}'
-              AS json), f.stamp
-  FROM f WHERE CAST(%(direct)s AS boolean)
-  UNION ALL
-  SELECT %(pk)s, f.event_id + 2, 'StepCompleted', CAST('{"name":' || %(name_json)s || ',"kind":"wait"}' AS json),
-         f.stamp
-  FROM f WHERE CAST(%(direct)s AS boolean)
-), t AS (
-  DELETE FROM timers WHERE instance_pk = %(pk)s AND CAST(%(direct)s AS boolean)
-)
-SELECT sequence FROM f
-"""
+  SELECT %(pk)s, %(sequence)s, %(type)s, CAST(%(payload)s AS json), %(size)s, %(now)s FROM f
+)"""
+
+#: Assignment appended to ``ACCEPT_UPDATE_CTE`` for an event that goes to the inbox.
+SET_EVENT_QUEUED = ", inbox_count = inbox_count + 1, inbox_bytes = inbox_bytes + %(size)s"
+
+
+def accept_event(
+    commit: commits.Commit,
+    *,
+    pk: int,
+    sequence: int,
+    now: dt.datetime,
+    inbox: tuple[str, Any, int] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """``(statement, params)`` of ``send_event``'s acceptance of event ``sequence`` by instance
+    ``pk`` whose row the transaction holds locked (``LOCK_INSTANCE``; ``sequence`` is its
+    ``next_sequence``): ONE statement that moves the counters and writes ``commit``
+    (``commits.event_queued`` or ``commits.event_delivered``) with the same CTEs and history rows
+    as a context's commit (:func:`commit_ctes`). ``inbox`` = ``(event_type, payload, size)`` of an
+    event that goes to the inbox (``payload`` a document or ``None``, ``size`` its canonical bytes);
+    ``None`` for a direct delivery (the commit's step consumes it). The statement returns one row
+    ``(e0,)`` (the first event id), none when ``next_sequence`` moved (it cannot under the lock)."""
+    stamps = history.stamps(commit.events, now=now)
+    params: dict[str, Any] = {
+        "pk": pk,
+        "sequence": sequence,
+        "now": now,
+        "n": len(commit.events),
+        "new": commit.new_steps,
+        "status": commit.status,
+        "newest": stamps[-1] if stamps else now,
+    }
+    parts = []
+    sets = commit_sets(commit)
+    if inbox is not None:
+        event_type, payload, size = inbox
+        params.update(type=event_type.encode("utf-8"), payload=document(payload), size=size)
+        sets += SET_EVENT_QUEUED
+    parts.append(ACCEPT_UPDATE_CTE.format(sets=sets))
+    if inbox is not None:
+        parts.append(INBOX_INSERT_CTE)
+    parts += commit_ctes(commit, params, stamps=stamps)
+    return statement(parts), params
+
 
 # -- a replay context (engine) ----------------------------------------------------------------------
 
@@ -201,6 +224,74 @@ HISTORY_CTE = """h AS (
   FROM f CROSS JOIN (VALUES {values}) AS v(i, t, a, ts)
 )"""
 
+#: Delete the timer ``%(cancel_kind)s`` (``commits.Commit.cancel_timer``) when ``f`` matched.
+TIMER_CANCEL_CTE = """c AS (
+  DELETE FROM timers WHERE instance_pk = %(pk)s AND kind = %(cancel_kind)s AND EXISTS (SELECT 1 FROM f)
+)"""
+
+
+def document(value: Any) -> str | None:
+    """A document's text for a ``json`` column (``deepjson.dumps_stored``); ``None`` → SQL NULL."""
+    return None if value is None else deepjson.dumps_stored(value)
+
+
+def commit_sets(commit: commits.Commit) -> str:
+    """The ``{sets}`` a commit adds to its instance ``UPDATE``: ``SET_STATUS`` (param ``status``)
+    and ``SET_TOUCH`` (``now``)."""
+    sets = ""
+    if commit.status is not None:
+        sets += SET_STATUS
+    if commit.touch:
+        sets += SET_TOUCH
+    return sets
+
+
+def step_params(row: decide.StepRecord) -> dict[str, Any]:
+    """The parameters of ``STEP_UPSERT_CTE`` / ``UPSERT_STEP`` for the step row ``row``."""
+    return {
+        "name": row.name.encode("utf-8"),
+        "kind": row.kind,
+        "state": row.state,
+        "attempts": row.attempts,
+        "result": document(row.result),
+        "error": document(row.error),
+        "config": document(row.config),
+        "wake_at": row.wake_at,
+        "timeout_at": row.timeout_at,
+    }
+
+
+def commit_ctes(commit: commits.Commit, params: dict[str, Any], *, stamps: list[dt.datetime]) -> list[str]:
+    """The CTEs that hang off an instance ``UPDATE`` named ``f`` (returning ``e0``, the first event
+    id, and ``last``, the newest stored event's time) and write ``commit``: the step upsert, the
+    timer upsert, the timer deletion and the history rows (``stamps``: ``history.stamps`` of its
+    events), in that order. Adds their parameters to ``params`` (which holds ``pk`` and ``now``).
+    Used by the engine's fenced commits and by ``send_event`` (:func:`accept_event`) alike, so a
+    record is written the same way whoever commits it."""
+    parts = []
+    if commit.step is not None:
+        parts.append(STEP_UPSERT_CTE)
+        params.update(step_params(commit.step))
+    if commit.timer is not None:
+        parts.append(TIMER_UPSERT_CTE)
+        params.update(timer_kind=commit.timer[0], timer_due=commit.timer[1])
+    if commit.cancel_timer is not None:
+        parts.append(TIMER_CANCEL_CTE)
+        params["cancel_kind"] = commit.cancel_timer
+    if commit.events:
+        values = []
+        for index, (event, stamp) in enumerate(zip(commit.events, stamps, strict=True)):
+            values.append(f"({index}, %(t{index})s, %(a{index})s, %(ts{index})s::timestamptz)")
+            params.update({f"t{index}": event.event_type, f"a{index}": document(event.attributes), f"ts{index}": stamp})
+        parts.append(HISTORY_CTE.format(values=", ".join(values)))
+    return parts
+
+
+def statement(parts: list[str]) -> str:
+    """One statement of the CTEs ``parts`` (the first defines ``f``) returning ``f``'s ``e0``."""
+    return "WITH " + ",\n".join(parts) + "\nSELECT e0 FROM f"
+
+
 # -- inside a transaction holding the row lock (waits) ----------------------------------------------
 
 #: The fenced row lock: the next event id and the newest event's time (no row: fenced).
@@ -230,6 +321,7 @@ WHERE pk = %(pk)s
 #: The step and timer upserts on their own (``f`` is a dummy row: the lock is already held).
 UPSERT_STEP = "WITH f AS (SELECT 1)," + STEP_UPSERT_CTE + " SELECT 1"
 UPSERT_TIMER = "WITH f AS (SELECT 1)," + TIMER_UPSERT_CTE + " SELECT 1"
+DELETE_TIMER = "DELETE FROM timers WHERE instance_pk = %(pk)s AND kind = %(cancel_kind)s"
 
 #: One history row (``executemany``).
 INSERT_HISTORY = """

@@ -8,7 +8,9 @@ instance); an ``Idempotency-Key`` replays the first
 answer. :func:`inbox` lists the accepted, unconsumed events.
 
 Every function opens its own session and commits before it dispatches (docs/spec/house-rules.md#hr-txn). The
-instance row is locked ``FOR UPDATE`` and the event accepted in one statement. Domain failures are
+instance row is locked ``FOR UPDATE`` and the event accepted in one statement, whose records
+(``EventAccepted``; for a direct delivery ``EventConsumed``, ``StepCompleted`` and the wait's row)
+are the engine's own (``takohost.domain.commits``, ``models.instance_sql.accept_event``). Domain failures are
 ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC datetimes. This
 module must not import ``workers.engine`` (the API imports it).
 """
@@ -16,7 +18,6 @@ module must not import ``workers.engine`` (the API imports it).
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 import psycopg.rows
@@ -31,7 +32,7 @@ from models.errors import DomainError
 from services import dispatch, instance_common, quotas
 from services import idempotency as idempotency_service
 from services.telemetry import lifecycle
-from takohost.domain import deepjson
+from takohost.domain import commits, decide
 from takohost.domain import inbox as inbox_rules
 
 #: docs/spec/durable-workflow.md#dw-events limits (``takohost.domain.inbox``).
@@ -102,14 +103,19 @@ def send_event(
             event_type=event_type,
             now=now,
         )
-        wait_name = bytes(wait.name).decode("utf-8") if direct else None
         full = None if direct else inbox_rules.queue_full(count=row.inbox_count, total_bytes=row.inbox_bytes, size=size)
         if full is not None:
             raise DomainError("event_queue_full", full)
         if not direct:
             quotas.check_stored_events_txn(session, space=space)
         _accept_event_txn(
-            session, row=row, event_type=event_type, payload=payload, size=size, now=now, wait_name=wait_name
+            session,
+            row=row,
+            event_type=event_type,
+            payload=None if payload is instance_common.ABSENT else payload,
+            size=size,
+            now=now,
+            wait=_wait_record(wait) if direct else None,
         )
     if direct:
         dispatch.run_context(row.pk, space=space)
@@ -140,6 +146,17 @@ def _lock_instance_txn(
         return locked.fetchone(), pending.fetchone()
 
 
+def _wait_record(wait: Any) -> decide.StepRecord:
+    """The pending wait's row (``SELECT_PENDING_WAIT``'s ``(name, config, timeout_at)``)."""
+    return decide.StepRecord(
+        name=bytes(wait.name).decode("utf-8"),
+        kind="wait",
+        state="pending",
+        config=wait.config,
+        timeout_at=wait.timeout_at,
+    )
+
+
 def _accept_event_txn(
     session: orm.Session,
     *,
@@ -148,25 +165,28 @@ def _accept_event_txn(
     payload: Any,
     size: int,
     now: dt.datetime,
-    wait_name: str | None,
+    wait: decide.StepRecord | None,
 ) -> None:
-    """The event, the counters and ``EventAccepted`` in one statement; with ``wait_name`` (the
-    name of the waiting matching wait) the event is consumed by that wait in the same
-    statement instead of queued, and the instance woken (``instance_sql.ACCEPT_EVENT``)."""
-    session.connection().exec_driver_sql(
-        instance_sql.ACCEPT_EVENT,
-        {
-            "pk": row.pk,
-            "type": event_type.encode("utf-8"),
-            "type_json": json.dumps(event_type),  # ASCII JSON: a text parameter holds no NUL
-            "payload": None if payload is instance_common.ABSENT else deepjson.dumps_stored(payload),
-            "size": size,
-            "now": now,
-            "direct": wait_name is not None,
-            "wait_name": None if wait_name is None else wait_name.encode("utf-8"),
-            "name_json": None if wait_name is None else json.dumps(wait_name),
-        },
-    )
+    """Accept event ``row.next_sequence`` (``payload``: a document or ``None``; ``size``: its
+    canonical bytes) in one statement (``instance_sql.accept_event``) on the transaction's
+    connection, whose instance row is locked: into the inbox with ``EventAccepted``
+    (``commits.event_queued``) or, with ``wait`` (the waiting instance's pending matching wait),
+    consumed by that wait at once and the instance woken (``commits.event_delivered``: the records
+    a context writes when it consumes an event)."""
+    sequence = row.next_sequence
+    if wait is None:
+        commit = commits.event_queued(sequence=sequence, event_type=event_type)
+        inbox_row: tuple[str, Any, int] | None = (event_type, payload, size)
+    else:
+        commit = commits.event_delivered(wait=wait, sequence=sequence, event_type=event_type, payload=payload)
+        inbox_row = None
+    sql, params = instance_sql.accept_event(commit, pk=row.pk, sequence=sequence, now=now, inbox=inbox_row)
+    connection = session.connection().connection.driver_connection
+    assert connection is not None  # a checked-out psycopg connection
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.fetchone() is None:
+            raise RuntimeError(f"instance {row.pk}: next_sequence moved under the row lock")
 
 
 def inbox(*, space: str, workflow_uid: str, instance_id: str) -> dict:

@@ -1,9 +1,13 @@
-"""What each fenced commit of a replay context writes, as data (pure; no I/O).
+"""What each commit to an instance writes, as data (pure; no I/O): the fenced commits of a replay
+context, and ``send_event``'s acceptance of an event (:func:`event_queued`, :func:`event_delivered`).
 
 A :class:`Commit` says: the instance's new status (if any), whether ``updated_at`` moves, how many
-new step names it adds, the step row to upsert, the timer row to upsert, and the history events
-(docs/spec/durable-workflow.md#dw-history) — in the order they are numbered. The store (``store``) applies these plans, so step
-semantics exist once (``decide``), their records once (here) and their SQL once (``store``).
+new step names it adds, the step row to upsert, the timer row to upsert or delete, and the history
+events (docs/spec/durable-workflow.md#dw-history) — in the order they are numbered. The engine's
+store (``workers.engine.store``) and the instance services (``services.instance_events``) apply
+these plans with the statements of ``models.instance_sql``, and the test kit
+(``takohost.testing``) to its in-memory rows, so step semantics exist once (``decide``), their
+records once (here) and their SQL once (``models.instance_sql``).
 """
 
 from __future__ import annotations
@@ -17,37 +21,19 @@ from takohost.domain import decide, history
 
 
 @dataclasses.dataclass(frozen=True)
-class StepRow:
-    """The values of one ``steps`` row to insert or update (by ``(instance, name)``).
-
-    On conflict every column but ``config``, ``kind`` and ``created_at`` is replaced: the first stored config
-    (policy, seconds, wait type/timeout) is kept (docs/spec/durable-workflow.md#dw-step: a pending step of the
-    same kind keeps the settings stored first).
-    """
-
-    name: str
-    kind: str
-    state: str
-    attempts: int = 0
-    result: dict | None = None
-    error: dict | None = None
-    config: dict | None = None
-    wake_at: dt.datetime | None = None
-    timeout_at: dt.datetime | None = None
-
-
-@dataclasses.dataclass(frozen=True)
 class Commit:
-    """One fenced commit: ``status`` (``None``: unchanged), ``touch`` (move ``updated_at``, which
-    the sweep reads; only on status changes and retries), ``new_steps`` (names added, for the 1024
-    limit), ``step``/``timer`` upserts (``timer`` = ``(kind, due_at)``) and ``events``."""
+    """One commit: ``status`` (``None``: unchanged), ``touch`` (move ``updated_at``, which
+    the sweep reads; only on status changes, retries and accepted events), ``new_steps`` (names
+    added, for the 1024 limit), the ``step`` row and the ``timer`` ``(kind, due_at)`` to upsert,
+    the timer kind to delete (``cancel_timer``) and the ``events``, numbered in this order."""
 
     events: list[history.Event]
     status: str | None = None
     touch: bool = False
     new_steps: int = 0
-    step: StepRow | None = None
+    step: decide.StepRecord | None = None
     timer: tuple[str, dt.datetime] | None = None
+    cancel_timer: str | None = None
 
 
 def attempt(
@@ -71,7 +57,7 @@ def attempt(
     config = {"policy": policy}
     if isinstance(outcome, decide.AttemptSucceeded):
         events.append(history.step_completed(name, "do", attempt=attempt))
-        step = StepRow(
+        step = decide.StepRecord(
             name=name, kind="do", state="succeeded", attempts=attempt, result=outcome.result, config=config
         )
         return Commit(events=events, new_steps=int(new), step=step)
@@ -80,7 +66,7 @@ def attempt(
     if isinstance(outcome, decide.AttemptFailedRetry):
         events.append(history.attempt_failed(name, attempt, outcome.error, retry_at=outcome.retry_at))
         events.append(history.suspended("running", reason="retry", until=outcome.retry_at))
-        step = StepRow(
+        step = decide.StepRecord(
             name=name,
             kind="do",
             state="pending",
@@ -96,7 +82,7 @@ def attempt(
     assert isinstance(outcome, decide.AttemptFailedFinal)
     events.append(history.attempt_failed(name, attempt, outcome.error))
     events.append(history.step_failed(name, attempt, outcome.message))
-    step = StepRow(
+    step = decide.StepRecord(
         name=name,
         kind="do",
         state="failed",
@@ -111,7 +97,7 @@ def sleep_completed(*, name: str, seconds: int | None, wake_at: dt.datetime, new
     """A sleep completed: 0 s in place (``new``), or a deadline that has passed."""
     events = [history.sleep_scheduled(name, wake_at, seconds=seconds)] if new else []
     events.append(history.sleep_completed(name))
-    step = StepRow(
+    step = decide.StepRecord(
         name=name,
         kind="sleep",
         state="succeeded",
@@ -130,7 +116,7 @@ def suspend(*, suspend: decide.Suspend, name: str, seconds: int | None) -> Commi
         status, timer_kind = "sleeping", "wake"
         if suspend.new:
             events.append(history.sleep_scheduled(name, suspend.due, seconds=seconds))
-            step = StepRow(
+            step = decide.StepRecord(
                 name=name, kind="sleep", state="pending", config={"seconds": seconds}, wake_at=suspend.due
             )
     else:
@@ -150,9 +136,9 @@ def _wait_started(name: str, wait: decide.TryWait) -> history.Event:
     return history.wait_started(name, wait.event_type, wait.timeout_at, timeout_seconds=wait.timeout_seconds)
 
 
-def _wait_row(name: str, wait: decide.TryWait, **values: object) -> StepRow:
+def _wait_row(name: str, wait: decide.TryWait, **values: object) -> decide.StepRecord:
     config = {"type": wait.event_type, "timeoutSeconds": wait.timeout_seconds}
-    return StepRow(name=name, kind="wait", config=config, timeout_at=wait.timeout_at, **values)  # type: ignore[arg-type]
+    return decide.StepRecord(name=name, kind="wait", config=config, timeout_at=wait.timeout_at, **values)  # type: ignore[arg-type]
 
 
 def wait_consumed(*, name: str, wait: decide.TryWait, sequence: int, payload: dict | None) -> Commit:
@@ -185,3 +171,37 @@ def wait_suspend(*, name: str, wait: decide.TryWait, arrived: bool, lifetime_end
     )
     step = _wait_row(name, wait, state="pending") if wait.new else None
     return Commit(events=events, status=status, touch=True, new_steps=int(wait.new), step=step, timer=timer)
+
+
+def event_queued(*, sequence: int, event_type: str) -> Commit:
+    """``send_event`` accepted event ``sequence`` (the instance's per-instance order) of
+    ``event_type`` into the inbox (docs/spec/durable-workflow.md#dw-events): ``EventAccepted``;
+    ``updated_at`` moves. The inbox row and its counters are the caller's
+    (``models.instance_sql.accept_event``)."""
+    return Commit(events=[history.event_accepted(sequence, event_type)], touch=True)
+
+
+def event_delivered(
+    *, wait: decide.StepRecord, sequence: int, event_type: str, payload: dict | None
+) -> Commit:
+    """``send_event``'s direct delivery (docs/spec/durable-workflow.md#dw-step-wait, #dw-events):
+    event ``sequence`` of ``event_type`` (``payload``: its document, ``None`` for none) is accepted
+    and consumed at once by the pending wait ``wait`` (its stored row) of a ``waiting`` instance.
+
+    ``EventAccepted``, then exactly what a context writes when it consumes that event for the
+    same, already started wait (:func:`wait_consumed` with ``decide.pending_wait``:
+    ``EventConsumed``, ``StepCompleted`` and the wait's row ``succeeded`` with the payload as its
+    result); the instance becomes ``running`` and the wait's ``timeout`` timer is deleted (the
+    ``lifetime`` timer stays). Raises ``ValueError`` when ``event_type`` is not the wait's type.
+    """
+    pending = decide.pending_wait(wait)
+    if pending.event_type != event_type:
+        raise ValueError(f"the wait {wait.name!r} waits for {pending.event_type!r}, not {event_type!r}")
+    consumed = wait_consumed(name=wait.name, wait=pending, sequence=sequence, payload=payload)
+    return dataclasses.replace(
+        consumed,
+        events=[history.event_accepted(sequence, event_type), *consumed.events],
+        status="running",
+        touch=True,
+        cancel_timer="timeout",
+    )

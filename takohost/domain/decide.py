@@ -44,12 +44,17 @@ FAILURE_ERROR = {"do": "step_failed", "wait": "wait_timeout"}
 
 @dataclasses.dataclass(frozen=True)
 class StepRecord:
-    """One stored step (``models.instances.Step``) as replay reads it.
+    """One ``steps`` row (``models.instances.Step``): what replay reads, and what a commit writes
+    (``commits.Commit.step``, upserted by ``(instance, name)``) — one type for both.
 
     ``state`` ∈ pending/succeeded/failed; ``attempts`` = failed-or-finished attempts recorded;
     ``config`` is the first stored setting: ``{"policy": {...}}`` (do), ``{"seconds": n}`` (sleep),
     ``{"type": t, "timeoutSeconds": n}`` (wait); ``wake_at`` is a sleep's deadline or a pending do's
     next-attempt time; ``timeout_at`` a wait's deadline; ``error`` ``{"message", ...}`` of a failure.
+    Written as an upsert, every column but ``config``, ``kind``, ``timeout_at`` and ``created_at``
+    is replaced on conflict: the first stored settings (policy, seconds, wait type/timeout) are kept
+    (docs/spec/durable-workflow.md#dw-step: a pending step of the same kind keeps the settings stored
+    first).
     """
 
     name: str
@@ -269,8 +274,18 @@ def _decide_wait(request: Request, record: StepRecord | None, *, now: dt.datetim
             timeout_at=now + dt.timedelta(seconds=request.timeout_seconds),
             new=True,
         )
+    return pending_wait(record)
+
+
+def pending_wait(record: StepRecord) -> TryWait:
+    """The :class:`TryWait` of a wait already started (``record``: its stored ``wait`` row, whose
+    ``config`` ``{"type", "timeoutSeconds"}`` and ``timeout_at`` were fixed at its first
+    encounter): what a later context tries, and what ``send_event``'s direct delivery consumes
+    (``commits.event_delivered``). ``new`` is False: ``WaitStarted`` is in the history already.
+
+    Raises ``KeyError``/``AssertionError`` for a row that is not a started wait's."""
     config = record.config or {}
-    assert record.timeout_at is not None
+    assert record.kind == "wait" and record.timeout_at is not None
     return TryWait(
         event_type=config["type"],
         timeout_seconds=int(config["timeoutSeconds"]),

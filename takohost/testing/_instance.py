@@ -202,21 +202,12 @@ class Instance:
         value = payload if has_payload else None
         if direct:
             assert wait is not None
-            # services.instance_events / instance_sql.ACCEPT_EVENT: consumed by the wait at once.
-            self._append(
-                [
-                    history.event_accepted(sequence, event_type),
-                    history.event_consumed(wait.name, sequence, event_type),
-                    history.step_completed(wait.name, "wait"),
-                ]
-            )
-            self._rows[wait.name] = dataclasses.replace(wait, state="succeeded", result=value)
-            self.status = "running"
-            self._timers.clear()
+            # services.instance_events: consumed by the wait at once (the same commit plan).
+            self._apply(commits.event_delivered(wait=wait, sequence=sequence, event_type=event_type, payload=value))
             self._runnable = True
         else:
             self._inbox.append(_Inbox(sequence, event_type, value, size, self.now))
-            self._append([history.event_accepted(sequence, event_type)])
+            self._apply(commits.event_queued(sequence=sequence, event_type=event_type))
         self._settle()
 
     def advance(self, seconds: float) -> None:
@@ -291,7 +282,7 @@ class Instance:
         if row is not None:
             stored = self._rows.get(row.name)
             if stored is None:
-                self._rows[row.name] = decide.StepRecord(**dataclasses.asdict(row))
+                self._rows[row.name] = row
             else:  # ON CONFLICT keeps kind, config and timeout_at (the first stored settings)
                 self._rows[row.name] = dataclasses.replace(
                     stored,
@@ -303,6 +294,8 @@ class Instance:
                 )
         if commit.timer is not None:
             self._timers[commit.timer[0]] = commit.timer[1]
+        if commit.cancel_timer is not None:
+            self._timers.pop(commit.cancel_timer, None)
 
     def _terminal(self, *, status: str, output: Any = None, error: dict | None = None, details: dict | None = None) -> None:
         event = history.completed() if status == "complete" else history.errored(error or {}, details=details)

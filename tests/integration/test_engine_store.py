@@ -3,6 +3,7 @@ context's statement waits for the instance row lock is never lost or left behind
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -143,3 +144,91 @@ def test_history_stays_newest_last_in_time_when_a_commit_waited_for_a_later_even
     stamps = [e["eventTimestamp"] for e in events]
     assert stamps == sorted(stamps), stamps
     assert [e["eventType"] for e in events][-3:] == ["EventAccepted", "StepAttemptStarted", "StepCompleted"]
+
+
+def _contexts(db_url, deployed, instance_id, *, now):
+    """``(conn, context store that took the token)`` of a fresh instance ``instance_id``."""
+    instances.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id=instance_id, now=now)
+    pk = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id=instance_id).pk
+    conn = psycopg.connect(**store.connect_kwargs(db_url), autocommit=True)
+    cs = store.ContextStore(conn, pk=pk, lifetime_ends_at=store.load_instance(conn, pk).lifetime_ends_at)
+    assert cs.start(version_uid=deployed.version, now=now)
+    return conn, cs
+
+
+def _written(conn, pk):
+    """What the database holds for instance ``pk``: its history rows (type, attributes text exactly
+    as stored, timestamp), its wait row, its counters and its timer kinds."""
+    events = conn.execute(
+        "SELECT event_type, attributes::text, event_timestamp FROM history_events WHERE instance_pk = %s"
+        " ORDER BY event_id",
+        [pk],
+    ).fetchall()
+    step = conn.execute(
+        "SELECT name, kind, state, attempts, result::text, error::text, config::text, wake_at, timeout_at, updated_at"
+        " FROM steps WHERE instance_pk = %s",
+        [pk],
+    ).fetchall()
+    counters = conn.execute(
+        "SELECT status, next_sequence, inbox_count, inbox_bytes, step_count, last_event_at FROM instances"
+        " WHERE pk = %s",
+        [pk],
+    ).fetchone()
+    timers = [k for (k,) in conn.execute("SELECT kind FROM timers WHERE instance_pk = %s ORDER BY kind", [pk])]
+    inbox = conn.execute("SELECT count(*) FROM inbox_events WHERE instance_pk = %s", [pk]).fetchone()[0]
+    return events, step, counters, timers, inbox
+
+
+@pytest.mark.parametrize("name,event_type", [("w", "go"), ("wärten 待つ", "éé\u2028")])
+def test_a_direct_delivery_writes_what_the_engine_writes_when_it_consumes_the_same_event(
+    db_url, space_token, monkeypatch, name, event_type
+):
+    """``send_event`` to a waiting wait (``direct``) and a context consuming the same event from the
+    inbox (``engine``) leave the same records: ``EventAccepted``, ``EventConsumed`` and
+    ``StepCompleted`` byte for byte (the stored JSON text) and stamp for stamp, the same wait row and
+    counters, and the ``lifetime`` timer in place (a direct delivery used to delete every timer of
+    the instance, the lifetime's too)."""
+    monkeypatch.setattr(dispatch, "run_context", lambda pk, **_: None)
+    deployed = workflows.deploy(db_url, space=space_token[0], source=SOURCE, class_name="W")
+    t0 = utcnow()
+    t1 = t0 + dt.timedelta(seconds=1)
+    wait = decide.TryWait(event_type, 60, t0 + dt.timedelta(seconds=60), new=True)
+    payload = {"by": "ada", "note": "ünïcode ✓"}
+
+    def send(instance_id):
+        instance_events.send_event(
+            space=deployed.space,
+            workflow_uid=deployed.workflow,
+            instance_id=instance_id,
+            event_type=event_type,
+            payload=payload,
+            now=t1,
+        )
+
+    direct_conn, direct = _contexts(db_url, deployed, "direct", now=t0)
+    assert direct.try_wait(name=name, wait=wait, now=t0) == ("suspend", None)
+    assert direct.commit_wait_suspend(name=name, wait=wait, now=t0) is False  # waiting
+    send("direct")  # straight to the wait
+
+    engine_conn, engine = _contexts(db_url, deployed, "engine", now=t0)
+    assert engine.try_wait(name=name, wait=wait, now=t0) == ("suspend", None)
+    send("engine")  # the instance is running: queued
+    assert engine.commit_wait_suspend(name=name, wait=wait, now=t0) is True  # it arrived: stay running
+    assert engine.start(version_uid=deployed.version, now=t1)  # the next context consumes it
+    consumed = engine.try_wait(name=name, wait=dataclasses.replace(wait, new=False), now=t1)
+    assert consumed == ("consumed", payload)
+
+    d_events, d_step, d_counters, d_timers, d_inbox = _written(direct_conn, direct.pk)
+    e_events, e_step, e_counters, e_timers, e_inbox = _written(engine_conn, engine.pk)
+    direct_conn.close()
+    engine_conn.close()
+    assert [e[0] for e in d_events][-3:] == ["EventAccepted", "EventConsumed", "StepCompleted"]
+    assert [e[0] for e in e_events][-3:] == ["ContextStarted", "EventConsumed", "StepCompleted"]
+    accepted = [[e for e in events if e[0] == "EventAccepted"] for events in (d_events, e_events)]
+    assert accepted[0] == accepted[1] and len(accepted[0]) == 1
+    assert d_events[-2:] == e_events[-2:]  # EventConsumed, StepCompleted
+    assert d_events[-1][2] == t1
+    assert d_step == e_step and len(d_step) == 1 and d_step[0][2] == "succeeded"
+    assert d_counters == e_counters and d_counters[:4] == ("running", 2, 0, 0)
+    assert d_timers == e_timers == ["lifetime"]
+    assert d_inbox == e_inbox == 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from takohost.domain import commits, decide, retry
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
@@ -95,6 +97,32 @@ def test_a_consumed_event_completes_the_wait_with_its_payload():
     assert _types(commit) == ["EventConsumed", "StepCompleted"]
     assert commit.events[0].attributes == {"name": "w", "sequence": 7, "type": "t"}
     assert commit.step.result == {"k": 1} and commit.step.config == {"type": "t", "timeoutSeconds": 60}
+
+
+def test_a_direct_delivery_is_event_accepted_then_what_a_context_writes_for_the_started_wait():
+    """send_event's direct delivery and the engine's consumption share their records: the same
+    events and step row as ``wait_consumed`` of the already started wait, after ``EventAccepted``;
+    the instance runs and only the wait's ``timeout`` timer goes."""
+    wait = decide.StepRecord(
+        name="w",
+        kind="wait",
+        state="pending",
+        config={"type": "go", "timeoutSeconds": 60},
+        timeout_at=NOW + dt.timedelta(seconds=60),
+    )
+    delivered = commits.event_delivered(wait=wait, sequence=3, event_type="go", payload={"p": 1})
+    engine = commits.wait_consumed(name="w", wait=decide.pending_wait(wait), sequence=3, payload={"p": 1})
+    assert delivered.events == [commits.event_queued(sequence=3, event_type="go").events[0], *engine.events]
+    assert [(e.event_type, e.attributes) for e in delivered.events] == [
+        ("EventAccepted", {"sequence": 3, "type": "go"}),
+        ("EventConsumed", {"name": "w", "sequence": 3, "type": "go"}),
+        ("StepCompleted", {"name": "w", "kind": "wait"}),
+    ]
+    assert delivered.step == engine.step and delivered.step.state == "succeeded" and delivered.step.result == {"p": 1}
+    assert (delivered.status, delivered.touch, delivered.new_steps) == ("running", True, 0)
+    assert (delivered.timer, delivered.cancel_timer) == (None, "timeout")
+    with pytest.raises(ValueError, match="waits for 'go'"):
+        commits.event_delivered(wait=wait, sequence=3, event_type="other", payload=None)
 
 
 def test_connect_kwargs_keep_the_urls_query_parameters() -> None:

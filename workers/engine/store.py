@@ -46,8 +46,7 @@ class Fenced(Exception):
     """The instance's epoch moved on: this context's token is stale and it must stop."""
 
 
-def _json(value: Any) -> str | None:
-    return None if value is None else deepjson.dumps_stored(value)
+_json = instance_sql.document
 
 
 # Documents of any depth (docs/spec/host-features.md#hf-newcomer): json columns read by this module's own connections
@@ -304,29 +303,6 @@ class ContextStore:
     def _params(self, now: dt.datetime, **extra: Any) -> dict[str, Any]:
         return {"pk": self.pk, "epoch": self.epoch, "now": now, **extra}
 
-    @staticmethod
-    def _sets(commit: commits.Commit) -> str:
-        sets = ""
-        if commit.status is not None:
-            sets += instance_sql.SET_STATUS
-        if commit.touch:
-            sets += instance_sql.SET_TOUCH
-        return sets
-
-    @staticmethod
-    def _step_params(row: commits.StepRow) -> dict[str, Any]:
-        return {
-            "name": row.name.encode("utf-8"),
-            "kind": row.kind,
-            "state": row.state,
-            "attempts": row.attempts,
-            "result": _json(row.result),
-            "error": _json(row.error),
-            "config": _json(row.config),
-            "wake_at": row.wake_at,
-            "timeout_at": row.timeout_at,
-        }
-
     def apply(self, commit: commits.Commit, *, now: dt.datetime) -> None:
         """Apply a commit plan as ONE fenced autocommit statement: the instance ``UPDATE`` and,
         hanging off it (``… FROM f``), the step upsert, the timer upsert and the history rows.
@@ -341,23 +317,12 @@ class ContextStore:
             status=commit.status,
             newest=stamps[-1] if stamps else None,
         )
-        parts = [instance_sql.LOCK_ROW_CTE, instance_sql.FENCED_UPDATE_CTE.format(sets=self._sets(commit))]
-        if commit.step is not None:
-            parts.append(instance_sql.STEP_UPSERT_CTE)
-            params.update(self._step_params(commit.step))
-        if commit.timer is not None:
-            parts.append(instance_sql.TIMER_UPSERT_CTE)
-            params.update(timer_kind=commit.timer[0], timer_due=commit.timer[1])
-        if events:
-            values = []
-            for index, (event, stamp) in enumerate(zip(events, stamps, strict=True)):
-                values.append(f"({index}, %(t{index})s, %(a{index})s, %(ts{index})s::timestamptz)")
-                params.update(
-                    {f"t{index}": event.event_type, f"a{index}": _json(event.attributes), f"ts{index}": stamp}
-                )
-            parts.append(instance_sql.HISTORY_CTE.format(values=", ".join(values)))
-        sql = "WITH " + ",\n".join(parts) + "\nSELECT e0 FROM f"
-        if self.conn.execute(sql, params).fetchone() is None:
+        parts = [
+            instance_sql.LOCK_ROW_CTE,
+            instance_sql.FENCED_UPDATE_CTE.format(sets=instance_sql.commit_sets(commit)),
+            *instance_sql.commit_ctes(commit, params, stamps=stamps),
+        ]
+        if self.conn.execute(instance_sql.statement(parts), params).fetchone() is None:
             raise Fenced(f"instance {self.pk}: epoch {self.epoch} is stale")
 
     def _apply_locked(
@@ -375,7 +340,7 @@ class ContextStore:
         first_id, last = locked
         stamps = history.stamps(commit.events, now=now, after=last)
         self.conn.execute(
-            instance_sql.UPDATE_LOCKED.format(sets=self._sets(commit) + sets),
+            instance_sql.UPDATE_LOCKED.format(sets=instance_sql.commit_sets(commit) + sets),
             {
                 "pk": self.pk,
                 "n": len(commit.events),
@@ -389,13 +354,15 @@ class ContextStore:
         if commit.step is not None:
             self.conn.execute(
                 instance_sql.UPSERT_STEP,
-                {"pk": self.pk, "now": now, **self._step_params(commit.step)},
+                {"pk": self.pk, "now": now, **instance_sql.step_params(commit.step)},
             )
         if commit.timer is not None:
             self.conn.execute(
                 instance_sql.UPSERT_TIMER,
                 {"pk": self.pk, "now": now, "timer_kind": commit.timer[0], "timer_due": commit.timer[1]},
             )
+        if commit.cancel_timer is not None:
+            self.conn.execute(instance_sql.DELETE_TIMER, {"pk": self.pk, "cancel_kind": commit.cancel_timer})
         with self.conn.cursor() as cur:
             cur.executemany(
                 instance_sql.INSERT_HISTORY,
