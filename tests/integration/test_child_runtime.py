@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fake_parent import FakeParent, StepRecord
+from takohost.domain.decide import StepRecord
+from tests.support.fake_parent import FakeParent
 
 
 def parent(zygote, source: str, class_name: str = "W", **kwargs) -> FakeParent:
@@ -104,9 +105,9 @@ def test_completed_name_replays_without_looking_at_other_arguments(zygote):
                 return {"a": a, "c": c}
     """,
     )
-    fake.steps["a"] = StepRecord(kind="do", state="succeeded", result={"v": 1})
-    fake.steps["b"] = StepRecord(kind="sleep", state="succeeded")
-    fake.steps["c"] = StepRecord(kind="wait", state="succeeded", result={"p": 2})
+    fake.steps["a"] = StepRecord(name="a", kind="do", state="succeeded", result={"v": 1})
+    fake.steps["b"] = StepRecord(name="b", kind="sleep", state="succeeded")
+    fake.steps["c"] = StepRecord(name="c", kind="wait", state="succeeded", result={"p": 2})
     outcome = fake.run_until_suspended()
     assert (outcome.status, outcome.output) == ("complete", {"a": {"v": 1}, "c": {"p": 2}})
     assert fake.effect_runs == 0
@@ -179,7 +180,7 @@ def test_WF_11_replayed_failure_is_genuine_in_a_later_context(zygote):
         "class W:\n    def __init__(self, env): pass\n    def run(self, event, step):\n"
         "        step.do('x', lambda: {})\n",
     )
-    fake2.steps["x"] = StepRecord(kind="do", state="failed", error="step_failed", message="recorded")
+    fake2.steps["x"] = StepRecord(name="x", kind="do", state="failed", error={"message": "recorded"})
     outcome = fake2.run_until_suspended()
     assert (outcome.status, outcome.reason, outcome.message) == ("errored", "step_failed", "recorded")
     assert fake2.effect_runs == 0

@@ -1,6 +1,8 @@
 """An in-memory parent that plays the replay-context driver against real sandbox children.
 
-It keeps step records in a dict keyed by name (as the real driver keeps ``steps`` rows), answers
+It keeps step records (``decide.StepRecord``, the engine's own type of a ``steps`` row: a do's
+``config`` holds its ``policy``, a wait's its ``type``, a failure's ``error`` its ``message``) in a
+dict keyed by name (as the real driver keeps ``steps`` rows), answers
 the child as ``takohost/runtime/PROTOCOL.md`` says, and stops a context the way the driver does:
 ``kill_and_wait`` before reporting ``sleeping`` / ``waiting`` / a retry / a terminal outcome. No
 Postgres, no clock: sleeps are woken and waits timed out by the test (``wake_sleeps``,
@@ -14,27 +16,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from takohost.domain import documents, retry
+from takohost.domain import decide, documents, retry
 from takohost.runtime import protocol
 from workers.engine import sandbox
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class StepRecord:
-    """One step by name: ``kind`` do/sleep/wait; ``state`` pending/succeeded/failed."""
-
-    kind: str
-    state: str = "pending"
-    result: dict[str, Any] | None = None
-    error: str | None = None  # "step_failed" / "wait_timeout" when failed
-    message: str = ""
-    attempts: int = 0
-    policy: dict[str, Any] | None = None
-    event_type: str | None = None
-    woken: bool = False
-    timed_out: bool = False
 
 
 @dataclasses.dataclass
@@ -98,7 +84,9 @@ class FakeParent:
         }
         if watchdog_seconds is not None:
             self.job["watchdogSeconds"] = watchdog_seconds
-        self.steps: dict[str, StepRecord] = {}
+        self.steps: dict[str, decide.StepRecord] = {}
+        self.woken: set[str] = set()  # sleeps whose deadline has passed (``wake_sleeps``)
+        self.timed_out: set[str] = set()  # waits past their timeout (``time_out_waits``)
         self.inbox: list[tuple[str, dict[str, Any] | None]] = []
         self.messages: list[dict[str, Any]] = []  # every child message, all contexts
         self.logs: list[tuple[int, str, str]] = []  # (context, stream, text) of every log line
@@ -111,15 +99,11 @@ class FakeParent:
     # -- test controls -------------------------------------------------------------------------
     def wake_sleeps(self) -> None:
         """Every pending sleep's deadline has passed."""
-        for record in self.steps.values():
-            if record.kind == "sleep" and record.state == "pending":
-                record.woken = True
+        self.woken |= {name for name, r in self.steps.items() if r.kind == "sleep" and r.state == "pending"}
 
     def time_out_waits(self) -> None:
         """Every pending wait has reached its timeout."""
-        for record in self.steps.values():
-            if record.kind == "wait" and record.state == "pending":
-                record.timed_out = True
+        self.timed_out |= {name for name, r in self.steps.items() if r.kind == "wait" and r.state == "pending"}
 
     def send_event(self, event_type: str, payload: dict[str, Any] | None = None) -> None:
         """Queue an event."""
@@ -174,7 +158,7 @@ class FakeParent:
             raise AssertionError(f"unexpected child message {message}")
         return handler(message)
 
-    def _record(self, message: dict[str, Any], kind: str) -> StepRecord | tuple[str, dict[str, Any]]:
+    def _record(self, message: dict[str, Any], kind: str) -> decide.StepRecord | tuple[str, dict[str, Any]]:
         record = self.steps.get(message["name"])
         if record is not None and record.kind != kind and record.state == "pending":
             return "errored", {
@@ -182,14 +166,20 @@ class FakeParent:
                 "message": "name reused with another kind",
             }
         if record is None:
-            record = StepRecord(kind=kind)
+            record = decide.StepRecord(name=message["name"], kind=kind, state="pending")
         return record
 
-    def _replay(self, record: StepRecord) -> dict[str, Any] | None:
+    def _store(self, record: decide.StepRecord, **changes: Any) -> decide.StepRecord:
+        record = dataclasses.replace(record, **changes)
+        self.steps[record.name] = record
+        return record
+
+    def _replay(self, record: decide.StepRecord) -> dict[str, Any] | None:
         if record.state == "succeeded":
             return {"op": "resolve", "result": record.result}
         if record.state == "failed":
-            return {"op": "raise", "error": record.error, "message": record.message}
+            error = decide.FAILURE_ERROR[record.kind]
+            return {"op": "raise", "error": error, "message": (record.error or {}).get("message", "")}
         return None
 
     def _on_do(self, message: dict[str, Any]) -> Any:
@@ -197,19 +187,18 @@ class FakeParent:
         if existing is not None and existing.kind == "do" and (replay := self._replay(existing)):
             return replay
         record = self._record(message, "do")
-        if not isinstance(record, StepRecord):
+        if not isinstance(record, decide.StepRecord):
             return record
         if "argsError" in message:
             return {"op": "reject_args"}
-        if record.policy is None:  # the first stored settings win
-            record.policy = retry.parse_retry_policy(message["policy"]).to_json()
-        self.steps[message["name"]] = record
+        if record.config is None:  # the first stored settings win
+            record = dataclasses.replace(record, config={"policy": retry.parse_retry_policy(message["policy"]).to_json()})
+        record = self._store(record)
         self.effect_runs += 1
         return {"op": "run_effect", "attempt": record.attempts + 1}
 
     def _on_effect_result(self, message: dict[str, Any]) -> Any:
-        record = self.steps[message["name"]]
-        record.attempts += 1
+        record = self._store(self.steps[message["name"]], attempts=self.steps[message["name"]].attempts + 1)
         ok = message["ok"]
         if ok:
             try:  # the child is untrusted: validate again
@@ -217,27 +206,27 @@ class FakeParent:
             except (documents.InvalidDocument, documents.DocumentTooLargeError):
                 ok = False
         if ok:
-            record.state, record.result = "succeeded", message["result"]
+            record = self._store(record, state="succeeded", result=message["result"])
             return {"op": "resolve", "result": record.result}
-        assert record.policy is not None
-        if record.attempts < record.policy["maxAttempts"]:
+        assert record.config is not None
+        if record.attempts < record.config["policy"]["maxAttempts"]:
             return "retry", {"message": message.get("error", {}).get("message")}
-        record.state, record.error = "failed", "step_failed"
-        record.message = f"step {message['name']!r} failed after {record.attempts} attempt(s)"
-        return {"op": "raise", "error": "step_failed", "message": record.message}
+        text = f"step {message['name']!r} failed after {record.attempts} attempt(s)"
+        self._store(record, state="failed", error={"message": text})
+        return {"op": "raise", "error": "step_failed", "message": text}
 
     def _on_sleep(self, message: dict[str, Any]) -> Any:
         existing = self.steps.get(message["name"])
         if existing is not None and existing.kind == "sleep" and (replay := self._replay(existing)):
             return replay
         record = self._record(message, "sleep")
-        if not isinstance(record, StepRecord):
+        if not isinstance(record, decide.StepRecord):
             return record
         if "argsError" in message:
             return {"op": "reject_args"}
-        self.steps[message["name"]] = record
-        if message["seconds"] == 0 or record.woken:
-            record.state = "succeeded"
+        record = self._store(record)
+        if message["seconds"] == 0 or record.name in self.woken:
+            self._store(record, state="succeeded")
             return {"op": "resolve", "result": None}
         return "sleeping", {}
 
@@ -246,21 +235,22 @@ class FakeParent:
         if existing is not None and existing.kind == "wait" and (replay := self._replay(existing)):
             return replay
         record = self._record(message, "wait")
-        if not isinstance(record, StepRecord):
+        if not isinstance(record, decide.StepRecord):
             return record
         if "argsError" in message:
             return {"op": "reject_args"}
-        if record.event_type is None:
-            record.event_type = message["type"]
-        self.steps[message["name"]] = record
+        if record.config is None:
+            record = dataclasses.replace(record, config={"type": message["type"]})
+        record = self._store(record)
+        assert record.config is not None
         for index, (event_type, payload) in enumerate(self.inbox):
-            if event_type == record.event_type:
+            if event_type == record.config["type"]:
                 del self.inbox[index]
-                record.state, record.result = "succeeded", payload
+                self._store(record, state="succeeded", result=payload)
                 return {"op": "resolve", "result": payload}
-        if record.timed_out:
-            record.state, record.error, record.message = "failed", "wait_timeout", "timed out"
-            return {"op": "raise", "error": "wait_timeout", "message": record.message}
+        if record.name in self.timed_out:
+            self._store(record, state="failed", error={"message": "timed out"})
+            return {"op": "raise", "error": "wait_timeout", "message": "timed out"}
         return "waiting", {}
 
     def _on_binding(self, message: dict[str, Any]) -> Any:
