@@ -29,7 +29,7 @@ from sqlalchemy import orm
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
-from services import operations, resources
+from services import acceptance, operations
 
 KIND = "check"
 #: How many non-compatible instances ``observed.replayCheck.divergent`` keeps.
@@ -114,25 +114,25 @@ def parse_request(body: dict | None) -> dict:
 
 def accept_check_txn(
     session: orm.Session, *, space: str, uid: str, key: str, request_hash: str, request: dict, now: dt.datetime
-) -> resources.Accepted:
+) -> acceptance.Accepted:
     """Accept a check of WorkerVersion ``uid`` of ``space`` (``request`` from :func:`parse_request`).
 
     Raises:
         DomainError: ``not_found`` (no live resource ``uid`` in this Space, as everywhere),
             ``unsupported_form`` (not a WorkerVersion), ``idempotency_key_reused``, ``resource_busy``.
     """
-    op_id, replay = resources._claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
     if replay is not None:
         return replay
-    resource = resources._live_txn(session, space=space, uid=uid, lock="no_key_update")
+    resource = acceptance.live_txn(session, space=space, uid=uid, lock="no_key_update")
     if resource.form != "WorkerVersion":
         raise DomainError("unsupported_form", f"only a WorkerVersion is checked, not a {resource.form}")
     op = operations.new_operation(
         op_id=op_id, space=space, kind=KIND, resource_uid=uid, generation=resource.generation, request=request, now=now
     )
     session.add(op)
-    resources._flush(session)
-    return resources.Accepted(operation=op, new=True)
+    acceptance.flush(session)
+    return acceptance.Accepted(operation=op, new=True)
 
 
 def targets_txn(session: orm.Session, *, version: res_models.Resource, terminal: int) -> list[Target]:

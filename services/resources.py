@@ -1,6 +1,7 @@
 """Accepting resource mutations, and reading resources (docs/spec/http-api.md#api-res, docs/spec/http-api.md#api-op).
 
-Every mutation is accepted in **one** transaction that (1) claims the Idempotency-Key (a replay returns the
+Every mutation is accepted in **one** transaction (the steps it shares with a Version's check are
+``services.acceptance``; ``Accepted`` is that module's) that (1) claims the Idempotency-Key (a replay returns the
 first Operation, whatever happened since), (2) runs every rule of ``services.forms`` before any write, (3)
 writes the resource change, its references and a ``pending`` Operation. The caller commits, then dispatches
 the reconcile (docs/spec/house-rules.md#hr-txn). Unique indexes decide the races: ``uq_resources_live_name``
@@ -15,44 +16,20 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import orm
 
 from models import resources as res_models
 from models.errors import DomainError
-from services import cron_schedules, forms, idempotency, ids, operations, quotas, replay_checks
-
-#: Constraint name → (code, message) for IntegrityErrors at acceptance (docs/spec/house-rules.md#hr-errors).
-CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
-    "uq_resources_live_name": ("name_conflict", "a live resource with this name exists in this Space"),
-    "uq_resources_live_deployment": (
-        "name_conflict",
-        "deployment exists: this Worker already has a live WorkerDeployment; update it instead",
-    ),
-    "uq_operations_active_resource": (
-        "resource_busy",
-        "another Operation on this resource is unfinished; retry when it has finished",
-    ),
-}
+from services import acceptance, cron_schedules, forms, ids, operations, quotas, replay_checks
+from services.acceptance import Accepted
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
-
-
-@dataclasses.dataclass(frozen=True)
-class Accepted:
-    """An accepted (or replayed) mutation: its Operation, and whether this request created it
-    (``new``: the caller dispatches the reconcile after commit; a replay of an unfinished
-    Operation is dispatched again, harmlessly)."""
-
-    operation: res_models.Operation
-    new: bool
 
 
 def accept_create_txn(
@@ -73,7 +50,7 @@ def accept_create_txn(
             ``resource_busy``, ``name_conflict``, ``quota_exceeded`` (a WorkerVersion whose sources
             do not fit in the Space's ``versionCodeBytes`` quota; ``services.quotas``).
     """
-    op_id, replay = _claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
     if replay is not None:
         return replay
     refs = forms.references(form, spec)
@@ -101,7 +78,7 @@ def accept_create_txn(
         deleted_at=None,
     )
     session.add(resource)
-    _flush(session)
+    acceptance.flush(session)
     op = operations.new_operation(
         op_id=op_id,
         space=space,
@@ -112,7 +89,7 @@ def accept_create_txn(
         now=now,
     )
     session.add(op)
-    _flush(session)
+    acceptance.flush(session)
     replace_refs_txn(session, source_uid=uid, refs=refs)
     return Accepted(operation=op, new=True)
 
@@ -137,10 +114,10 @@ def accept_update_txn(
         DomainError: ``not_found``, ``idempotency_key_reused``, ``invalid_spec``, ``immutable_field``,
             ``reference_not_found``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id, replay = _claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
     if replay is not None:
         return replay
-    resource = _live_txn(session, space=space, uid=uid, lock="no_key_update")
+    resource = acceptance.live_txn(session, space=space, uid=uid, lock="no_key_update")
     form = resource.form
     spec = validate(body, form)
     forms.check_immutable(resource, spec)
@@ -160,7 +137,7 @@ def accept_update_txn(
         now=now,
     )
     session.add(op)
-    _flush(session)
+    acceptance.flush(session)
     if form == "WorkerDeployment":
         # The applied allocation keeps serving until the reconcile finishes: keep its Versions
         # referenced (so they cannot be deleted) until then.
@@ -178,7 +155,7 @@ def accept_update_txn(
     resource.latest_operation_id = op_id
     resource.updated_at = now
     replace_refs_txn(session, source_uid=uid, refs=refs)
-    _flush(session)
+    acceptance.flush(session)
     return Accepted(operation=op, new=True)
 
 
@@ -191,10 +168,10 @@ def accept_delete_txn(
     Raises:
         DomainError: ``not_found``, ``idempotency_key_reused``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id, replay = _claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
     if replay is not None:
         return replay
-    resource = _live_txn(session, space=space, uid=uid, lock="update")
+    resource = acceptance.live_txn(session, space=space, uid=uid, lock="update")
     forms.check_delete_txn(session, resource=resource)
     op = operations.new_operation(
         op_id=op_id,
@@ -206,7 +183,7 @@ def accept_delete_txn(
         now=now,
     )
     session.add(op)
-    _flush(session)
+    acceptance.flush(session)
     resource.phase = "deleting"
     resource.latest_operation_id = op_id
     resource.updated_at = now
@@ -215,71 +192,8 @@ def accept_delete_txn(
         # recorded, even while no worker is free to run the reconcile. ``phase = "deleting"`` is
         # also the fence that running deliveries of this trigger watch (``cron_runs``).
         cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
-    _flush(session)
+    acceptance.flush(session)
     return Accepted(operation=op, new=True)
-
-
-def _claim_txn(
-    session: orm.Session, *, space: str, key: str, request_hash: str, now: dt.datetime
-) -> tuple[str, Accepted | None]:
-    """Claim the Idempotency-Key for a new Operation: ``(operation id, None)``, or ``(…, the
-    earlier call's Accepted)`` when the key already answered (docs/spec/http-api.md#api-op).
-
-    Raises:
-        DomainError: ``idempotency_key_reused``.
-    """
-    op_id = ids.new_id()
-    claim = idempotency.claim_txn(
-        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
-    )
-    return op_id, (None if claim.new else _replay_txn(session, claim))
-
-
-def _replay_txn(session: orm.Session, claim: idempotency.Claim) -> Accepted:
-    record = claim.record
-    op = session.get(res_models.Operation, record.operation_id) if record and record.operation_id else None
-    if op is None:
-        raise DomainError(
-            "idempotency_key_reused", "this Idempotency-Key was used for a call that made no Operation"
-        )
-    return Accepted(operation=op, new=False)
-
-
-def _live_txn(session: orm.Session, *, space: str, uid: str, lock: str) -> res_models.Resource:
-    """Lock (``FOR UPDATE`` for a delete, ``FOR NO KEY UPDATE`` for an update), then read the row."""
-    mode = "UPDATE" if lock == "update" else "NO KEY UPDATE"
-    session.execute(sa.text(f"SELECT 1 FROM resources WHERE uid = :uid FOR {mode}"), {"uid": uid})
-    resource = session.scalar(
-        sa.select(res_models.Resource)
-        .where(
-            res_models.Resource.uid == uid,
-            res_models.Resource.space == space,
-            res_models.Resource.deleted_at.is_(None),
-        )
-        .execution_options(populate_existing=True)
-    )
-    if resource is None:
-        raise DomainError("not_found", f"no resource {uid!r} in this Space")
-    return resource
-
-
-def _flush(session: orm.Session) -> None:
-    """Flush, turning a unique-index violation into its domain error (by constraint name)."""
-    try:
-        session.flush()
-    except sa_exc.IntegrityError as exc:
-        name = constraint_name(exc)
-        if name in CONSTRAINT_ERRORS:
-            code, message = CONSTRAINT_ERRORS[name]
-            raise DomainError(code, message) from None
-        raise
-
-
-def constraint_name(exc: sa_exc.IntegrityError) -> str | None:
-    """The violated constraint's name, from the Postgres error's diagnostics (``None`` when the
-    driver gave none)."""
-    diag = getattr(exc.orig, "diag", None)
-    return getattr(diag, "constraint_name", None)
 
 
 def replace_refs_txn(session: orm.Session, *, source_uid: str, refs: list[forms.Ref]) -> None:

@@ -17,7 +17,7 @@ from models import base
 from models import db as models_db
 from models import instances as inst_models
 from models import resources as res_models
-from services import resources as resource_service
+from services import acceptance
 from workers.engine import tasks
 
 
@@ -38,7 +38,7 @@ def test_a_unique_violation_is_named_by_postgres_diagnostics(db_url):
         with pytest.raises(sa_exc.IntegrityError) as caught:
             session.flush()
         session.rollback()
-    assert resource_service.constraint_name(caught.value) == "uq_resources_live_name"
+    assert acceptance.constraint_name(caught.value) == "uq_resources_live_name"
 
 
 def test_utc_columns_come_back_aware_and_refuse_naive_values(db_url):

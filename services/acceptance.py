@@ -1,0 +1,116 @@
+"""The steps every accepted resource mutation shares (docs/spec/http-api.md#api-res, #api-op): the
+Idempotency-Key claim, the locked read of the live resource, the flush that names a unique-index
+race, and the :class:`Accepted` answer.
+
+Used by ``services.resources`` (create, update, delete) and ``services.replay_checks`` (a
+Version's check), which both sit above this module: neither imports the other for these
+(the import contract ``services-acceptance-below-its-users`` in ``.importlinter`` keeps it so).
+Unique indexes decide the races: ``uq_resources_live_name`` and ``uq_resources_live_deployment``
+→ ``409 name_conflict``, ``uq_operations_active_resource`` → ``409 resource_busy``
+(docs/spec/house-rules.md#hr-errors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import orm
+
+from models import resources as res_models
+from models.errors import DomainError
+from services import idempotency, ids
+
+#: Constraint name → (code, message) for IntegrityErrors at acceptance (docs/spec/house-rules.md#hr-errors).
+CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
+    "uq_resources_live_name": ("name_conflict", "a live resource with this name exists in this Space"),
+    "uq_resources_live_deployment": (
+        "name_conflict",
+        "deployment exists: this Worker already has a live WorkerDeployment; update it instead",
+    ),
+    "uq_operations_active_resource": (
+        "resource_busy",
+        "another Operation on this resource is unfinished; retry when it has finished",
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    """An accepted (or replayed) mutation: its Operation, and whether this request created it
+    (``new``: the caller dispatches the reconcile after commit; a replay of an unfinished
+    Operation is dispatched again, harmlessly)."""
+
+    operation: res_models.Operation
+    new: bool
+
+
+def claim_txn(
+    session: orm.Session, *, space: str, key: str, request_hash: str, now: dt.datetime
+) -> tuple[str, Accepted | None]:
+    """Claim the Idempotency-Key for a new Operation: ``(operation id, None)``, or ``(…, the
+    earlier call's Accepted)`` when the key already answered (docs/spec/http-api.md#api-op).
+
+    Raises:
+        DomainError: ``idempotency_key_reused``.
+    """
+    op_id = ids.new_id()
+    claim = idempotency.claim_txn(
+        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
+    )
+    return op_id, (None if claim.new else _replay_txn(session, claim))
+
+
+def _replay_txn(session: orm.Session, claim: idempotency.Claim) -> Accepted:
+    record = claim.record
+    op = session.get(res_models.Operation, record.operation_id) if record and record.operation_id else None
+    if op is None:
+        raise DomainError(
+            "idempotency_key_reused", "this Idempotency-Key was used for a call that made no Operation"
+        )
+    return Accepted(operation=op, new=False)
+
+
+def live_txn(session: orm.Session, *, space: str, uid: str, lock: str) -> res_models.Resource:
+    """The live resource ``uid`` of ``space``, read after its row is locked (``lock``: ``"update"``
+    → ``FOR UPDATE``, for a delete; anything else → ``FOR NO KEY UPDATE``).
+
+    Raises:
+        DomainError: ``not_found``.
+    """
+    mode = "UPDATE" if lock == "update" else "NO KEY UPDATE"
+    session.execute(sa.text(f"SELECT 1 FROM resources WHERE uid = :uid FOR {mode}"), {"uid": uid})
+    resource = session.scalar(
+        sa.select(res_models.Resource)
+        .where(
+            res_models.Resource.uid == uid,
+            res_models.Resource.space == space,
+            res_models.Resource.deleted_at.is_(None),
+        )
+        .execution_options(populate_existing=True)
+    )
+    if resource is None:
+        raise DomainError("not_found", f"no resource {uid!r} in this Space")
+    return resource
+
+
+def flush(session: orm.Session) -> None:
+    """Flush, turning a unique-index violation into its domain error (:data:`CONSTRAINT_ERRORS`,
+    by constraint name); any other IntegrityError propagates."""
+    try:
+        session.flush()
+    except sa_exc.IntegrityError as exc:
+        name = constraint_name(exc)
+        if name in CONSTRAINT_ERRORS:
+            code, message = CONSTRAINT_ERRORS[name]
+            raise DomainError(code, message) from None
+        raise
+
+
+def constraint_name(exc: sa_exc.IntegrityError) -> str | None:
+    """The violated constraint's name, from the Postgres error's diagnostics (``None`` when the
+    driver gave none)."""
+    diag = getattr(exc.orig, "diag", None)
+    return getattr(diag, "constraint_name", None)
