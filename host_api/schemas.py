@@ -13,6 +13,8 @@ unknown Form URL is ``400 unsupported_form``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import marshmallow as ma
 from marshmallow import fields, validate
@@ -380,6 +382,20 @@ def _escape(token: object) -> str:
 # --- response and documentation-only shapes (OpenAPI) -----------------------------------------
 
 
+class _Answer(ma.Schema):
+    """Base of the answer schemas the views dump through (``Schema().dump(value)``): a key of
+    ``value`` that the schema does not declare raises ``ValueError`` instead of vanishing, so an
+    answer and the OpenAPI document cannot drift apart unnoticed (the suite answers 500 first)."""
+
+    @ma.pre_dump(pass_collection=False)
+    def _declared_only(self, data: Any, **kwargs: Any) -> Any:
+        if isinstance(data, Mapping):
+            extra = sorted(set(data) - set(self.fields))
+            if extra:
+                raise ValueError(f"{type(self).__name__} does not declare {extra}")
+        return data
+
+
 class ErrorDetail(ma.Schema):
     """The error object of docs/spec/http-api.md#api-errors."""
 
@@ -394,7 +410,7 @@ class ErrorBody(ma.Schema):
     error = fields.Nested(ErrorDetail, required=True)
 
 
-class OperationError(ma.Schema):
+class OperationError(_Answer):
     """Why an Operation failed: ``{"code", "message", "details"?}`` (``details.package``: the
     package a WorkerVersion's requirements could not install, docs/packages.md)."""
 
@@ -403,11 +419,11 @@ class OperationError(ma.Schema):
     details = fields.Dict()
 
 
-class OperationView(ma.Schema):
-    """An Operation (docs/spec/http-api.md#api-op)."""
+class OperationView(_Answer):
+    """An Operation (docs/spec/http-api.md#api-op); ``progress`` only for a replay check's."""
 
     id = fields.String(required=True)
-    kind = fields.String(required=True, validate=validate.OneOf(["create", "update", "delete"]))
+    kind = fields.String(required=True, validate=validate.OneOf(["create", "update", "delete", "check"]))
     resourceUid = fields.String(required=True)
     generation = fields.Integer(required=True)
     state = fields.String(
@@ -415,11 +431,14 @@ class OperationView(ma.Schema):
     )
     effect = fields.String(validate=validate.OneOf(["none", "partial", "unknown"]))
     error = fields.Nested(OperationError)
+    progress = fields.Dict(
+        metadata={"description": "kind check: how far the replay got, {checked, total, totals}"}
+    )
     createdAt = fields.String(required=True, metadata={"format": "date-time"})
     updatedAt = fields.String(required=True, metadata={"format": "date-time"})
 
 
-class ResourceView(ma.Schema):
+class ResourceView(_Answer):
     """A Resource (docs/spec/http-api.md#api-res); ``privateInputs`` are never returned."""
 
     uid = fields.String(required=True)
@@ -438,7 +457,7 @@ class ResourceView(ma.Schema):
     latestOperationId = fields.String(required=True)
 
 
-class ResourceList(ma.Schema):
+class ResourceList(_Answer):
     """``{"resources": [...], "nextPageToken"?}``."""
 
     resources = fields.List(fields.Nested(ResourceView), required=True)
@@ -466,7 +485,7 @@ class ReplayCheckBody(_Closed):
     )
 
 
-class InstanceId(ma.Schema):
+class InstanceId(_Answer):
     """``{"id"}``."""
 
     id = fields.String(required=True)
@@ -534,7 +553,7 @@ class EventList(ma.Schema):
     events = fields.List(fields.Nested(QueuedEvent), required=True)
 
 
-class TerminateAnswer(ma.Schema):
+class TerminateAnswer(_Answer):
     """``{"status"}``."""
 
     status = fields.String(required=True)
@@ -706,7 +725,7 @@ class Empty(ma.Schema):
     """``{}``."""
 
 
-class Health(ma.Schema):
+class Health(_Answer):
     """``{"ok": true}``."""
 
     ok = fields.Boolean(required=True)

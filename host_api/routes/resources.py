@@ -29,7 +29,7 @@ def _accepted(space: str, accepted: resources.Accepted) -> flask.Response:
     op = accepted.operation
     if accepted.new or op.state in operations.UNFINISHED:
         dispatch.reconcile_operation(op.id)
-    response = flask.jsonify(operations.view(op))
+    response = flask.jsonify(schemas.OperationView().dump(operations.view(op)))
     response.status_code = 202
     response.headers["Location"] = f"/v2/spaces/{space}/operations/{op.id}"
     return response
@@ -99,7 +99,7 @@ def list_resources(space: str) -> flask.Response:
         payload: dict = {"resources": [resources.view(row) for row in rows]}
     if next_token is not None:
         payload["nextPageToken"] = next_token
-    return flask.jsonify(payload)
+    return flask.jsonify(schemas.ResourceList().dump(payload))
 
 
 @bp.get("/v2/spaces/<space>/resources/<uid>")
@@ -107,7 +107,8 @@ def list_resources(space: str) -> flask.Response:
 def get_resource(space: str, uid: str) -> flask.Response:
     """``GET …/resources/{uid}`` → the Resource (``404 not_found`` once deleted)."""
     with db.session() as session:
-        return flask.jsonify(resources.view(resources.get_txn(session, space=space, uid=uid)))
+        view = resources.view(resources.get_txn(session, space=space, uid=uid))
+    return flask.jsonify(schemas.ResourceView().dump(view))
 
 
 @bp.put("/v2/spaces/<space>/resources/<uid>")
@@ -187,4 +188,5 @@ def check_version(space: str, uid: str) -> flask.Response:
 def get_operation(space: str, op_id: str) -> flask.Response:
     """``GET …/operations/{id}`` → the Operation."""
     with db.session() as session:
-        return flask.jsonify(operations.view(operations.get_txn(session, space=space, op_id=op_id)))
+        view = operations.view(operations.get_txn(session, space=space, op_id=op_id))
+    return flask.jsonify(schemas.OperationView().dump(view))
