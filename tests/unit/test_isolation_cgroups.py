@@ -17,6 +17,7 @@ def _context_dir(root, pid: int, *files: str):
 
 
 def test_join_on_cgroup_v2_sets_the_limit_no_swap_and_moves_the_caller(tmp_path):
+    (tmp_path / "memory.swap.max").write_text("")  # the zygote's directory: swap is accounted
     path = _context_dir(tmp_path, 7, "memory.max", "memory.swap.max", "cgroup.procs")
     cgroups.MemoryCgroup(str(tmp_path), version=2, limit_bytes=256 << 20).join(7)
     assert (path / "memory.max").read_text() == str(256 << 20)
@@ -25,10 +26,28 @@ def test_join_on_cgroup_v2_sets_the_limit_no_swap_and_moves_the_caller(tmp_path)
 
 
 def test_join_on_cgroup_v1_limits_memory_and_memory_plus_swap(tmp_path):
+    (tmp_path / "memory.memsw.limit_in_bytes").write_text("")
     path = _context_dir(tmp_path, 8, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "cgroup.procs")
     cgroups.MemoryCgroup(str(tmp_path), version=1, limit_bytes=1 << 30).join(8)
     assert (path / "memory.limit_in_bytes").read_text() == (path / "memory.memsw.limit_in_bytes").read_text()
     assert (path / "memory.limit_in_bytes").read_text() == str(1 << 30)
+
+
+def test_whether_swap_is_limited_is_decided_once_from_the_zygotes_directory(tmp_path):
+    """A kernel without swap accounting has no swap file in any memory cgroup: the zygote's
+    directory tells, and no context's join looks again (a ``stat`` of a cgroup file costs a fresh
+    child about 40 µs)."""
+    without = cgroups.MemoryCgroup(str(tmp_path), version=1, limit_bytes=1 << 30)
+    assert without.settings == (("memory.limit_in_bytes", str(1 << 30)),)
+    path = _context_dir(tmp_path, 5, "memory.limit_in_bytes", "cgroup.procs")
+    without.join(5)
+    assert (path / "memory.limit_in_bytes").read_text() == str(1 << 30)
+    assert not (path / "memory.memsw.limit_in_bytes").exists()
+    (tmp_path / "memory.swap.max").write_text("")
+    assert cgroups.MemoryCgroup(str(tmp_path), version=2, limit_bytes=7).settings == (
+        ("memory.max", "7"),
+        ("memory.swap.max", "0"),
+    )
 
 
 def test_join_fails_clearly_where_the_controller_files_are_missing(tmp_path):

@@ -111,3 +111,58 @@ def test_the_assembler_refuses_jumps_longer_than_classic_bpf_allows_and_unknown_
 def test_a_machine_without_a_table_has_no_filter():
     with pytest.raises(syscalls.IsolationUnavailable, match="riscv64"):
         seccomp.program("riscv64")
+
+
+def _in_a_fork(fn) -> int:
+    """Run ``fn`` in a forked process; its exit status (``fn``'s return value, 99 if it raised)."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(fn())
+        except BaseException:  # noqa: BLE001
+            os._exit(99)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_a_filter_packed_before_a_fork_is_installed_by_the_child_and_refuses_the_denied_calls():
+    """The zygote packs the filter once (``seccomp.Filter``); a child forked after installs the
+    inherited buffers with one ``prctl``: ``unshare`` then fails with EPERM there, and the parent
+    (which never installed it) is unaffected."""
+    import ctypes
+    import errno
+    import struct
+
+    program = seccomp.program()
+    packed = seccomp.Filter(program)
+    assert packed.packed == b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+
+    def child() -> int:
+        syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+        packed.install()
+        unshare = syscalls.function("unshare")
+        if unshare(syscalls.CLONE_NEWUTS) != -1 or ctypes.get_errno() != errno.EPERM:
+            return 1
+        with open("/proc/self/status") as f:
+            return 0 if "Seccomp:\t2" in f.read() else 2
+
+    assert _in_a_fork(child) == 0
+    with open("/proc/self/status") as f:
+        assert "Seccomp:\t0" in f.read()
+
+
+def test_installing_a_filter_without_no_new_privs_or_privilege_is_refused_clearly():
+    import os
+
+    def child() -> int:
+        if os.geteuid() == 0:
+            os.setresuid(65534, 65534, 65534)  # no CAP_SYS_ADMIN left, no no_new_privs
+        try:
+            seccomp.Filter(seccomp.program()).install()
+        except syscalls.IsolationUnavailable as exc:
+            return 0 if "prctl(PR_SET_SECCOMP)" in str(exc) else 1
+        return 2
+
+    assert _in_a_fork(child) == 0

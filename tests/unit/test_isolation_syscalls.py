@@ -39,3 +39,16 @@ def test_the_namespaces_a_context_may_not_make_are_every_clone_new_flag():
                  syscalls.CLONE_NEWPID, syscalls.CLONE_NEWNET, syscalls.CLONE_NEWCGROUP, 0x80):
         assert syscalls.CLONE_NEW_ANY & flag == flag
     assert syscalls.CLONE_NEW_ANY & 0x00010000 == 0  # CLONE_THREAD: threads stay allowed
+
+
+def test_typed_functions_are_private_resolved_once_and_leave_the_librarys_own_untyped():
+    """``mounts`` calls ``libc().syscall`` with other argument types than ``identity``'s capset:
+    the typed functions the zygote resolves (``prepare``) must not change those."""
+    syscalls.prepare()
+    prctl = syscalls.function("prctl")
+    assert syscalls.function("prctl") is prctl and prctl is not syscalls.libc().prctl
+    assert prctl.argtypes == (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    assert syscalls.libc().syscall.argtypes is None
+    assert prctl(3, 0, 0, 0, 0) in (0, 1)  # PR_GET_DUMPABLE
+    with pytest.raises(syscalls.IsolationUnavailable, match=r"^prctl\(4\): Invalid argument"):
+        syscalls.prctl(syscalls.PR_SET_DUMPABLE, 7)

@@ -34,6 +34,16 @@ class MemoryCgroup:
         self.directory = directory
         self.version = version
         self.limit_bytes = limit_bytes
+        if version == 1:
+            limit, swap = "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
+        else:
+            limit, swap = "memory.max", "memory.swap.max"
+        #: ``(file, value)`` written in each context's cgroup before it joins: the limit, and no
+        #: swap beyond it where this kernel accounts swap (decided once, here: the zygote's own
+        #: directory has the file when a context's has it).
+        self.settings: tuple[tuple[str, str], ...] = ((limit, str(limit_bytes)),)
+        if os.path.exists(os.path.join(directory, swap)):
+            self.settings += ((swap, str(limit_bytes) if version == 1 else "0"),)
 
     @classmethod
     def find(cls, policy: policy_module.Policy) -> MemoryCgroup | None:
@@ -82,24 +92,16 @@ class MemoryCgroup:
     def join(self, pid: int) -> None:
         """Create ``ctx-<pid>`` with the limit (no swap beyond it) and move this process in.
         Raises ``IsolationUnavailable``."""
-        path = os.path.join(self.directory, f"ctx-{pid}")
+        path = f"{self.directory}/ctx-{pid}"
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
             pass
         except OSError as exc:
             raise syscalls.IsolationUnavailable(f"creating the context's memory cgroup: {exc.strerror}") from None
-        if self.version == 1:
-            syscalls.write_file(os.path.join(path, "memory.limit_in_bytes"), str(self.limit_bytes))
-            swap = os.path.join(path, "memory.memsw.limit_in_bytes")
-            if os.path.exists(swap):
-                syscalls.write_file(swap, str(self.limit_bytes))
-        else:
-            syscalls.write_file(os.path.join(path, "memory.max"), str(self.limit_bytes))
-            swap = os.path.join(path, "memory.swap.max")
-            if os.path.exists(swap):
-                syscalls.write_file(swap, "0")
-        syscalls.write_file(os.path.join(path, "cgroup.procs"), "0")
+        for name, value in self.settings:
+            syscalls.write_file(f"{path}/{name}", value)
+        syscalls.write_file(f"{path}/cgroup.procs", "0")
 
     def release(self, pid: int) -> None:
         """Remove ``ctx-<pid>`` (its processes are gone); ignores one already removed."""

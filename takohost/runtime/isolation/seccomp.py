@@ -1,5 +1,6 @@
 """The context's system-call filter: a classic-BPF program (:func:`program`), the small label
-assembler it is written with (:func:`assemble`), and its installation (:func:`install`).
+assembler it is written with (:func:`assemble`), and its installation (:class:`Filter`, packed
+once in the zygote and installed by each child; :func:`install`).
 
 Calls a context never needs and that reach state the namespaces do not separate (the kernel
 keyrings are per uid, not per namespace) or that are the usual ways to attack the kernel (nested
@@ -19,7 +20,7 @@ import struct
 
 from takohost.runtime.isolation import syscalls
 
-__all__ = ["DENIED_CALLS", "assemble", "install", "program"]
+__all__ = ["DENIED_CALLS", "Filter", "assemble", "install", "program"]
 
 #: ``AUDIT_ARCH_*`` of each machine: the ``arch`` field a call of this machine's ABI carries.
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -225,14 +226,31 @@ def assemble(asm: list[Source]) -> list[Instruction]:
     return assembled
 
 
+class Filter:
+    """A system-call filter packed for the kernel once (``struct sock_fprog`` and its
+    instructions in ``ctypes`` buffers, built by the zygote's ``Forker``): every child forked
+    after inherits the buffers at the same addresses and :meth:`install` s it with one
+    ``prctl``, instead of packing the program again (about 0.2 ms of CPU per context)."""
+
+    def __init__(self, instructions: list[Instruction] | tuple[Instruction, ...]) -> None:
+        raw = b"".join(struct.pack("HBBI", *instruction) for instruction in instructions)
+        self._instructions = ctypes.create_string_buffer(raw, len(raw))
+        fprog = struct.pack("HxxxxxxP", len(instructions), ctypes.addressof(self._instructions))
+        self._fprog = ctypes.create_string_buffer(fprog, len(fprog))
+        self._address = ctypes.addressof(self._fprog)
+        self._prctl = syscalls.function("prctl")
+        #: The packed instructions as the kernel reads them (8 bytes each).
+        self.packed = raw
+
+    def install(self) -> None:
+        """Install the filter on this process (needs ``no_new_privs``); inherited by every
+        process it starts and irrevocable. Raises ``IsolationUnavailable``."""
+        if self._prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self._address, 0, 0) != 0:
+            syscalls.check(-1, "prctl(PR_SET_SECCOMP)")
+
+
 def install(instructions: list[Instruction]) -> None:
     """Install ``instructions`` as this process's seccomp filter (needs ``no_new_privs``);
-    inherited by every process it starts and irrevocable. Raises ``IsolationUnavailable``."""
-    raw = b"".join(struct.pack("HBBI", *instruction) for instruction in instructions)
-    filters = ctypes.create_string_buffer(raw, len(raw))
-    fprog = struct.pack("HxxxxxxP", len(instructions), ctypes.addressof(filters))
-    buffer = ctypes.create_string_buffer(fprog, len(fprog))
-    syscalls.check(
-        syscalls.libc().prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), buffer, 0, 0),
-        "prctl(PR_SET_SECCOMP)",
-    )
+    inherited by every process it starts and irrevocable (:class:`Filter`, packed now). Raises
+    ``IsolationUnavailable``."""
+    Filter(instructions).install()

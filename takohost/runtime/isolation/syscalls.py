@@ -17,10 +17,12 @@ from typing import Any
 __all__ = [
     "IsolationUnavailable",
     "check",
+    "function",
     "libc",
     "mount",
     "number",
     "prctl",
+    "prepare",
     "setns",
     "umount",
     "unshare",
@@ -68,6 +70,26 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 _libc: Any = None
+#: Private C functions with their argument types fixed (:func:`function`), by name.
+_functions: dict[str, Any] = {}
+_c_int, _c_long, _c_ulong, _c_char_p, _c_void_p = (
+    ctypes.c_int,
+    ctypes.c_long,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+    ctypes.c_void_p,
+)
+#: ``(result type, argument types)`` of the calls :func:`prepare` resolves. ``prctl`` and
+#: ``syscall`` are variadic in the C library; their arguments are passed as the kernel reads
+#: them (``unsigned long``, pointers as addresses).
+_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
+    "prctl": (_c_int, (_c_int, _c_ulong, _c_ulong, _c_ulong, _c_ulong)),
+    "unshare": (_c_int, (_c_int,)),
+    "setns": (_c_int, (_c_int, _c_int)),
+    "mount": (_c_int, (_c_char_p, _c_char_p, _c_char_p, _c_ulong, _c_char_p)),
+    "umount2": (_c_int, (_c_char_p, _c_int)),
+    "syscall": (_c_long, (_c_long, _c_void_p, _c_void_p)),
+}
 
 
 class IsolationUnavailable(RuntimeError):
@@ -82,6 +104,25 @@ def libc() -> Any:
     return _libc
 
 
+def function(name: str) -> Any:
+    """The C library's ``name`` (one of :data:`_SIGNATURES`) as a private ``ctypes`` function with
+    its argument types fixed, resolved once: Python integers and ``bytes`` convert without a
+    ``ctypes`` object per argument, and ``libc().name`` (used elsewhere untyped) is left alone."""
+    fn = _functions.get(name)
+    if fn is None:
+        fn = libc()[name]
+        fn.restype, fn.argtypes = _SIGNATURES[name]
+        _functions[name] = fn
+    return fn
+
+
+def prepare() -> None:
+    """Resolve every call of :data:`_SIGNATURES` now (in the zygote, once): a child then finds
+    them ready instead of looking each symbol up and building its function object."""
+    for name in _SIGNATURES:
+        function(name)
+
+
 def check(result: int, what: str) -> None:
     """Raise ``IsolationUnavailable`` naming ``what`` and ``errno`` unless ``result`` is 0."""
     if result != 0:
@@ -93,7 +134,8 @@ def check(result: int, what: str) -> None:
 
 def prctl(option: int, a: int = 0, b: int = 0) -> None:
     """``prctl(option, a, b, 0, 0)``. Raises ``IsolationUnavailable``."""
-    check(libc().prctl(option, ctypes.c_ulong(a), ctypes.c_ulong(b), 0, 0), f"prctl({option})")
+    if function("prctl")(option, a, b, 0, 0) != 0:
+        check(-1, f"prctl({option})")
 
 
 def number(table: dict[str, int]) -> int:
@@ -108,7 +150,7 @@ def unshare(flags: int) -> None:
     """``unshare(flags)``; for ``CLONE_NEWUSER`` also map the caller's uid/gid to 0 inside.
     Raises ``IsolationUnavailable``."""
     uid, gid = os.getuid(), os.getgid()
-    check(libc().unshare(ctypes.c_int(flags)), "unshare")
+    check(function("unshare")(flags), "unshare")
     if flags & CLONE_NEWUSER:
         write_file("/proc/self/setgroups", "deny")
         write_file("/proc/self/uid_map", f"0 {uid} 1")
@@ -117,7 +159,7 @@ def unshare(flags: int) -> None:
 
 def setns(fd: int, nstype: int) -> None:
     """``setns(fd, nstype)``: join the namespace ``fd`` names. Raises ``IsolationUnavailable``."""
-    check(libc().setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+    check(function("setns")(fd, nstype), "setns")
 
 
 def write_file(path: str, text: str) -> None:
@@ -135,11 +177,11 @@ def write_file(path: str, text: str) -> None:
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     """``mount(source, target, fstype, flags, data)``. Raises ``IsolationUnavailable``."""
-    result = libc().mount(
+    result = function("mount")(
         None if source is None else source.encode(),
         target.encode(),
         None if fstype is None else fstype.encode(),
-        ctypes.c_ulong(flags),
+        flags,
         None if data is None else data.encode(),
     )
     check(result, f"mount {source} on {target}")
@@ -148,4 +190,4 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 def umount(target: str) -> None:
     """Detach the mount on ``target`` (``umount2(target, MNT_DETACH)``). Raises
     ``IsolationUnavailable``."""
-    check(libc().umount2(target.encode(), MNT_DETACH), f"umount {target}")
+    check(function("umount2")(target.encode(), MNT_DETACH), f"umount {target}")
