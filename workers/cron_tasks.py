@@ -5,10 +5,11 @@ owes at least one handler call; a raised error, a failed awaitable or a failed `
 never retried for that reason; a delivery whose worker died is delivered again with the identical event
 (CB-03).
 
-A delivery holds the Redis lease ``{namespace}:cronlease:{match_pk}`` (``SET NX PX``, renewed
-by a heartbeat thread) from before its ``cron_deliveries`` row is written until after that row
-is finished, and while it runs the child is pinged only while that lease is fresh, so the child's
-watchdog kills it before the lease can expire. So "unfinished delivery row and no lease" proves the
+A delivery holds the Redis lease ``{namespace}:cronlease:{match_pk}`` (``SET NX PX``) from
+before its ``cron_deliveries`` row is written until after that row is finished. The process's
+heartbeat (``workers.engine.heartbeat``, the one that keeps replay contexts alive) renews it and
+pings the delivery's child only while that lease is fresh, so the child's watchdog kills it
+before the lease can expire. So "unfinished delivery row and no lease" proves the
 worker vanished and no handler of it runs: the sweep finishes such a delivery ``unknown`` and
 dispatches the match again, and a trigger's DELETE (:func:`deliveries_stopped`) can prove the stop.
 
@@ -27,7 +28,6 @@ import functools
 import logging
 import os
 import socket
-import threading
 import time
 
 from core import config
@@ -57,54 +57,6 @@ FENCE_POLL_S = 1.0
 def worker_id() -> str:
     """This worker process: ``{hostname}:{pid}``."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def feed(lease: lease_mod.DeliveryLease, child: sandbox.ChildHandle) -> Pinger:
-    """Ping ``child`` every ``PING_FRACTION`` of the lease TTL while ``lease`` was renewed within
-    ``PING_WINDOW_FRACTION`` of it (a daemon thread, until :meth:`Pinger.stop`)."""
-    pinger = Pinger(lease=lease, child=child)
-    pinger.start()
-    return pinger
-
-
-@dataclasses.dataclass(eq=False)
-class Pinger:
-    """Pings one delivery's child while its lease is fresh; ``max_gap``: the longest time in
-    seconds the child went without a ping (a gap near the watchdog means the host starved it)."""
-
-    lease: lease_mod.DeliveryLease
-    child: sandbox.ChildHandle
-    max_gap: float = 0.0
-    _last: float = dataclasses.field(default_factory=time.monotonic)
-    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-
-    def start(self) -> None:
-        """Start the daemon thread."""
-        threading.Thread(target=self._run, name=f"cronping:{self.child.pid}", daemon=True).start()
-
-    def _run(self) -> None:
-        ttl_s = self.lease.ttl_ms / 1000
-        while not self._stop.wait(ttl_s * heartbeat.PING_FRACTION):
-            if (
-                self.lease.lost
-                or time.monotonic() - self.lease.renewed_at >= ttl_s * heartbeat.PING_WINDOW_FRACTION
-            ):
-                continue  # withheld: the watchdog kills the child before the lease expires
-            try:
-                self.child.ping()
-            except (sandbox.ChildGone, OSError):
-                return
-            now = time.monotonic()
-            self.max_gap = max(self.max_gap, now - self._last)
-            self._last = now
-
-    def gap(self) -> float:
-        """The longest ping gap so far in seconds, the current stretch included."""
-        return max(self.max_gap, time.monotonic() - self._last)
-
-    def stop(self) -> None:
-        """Stop pinging."""
-        self._stop.set()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,18 +124,20 @@ def deliver(
             space = cron_runs.match_space_txn(session, match_pk=match_pk)
         if space is None:
             return "done"
-    lease = lease_mod.store_for_settings(settings).admit_delivery(
-        match_pk,
-        space=space,
-        cap=settings.space_max_contexts,
-        reserved=settings.space_reserved_slots,
-        renew_every_s=settings.lease_ttl_ms * heartbeat.RENEW_FRACTION / 1000,
+    leases = lease_mod.store_for_settings(settings)
+    lease = leases.admit_delivery(
+        match_pk, space=space, cap=settings.space_max_contexts, reserved=settings.space_reserved_slots
     )
     if lease == lease_mod.BUSY:
         return "busy"
     if lease == lease_mod.DEFERRED:
         return "deferred"  # its Space's slots are taken: a release hands it one (or the sweep)
     assert isinstance(lease, lease_mod.DeliveryLease)
+    beat = heartbeat.heartbeat_for(
+        leases=leases, url=settings.database_url, read_epochs=store.backend_for(settings.database_url).read_epochs
+    )
+    watched = heartbeat.Watched.delivery(lease)
+    beat.register(watched)
     proven = True
     try:
         job = _start(match_pk, settings=settings)
@@ -206,7 +160,7 @@ def deliver(
                 run = Run("failed", job.version.problem)
             else:
                 run = run_scheduled(
-                    job, settings=settings, zygote=zygote or sandbox.get_zygote(), lease=lease
+                    job, settings=settings, zygote=zygote or sandbox.get_zygote(), watched=watched
                 )
         except Exception:
             log.exception("cron delivery infrastructure failure", extra={"match": match_pk})
@@ -228,10 +182,12 @@ def deliver(
                 )
         return run.outcome if run.outcome in ("ok", "failed") else "error"
     finally:
+        beat.unregister(watched)  # never renewed again: released now, or left to expire
         if proven:
-            lease.release()
-        else:
-            lease.abandon()
+            try:
+                leases.release(lease)
+            except Exception:  # noqa: BLE001 - it expires by itself
+                log.warning("cron delivery lease release failed; it expires", extra={"match": match_pk}, exc_info=True)
 
 
 def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
@@ -261,7 +217,7 @@ def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
 
 
 def run_scheduled(
-    job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, lease: lease_mod.DeliveryLease
+    job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, watched: heartbeat.Watched
 ) -> Run:
     """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (docs/spec/cron-trigger.md#cr-handler, docs/spec/host-limits.md#hl-decisions).
 
@@ -271,9 +227,11 @@ def run_scheduled(
     handler, a child that died or broke the protocol, the wall-clock limit
     ``settings.scheduled_timeout_s`` (seconds from the spawn; :func:`cron_runs.timed_out`), or the
     trigger's DELETE (checked every ``FENCE_POLL_S`` seconds; ``cron_runs.STOPPED_BY_DELETE``).
-    A lost lease or a child killed by its watchdog because the host withheld its pings ends it
-    ``lease_lost``/``host``. In every case the child is SIGKILLed and the proof of its death is
-    in ``Run.proven`` before this returns. Raises ``sandbox.ZygoteUnavailable`` (or
+    ``watched`` is the delivery's registration with the heartbeat, which pings the child while
+    the lease is fresh (and kills it when the lease is lost). A lost lease or a child killed by
+    its watchdog because the host withheld its pings ends it ``lease_lost``/``host``. In every
+    case the child is SIGKILLed and the proof of its death is in ``Run.proven`` before this
+    returns. Raises ``sandbox.ZygoteUnavailable`` (or
     ``ChildGone``/``TimeoutError``) when no child could be started: a host failure.
     """
     assert isinstance(job.version, sandbox_host.VersionChoice)
@@ -288,12 +246,12 @@ def run_scheduled(
     )
     with metrics.timed("takohost_sandbox_spawn_seconds", kind="scheduled"):
         child = zygote.spawn(message, space=job.space)
-    pinger = feed(lease, child)
+    watched.attach(child)
     run: Run | None = None
     try:
-        run = _serve(child, job=job, settings=settings, deadline=deadline, lease=lease, logs=logs)
+        run = _serve(child, job=job, settings=settings, deadline=deadline, watched=watched, logs=logs)
     finally:
-        pinger.stop()
+        watched.detach()
         proven = child.kill_and_wait()
         receive.take_egress(child, logs, space=job.space, records=child.finish_egress())
         child.close()
@@ -303,7 +261,7 @@ def run_scheduled(
                 text += "\nTraceback (the Version's frames, innermost last):\n" + tracebacks.format_frames(run.traceback)
             logs.host_line(text)
         logs.flush()
-    if run.outcome == "gone" and pinger.gap() >= heartbeat.WATCHDOG_SUSPECT * watchdog:
+    if run.outcome == "gone" and watched.ping_gap() >= heartbeat.WATCHDOG_SUSPECT * watchdog:
         log.warning(
             "cron handler lost to its watchdog; the match is delivered again", extra={"match": job.match_pk}
         )
@@ -333,7 +291,7 @@ def _serve(
     job: DeliveryJob,
     settings: config.Settings,
     deadline: float,
-    lease: lease_mod.DeliveryLease,
+    watched: heartbeat.Watched,
     logs: tenant_logs.LogCollector,
 ) -> Run:
     """The parent's loop for one handler child: answers, limit, fence, lease, ``log`` frames
@@ -348,7 +306,7 @@ def _serve(
         now = time.monotonic()
         if now >= deadline:
             raise _Ended(Run("failed", cron_runs.timed_out(settings.scheduled_timeout_s)))
-        if lease.lost:
+        if watched.lost:
             raise _Ended(Run("lease_lost", cron_runs.LEASE_LOST))
         if now >= next_fence:
             if _stopping(job.trigger_uid, settings=settings):
@@ -364,7 +322,7 @@ def _serve(
         except receive.Overtime:
             return Run("failed", cron_runs.timed_out(settings.scheduled_timeout_s))
         except sandbox.ChildGone:
-            return Run("gone", _GONE)
+            return _gone(watched)
         except receive.Violation as exc:
             return Run("failed", f"the handler process broke the protocol: {exc}")
         if reply["op"] == "scheduled_done":
@@ -382,7 +340,15 @@ def _serve(
         try:
             child.send(answer)
         except sandbox.ChildGone:
-            return Run("gone", _GONE)
+            return _gone(watched)
+
+
+def _gone(watched: heartbeat.Watched) -> Run:
+    """A child that vanished: killed by the heartbeat because the lease was lost (``lease_lost``:
+    delivered again), else ``gone`` (the watchdog judgement in :func:`run_scheduled`)."""
+    if watched.lost:
+        return Run("lease_lost", cron_runs.LEASE_LOST)
+    return Run("gone", _GONE)
 
 
 def _note_started(job: DeliveryJob, *, workflow_uid: str, answer: dict, settings: config.Settings) -> None:

@@ -124,6 +124,58 @@ def test_the_longest_ping_gap_is_remembered_after_pings_resume(leases):
     assert watched.ping_gap() >= 0.7 > time.monotonic() - watched.last_ping
 
 
+class _Killable(_Child):
+    def __init__(self) -> None:
+        super().__init__()
+        self.killed = 0
+
+    def kill_and_wait(self) -> bool:
+        self.killed += 1
+        return True
+
+
+def test_the_heartbeat_keeps_a_cron_delivery_alive_like_a_context(leases):
+    """A cron delivery is kept alive by the same heartbeat as the replay contexts: its lease is
+    renewed (still counted in its Space), its child pinged while the lease is fresh, and no epoch
+    is read for it (it has none: its trigger's DELETE fence is its own loop's)."""
+    from workers.engine import heartbeat
+
+    read: list[list[int]] = []
+    beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: read.append(pks) or {}, ttl_s=1.0)
+    lease = leases.admit_delivery(70, space=None, cap=0)
+    assert isinstance(lease, lease_mod.DeliveryLease)
+    watched = heartbeat.Watched.delivery(lease)
+    child = _Killable()
+    watched.attach(child)
+    leases.client.pexpire(lease.key, 100)
+    beat.beat([watched])
+    assert 100 < leases.client.pttl(lease.key) <= 1000 and not watched.lost
+    assert read == []  # deliveries only: no epoch read
+    beat.ping([watched])
+    assert child.pings == 1
+    watched.detach()
+    beat.ping([watched])
+    assert child.pings == 1  # detached: no more pings (the gap keeps growing for the judgement)
+    assert watched.ping_gap() >= 0.0
+    beat.unregister(watched)
+    assert leases.release(lease)
+
+
+def test_a_lost_delivery_lease_kills_its_child_and_a_vanished_one_is_never_taken_again(leases):
+    from workers.engine import heartbeat
+
+    beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: {}, ttl_s=1.0)
+    lease = leases.admit_delivery(71, space=None, cap=0)
+    assert isinstance(lease, lease_mod.DeliveryLease)
+    watched = heartbeat.Watched.delivery(lease)
+    child = _Killable()
+    watched.attach(child)
+    leases.client.delete(lease.key)  # the sweep may have finished it unknown and sent it again
+    beat.beat([watched])
+    assert watched.lost and child.killed == 1
+    assert leases.client.get(lease.key) is None  # a vanished delivery lease is not taken again
+
+
 # -- fair share between Spaces (docs/spec/host-features.md#hf-isolation) ---------------------------------------------------
 
 
@@ -204,49 +256,50 @@ def test_a_cron_delivery_takes_a_slot_of_its_space_like_a_context(capped, monkey
     delivered: list[int] = []
     monkeypatch.setattr(lease_mod.dispatch, "deliver_cron_match", delivered.append)
     context = leases.admit(1, space="a", cap=2, owner="w")
-    first = leases.admit_delivery(70, space="a", cap=2, renew_every_s=60)
+    first = leases.admit_delivery(70, space="a", cap=2)
     try:
         assert isinstance(first, lease_mod.DeliveryLease) and first.key == "ns:cronlease:70"
         assert leases.running(["a"]) == {"a": 2}  # counted, and not dropped as a stale member
-        assert leases.admit_delivery(70, space="a", cap=2, renew_every_s=60) == lease_mod.BUSY
-        assert leases.admit_delivery(71, space="a", cap=2, renew_every_s=60) == lease_mod.DEFERRED
+        assert leases.admit_delivery(70, space="a", cap=2) == lease_mod.BUSY
+        assert leases.admit_delivery(71, space="a", cap=2) == lease_mod.DEFERRED
         assert leases.client.get("ns:cronlease:71") is None  # nothing taken
         time.sleep(0.002)  # a later deferral time (equal scores would order by member)
         assert leases.admit(2, space="a", cap=2, owner="w") == lease_mod.DEFERRED  # contexts wait too
         assert isinstance(leases.admit(9, space="b", cap=2, owner="w"), lease_mod.Lease)  # not B's
         assert leases.client.zrange(leases.waiting_key("a"), 0, -1) == [b"cron:71", b"2"]
-        assert first._renewed() and leases.running(["a"]) == {"a": 2}
+        assert leases.renew(first) and leases.running(["a"]) == {"a": 2}
     finally:
-        first.release()
+        leases.release(first)
     assert delivered == [71] and handed == []  # the oldest waiting is the delivery
-    second = leases.admit_delivery(71, space="a", cap=2, renew_every_s=60)
+    second = leases.admit_delivery(71, space="a", cap=2)
     assert isinstance(second, lease_mod.DeliveryLease)
-    second.release()
+    leases.release(second)
     assert handed == [2]  # a delivery's release hands the slot to a waiting context
     assert leases.release(context)
 
 
 def test_an_expired_delivery_lease_frees_its_slot_and_renewal_keeps_it_counted(capped):
     leases, _ = capped
-    held = leases.admit_delivery(70, space="a", cap=1, renew_every_s=60)
+    held = leases.admit_delivery(70, space="a", cap=1)
     try:
         leases.client.delete(leases.contexts_key("a"))  # Redis lost the SET: the renewal adds it again
-        assert held._renewed() and leases.running(["a"]) == {"a": 1}
+        assert leases.renew(held) and leases.running(["a"]) == {"a": 1}
         leases.client.delete(held.key)  # the worker was SIGKILLed: its delivery lease expired
         assert leases.running(["a"]) == {"a": 0}
-        assert not held._renewed()  # a vanished delivery lease is lost, never taken again
+        assert not leases.renew(held)  # a vanished delivery lease is lost, never taken again
         assert isinstance(leases.admit(2, space="a", cap=1, owner="w"), lease_mod.Lease)
     finally:
-        held._halt()
+        leases.release(held)
 
 
 def test_no_space_or_no_cap_is_a_plain_delivery_lease(capped):
     leases, _ = capped
     for space, cap in ((None, 1), ("a", 0)):
-        held = leases.admit_delivery(5, space=space, cap=cap, renew_every_s=60)
-        assert isinstance(held, lease_mod.DeliveryLease) and held.slot is None
-        assert leases.admit_delivery(5, space=space, cap=cap, renew_every_s=60) == lease_mod.BUSY
-        held.release()
+        held = leases.admit_delivery(5, space=space, cap=cap)
+        assert isinstance(held, lease_mod.DeliveryLease) and held.space is None
+        assert leases.admit_delivery(5, space=space, cap=cap) == lease_mod.BUSY
+        assert leases.renew(held) and leases.release(held)
+        assert not leases.renew(held)  # gone: lost, never taken again
     assert leases.running(["a"]) == {"a": 0}
 
 

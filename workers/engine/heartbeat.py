@@ -1,14 +1,16 @@
-"""One heartbeat per worker process: keeps the leases of running contexts alive, keeps their
-children's watchdogs fed and notices fencing (docs/spec/architecture.md#ar-context "One replay context" step 2, "Terminate and
-delete" steps 2–3).
+"""One heartbeat per worker process: keeps the leases of running contexts and cron deliveries
+alive, keeps their children's watchdogs fed and notices fencing (docs/spec/architecture.md#ar-context "One replay context" step 2, "Terminate and
+delete" steps 2–3; docs/spec/cron-trigger.md#cr-delivery).
 
 Two daemon threads, so that a slow Redis or Postgres round trip never starves a child's watchdog:
 
 * the **beat** (every ``RENEW_FRACTION`` of the lease TTL, and at once when woken): renews each
   watched lease (compare-and-set; a lease another owner holds is lost → kill the child), then
-  reads the watched epochs from Postgres (a bumped epoch — terminate, delete, a newer context —
-  means fenced → kill the child now, not at its next commit, so that an effect that runs for
-  minutes does not keep a terminate or delete waiting);
+  reads the watched contexts' epochs from Postgres (a bumped epoch — terminate, delete, a newer
+  context — means fenced → kill the child now, not at its next commit, so that an effect that
+  runs for minutes does not keep a terminate or delete waiting). A cron delivery has no epoch
+  (its trigger's DELETE fence is read by its own loop, ``workers.cron_tasks``): only its lease
+  is renewed;
 * the **pinger** (every ``PING_FRACTION`` of the TTL): pings each child, but only while its lease
   was renewed recently (a renewal *started* less than ``PING_WINDOW_FRACTION`` of the TTL ago).
 
@@ -74,7 +76,8 @@ def watchdog_seconds(ttl_ms: int) -> float:
 
 @dataclasses.dataclass(eq=False)
 class Watched:
-    """One running context as the heartbeat sees it; ``lost``/``fenced`` are set by the threads.
+    """One running context (or cron delivery) as the heartbeat sees it; ``lost``/``fenced`` are
+    set by the threads. A delivery (:meth:`delivery`) has no ``instance_pk`` and no ``epoch``.
 
     ``renewed_at`` is the monotonic time at which the last successful lease renewal (or the
     acquisition) *started*; ``last_ping`` the monotonic time of the last ping sent to the child
@@ -82,9 +85,9 @@ class Watched:
     reached the watchdog, the child may have killed itself for the host's sake.
     """
 
-    instance_pk: int
-    epoch: int
-    lease: lease_mod.Lease
+    instance_pk: int | None
+    epoch: int | None
+    lease: lease_mod.Lease | lease_mod.DeliveryLease
     child: sandbox.ChildHandle | None = None
     lost: bool = False
     fenced: bool = False
@@ -96,6 +99,28 @@ class Watched:
     #: observer), published by the beat for the progress view; ``published``: a key is out there.
     step: dict | None = None
     published: bool = False
+
+    @classmethod
+    def delivery(cls, lease: lease_mod.DeliveryLease) -> Watched:
+        """A cron delivery holding ``lease`` (renewed from the moment it was taken); its child is
+        set once spawned."""
+        return cls(instance_pk=None, epoch=None, lease=lease, renewed_at=lease.taken_at)
+
+    def attach(self, child: sandbox.ChildHandle) -> None:
+        """Ping ``child`` from now on (its job was just sent: its watchdog starts now); the ping
+        gap counts from here."""
+        self.last_ping = time.monotonic()
+        self.max_gap = 0.0
+        self.child = child
+
+    def detach(self) -> None:
+        """Stop pinging the child (it is being stopped; the heartbeat no longer kills it). The
+        ping gap is kept, and keeps growing, for the judgement of a child that vanished."""
+        self.child = None
+
+    def log_fields(self) -> dict[str, object]:
+        """Log fields naming this run: the context's instance pk, or the delivery's lease key."""
+        return {"instance": self.instance_pk} if self.instance_pk is not None else {"lease": self.lease.key}
 
     def ping_gap(self) -> float:
         """The longest time in seconds without a ping so far, the current stretch included."""
@@ -133,7 +158,7 @@ class Heartbeat:
         the beat runs at once only when a stop hint for its pk arrived after ``renewed_at``."""
         with self._lock:
             self._watched.add(watched)
-            hinted = self._hinted.get(watched.instance_pk)
+            hinted = None if watched.instance_pk is None else self._hinted.get(watched.instance_pk)
             for name, target in (("beat", self._loop), ("pinger", self._pings), ("stop", self._listen)):
                 thread = self._threads.get(name)
                 if thread is None or not thread.is_alive():
@@ -239,20 +264,21 @@ class Heartbeat:
                 try:
                     renewed = self.leases.renew(watched.lease)
                 except Exception:  # noqa: BLE001 - Redis down: the child watchdog is the backstop
-                    log.warning(
-                        "lease renewal failed", extra={"instance": watched.instance_pk}, exc_info=True
-                    )
+                    log.warning("lease renewal failed", extra=watched.log_fields(), exc_info=True)
                     continue
                 if renewed:
                     watched.renewed_at = started
                     self._publish_step(watched)
                     continue
                 watched.lost = True
-            log.warning("lease lost", extra={"instance": watched.instance_pk})
+            log.warning("lease lost", extra=watched.log_fields())
             self._kill(watched)
-        epochs = self._epochs([w.instance_pk for w in current])
-        for watched in current:
-            if epochs is not None and epochs.get(watched.instance_pk) != watched.epoch:
+        contexts = {w: w.instance_pk for w in current if w.instance_pk is not None}
+        if not contexts:
+            return  # only deliveries: they have no epoch
+        epochs = self._epochs(list(contexts.values()))
+        for watched, pk in contexts.items():
+            if epochs is not None and epochs.get(pk) != watched.epoch:
                 log.info("context fenced", extra={"instance": watched.instance_pk, "epoch": watched.epoch})
                 watched.fenced = True
                 self._kill(watched)
@@ -262,7 +288,7 @@ class Heartbeat:
         most one Redis write per beat, none while no step runs; best effort (the key expires with
         the lease TTL)."""
         step = None if gone else watched.step
-        if step is None and not watched.published:
+        if (step is None and not watched.published) or watched.instance_pk is None:
             return
         key = redis_keys.running_step_key(self.leases.namespace, watched.instance_pk)
         try:

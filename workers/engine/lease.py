@@ -41,7 +41,6 @@ import dataclasses
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -173,6 +172,36 @@ class Lease:
     value: str
     space: str | None = None
 
+    @property
+    def member(self) -> str:
+        """Its member in its Space's contexts SET: the instance pk."""
+        return str(self.instance_pk)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeliveryLease:
+    """A held cron delivery lease (``services.redis_keys.delivery_lease_key``) of match
+    ``match_pk``: ``key`` holding ``value`` since the monotonic ``taken_at`` (just before it was
+    taken); ``space`` is the Space whose slot it holds (``None``: uncapped).
+
+    It is renewed like a replay context's lease, by the process's heartbeat
+    (``workers.engine.heartbeat``, :meth:`LeaseStore.renew`; docs/spec/cron-trigger.md#cr-delivery
+    at-least-once delivery), which pings the delivery's child only while the lease is fresh, so
+    the child is dead (its watchdog) before this lease can expire: "no live lease" proves that
+    no handler of the match runs. Released with :meth:`LeaseStore.release`.
+    """
+
+    match_pk: int
+    key: str
+    value: str
+    taken_at: float
+    space: str | None = None
+
+    @property
+    def member(self) -> str:
+        """Its member in its Space's contexts SET: ``cron:{match_pk}``."""
+        return f"{CRON_MEMBER}{self.match_pk}"
+
 
 def process_owner() -> str:
     """This process's owner id: ``{hostname}:{pid}`` (new after ``fork``)."""
@@ -272,46 +301,50 @@ class LeaseStore:
         )
 
     def admit_delivery(
-        self, match_pk: int, *, space: str | None, cap: int, renew_every_s: float, reserved: int = 0
+        self, match_pk: int, *, space: str | None, cap: int, reserved: int = 0
     ) -> DeliveryLease | str:
         """Take cron match ``match_pk``'s delivery lease and a slot of ``space`` in one round trip
         (the same script and cap as :meth:`admit`; the slot's member is ``cron:{match_pk}``).
 
-        Returns the started :class:`DeliveryLease`; :data:`BUSY` when another delivery holds the
-        lease; :data:`DEFERRED` when ``space`` runs ``cap`` contexts and deliveries already (the
-        member waits in the Space's ZSET, and a release hands it the next free slot through
-        ``services.dispatch.deliver_cron_match``; the cron sweep sends the match again anyway).
-        ``space`` ``None`` or ``cap`` ≤ 0 → a plain :meth:`DeliveryLease.acquire`. Raises
+        Returns the :class:`DeliveryLease` (renewed by the caller's heartbeat,
+        ``workers.engine.heartbeat``, through :meth:`renew`); :data:`BUSY` when another delivery
+        holds the lease; :data:`DEFERRED` when ``space`` runs ``cap`` contexts and deliveries
+        already (the member waits in the Space's ZSET, and a release hands it the next free slot
+        through ``services.dispatch.deliver_cron_match``; the cron sweep sends the match again
+        anyway). ``space`` ``None`` or ``cap`` ≤ 0 → a plain ``SET NX PX`` (no slot). Raises
         ``redis.RedisError``.
         """
         key = redis_keys.delivery_lease_key(self.namespace, match_pk)
-        if space is None or cap <= 0:
-            held = DeliveryLease.acquire(self.client, key=key, ttl_ms=self.ttl_ms, renew_every_s=renew_every_s)
-            return BUSY if held is None else held
         value = f"{process_owner()}:{uuid.uuid4().hex}"
-        member = f"{CRON_MEMBER}{match_pk}"
         started = time.monotonic()
+        if space is None or cap <= 0:
+            if not self.client.set(key, value, nx=True, px=self.ttl_ms):
+                return BUSY
+            return DeliveryLease(match_pk=match_pk, key=key, value=value, taken_at=started)
+        member = f"{CRON_MEMBER}{match_pk}"
         answer = self._take_slot(key=key, value=value, space=space, cap=cap, reserved=reserved, member=member)
         if answer != 1:
             return BUSY if answer == 0 else DEFERRED
-        return DeliveryLease.start(
-            self.client,
-            key=key,
-            value=value,
-            ttl_ms=self.ttl_ms,
-            renew_every_s=renew_every_s,
-            renewed_at=started,
-            slot=_Slot(store=self, space=space, member=member),
-        )
+        return DeliveryLease(match_pk=match_pk, key=key, value=value, taken_at=started, space=space)
 
-    def renew(self, lease: Lease) -> bool:
+    def renew(self, lease: Lease | DeliveryLease) -> bool:
         """Extend ``lease`` by the TTL if it is still ours (compare-and-set); False if it is not.
 
-        A lease that vanished (expired, or Redis lost its keys) is taken again with ``SET NX``
-        under the same value, so a flushed Redis does not stop a healthy context; one that
-        another owner holds is lost for good. A Space's lease is also (re-)counted in its Space
-        (the same single round trip).
+        A context's lease that vanished (expired, or Redis lost its keys) is taken again with
+        ``SET NX`` under the same value, so a flushed Redis does not stop a healthy context; one
+        that another owner holds is lost for good. A cron delivery's lease that vanished is lost
+        too (the sweep may have finished its delivery ``unknown`` and sent the match again). A
+        Space's lease is also (re-)counted in its Space (the same single round trip).
         """
+        if isinstance(lease, DeliveryLease):
+            if lease.space is None:
+                return bool(self._renew(keys=[lease.key], args=[lease.value, self.ttl_ms]))
+            return bool(
+                self._renew_member(
+                    keys=[lease.key, self.contexts_key(lease.space)],
+                    args=[lease.value, self.ttl_ms, lease.member, SPACE_KEYS_TTL_MS],
+                )
+            )
         if lease.space is not None:
             return bool(
                 self._renew_space(
@@ -323,16 +356,16 @@ class LeaseStore:
             return True
         return bool(self.client.set(lease.key, lease.value, nx=True, px=self.ttl_ms))
 
-    def release(self, lease: Lease) -> bool:
+    def release(self, lease: Lease | DeliveryLease) -> bool:
         """Delete ``lease`` if it is still ours; True when this call deleted it.
 
         A Space's lease also frees its slot and, in the same script, pops the Space's oldest
-        waiting pk, which is passed to ``handoff`` (a failing ``handoff`` is logged, never
-        raised: the sweep dispatches that instance later).
+        waiting member, which is handed the slot (:meth:`release_slot`; a failing hand-off is
+        logged, never raised: the sweeps dispatch it later).
         """
         if lease.space is None:
             return bool(self._release(keys=[lease.key], args=[lease.value]))
-        return self.release_slot(key=lease.key, value=lease.value, space=lease.space, member=str(lease.instance_pk))
+        return self.release_slot(key=lease.key, value=lease.value, space=lease.space, member=lease.member)
 
     def release_slot(self, *, key: str, value: str, space: str, member: str) -> bool:
         """Delete lease ``key`` if it still holds ``value``, free ``member``'s slot of ``space``
@@ -440,119 +473,3 @@ def store_for(*, redis_url: str, namespace: str, ttl_ms: int) -> LeaseStore:
 def store_for_settings(settings: config.Settings) -> LeaseStore:
     """:func:`store_for` of ``settings`` (its Redis, namespace and lease TTL)."""
     return store_for(redis_url=settings.redis_url, namespace=settings.namespace, ttl_ms=settings.lease_ttl_ms)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Slot:
-    """The Space slot a :class:`DeliveryLease` holds: ``member`` of ``space``'s contexts SET."""
-
-    store: LeaseStore
-    space: str
-    member: str
-
-
-@dataclasses.dataclass
-class DeliveryLease:
-    """A held cron delivery lease (``services.redis_keys.delivery_lease_key``), renewed every
-    ``renew_every_s`` seconds by a daemon thread with the same compare-and-set scripts as the
-    replay-context leases (docs/spec/cron-trigger.md#cr-delivery at-least-once delivery; ``workers.cron_tasks``).
-
-    ``renewed_at`` is the monotonic time at which the last successful renewal (or the
-    acquisition) *started*; ``lost`` is set when another holder owns the key. The caller pings
-    its child only while ``renewed_at`` is recent, so the child is dead (its watchdog) before this
-    lease can expire: "no live lease" proves that no handler of the match runs (the same
-    arithmetic as ``workers.engine.heartbeat``).
-    """
-
-    client: redis.Redis
-    key: str
-    value: str
-    ttl_ms: int
-    renew_every_s: float
-    renewed_at: float = 0.0
-    lost: bool = False
-    slot: _Slot | None = None
-    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    @classmethod
-    def acquire(
-        cls, client: redis.Redis, *, key: str, ttl_ms: int, renew_every_s: float
-    ) -> DeliveryLease | None:
-        """``SET key value NX PX ttl_ms``; the started lease, or None when another delivery holds
-        it. Raises ``redis.RedisError``."""
-        value = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-        started = time.monotonic()
-        if not client.set(key, value, nx=True, px=ttl_ms):
-            return None
-        return cls.start(client, key=key, value=value, ttl_ms=ttl_ms, renew_every_s=renew_every_s, renewed_at=started)
-
-    @classmethod
-    def start(
-        cls,
-        client: redis.Redis,
-        *,
-        key: str,
-        value: str,
-        ttl_ms: int,
-        renew_every_s: float,
-        renewed_at: float,
-        slot: _Slot | None = None,
-    ) -> DeliveryLease:
-        """Start renewing a lease already taken (``key`` holds ``value`` since the monotonic
-        ``renewed_at``); with ``slot`` it stays counted in its Space (:meth:`LeaseStore.admit_delivery`)."""
-        lease = cls(
-            client=client, key=key, value=value, ttl_ms=ttl_ms, renew_every_s=renew_every_s,
-            renewed_at=renewed_at, slot=slot,
-        )
-        lease._thread = threading.Thread(target=lease._heartbeat, name=f"cronlease:{key}", daemon=True)
-        lease._thread.start()
-        return lease
-
-    def _renewed(self) -> bool:
-        if self.slot is None:
-            return bool(self.client.eval(_RENEW, 1, self.key, self.value, self.ttl_ms))
-        store = self.slot.store
-        return bool(
-            store._renew_member(
-                keys=[self.key, store.contexts_key(self.slot.space)],
-                args=[self.value, self.ttl_ms, self.slot.member, SPACE_KEYS_TTL_MS],
-            )
-        )
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.renew_every_s):
-            started = time.monotonic()
-            try:
-                if not self._renewed():
-                    log.warning("cron delivery lease lost; its handler is stopped", extra={"key": self.key})
-                    self.lost = True
-                    return
-                self.renewed_at = started
-            except redis.RedisError:
-                log.warning("cron delivery lease renewal failed", extra={"key": self.key}, exc_info=True)
-
-    def release(self) -> None:
-        """Stop the heartbeat and delete the lease if it is still ours (never raises)."""
-        self._halt()
-        try:
-            if self.slot is None:
-                self.client.eval(_RELEASE, 1, self.key, self.value)
-            else:
-                self.slot.store.release_slot(
-                    key=self.key, value=self.value, space=self.slot.space, member=self.slot.member
-                )
-        except redis.RedisError:
-            log.warning(
-                "cron delivery lease release failed; it expires", extra={"key": self.key}, exc_info=True
-            )
-
-    def abandon(self) -> None:
-        """Stop renewing but keep the key: it expires within the TTL, after the child's watchdog
-        has fired (used when the child's death could not be proven)."""
-        self._halt()
-
-    def _halt(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
