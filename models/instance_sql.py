@@ -1,9 +1,12 @@
 """The hand-written SQL of instances, their steps, history, inbox events and timers: every
 statement once, in psycopg's ``%(name)s`` style, for the engine's store (``workers.engine.store``,
-raw psycopg) and the instance services (``services.instances`` / ``instance_events``,
-through ``Connection.exec_driver_sql``). Names, ids and event types are bytea UTF-8 (pass
-``str.encode()``), documents ``json`` text. Simple reads and bulk purges stay SQLAlchemy Core
-beside the models they touch (``models.instances``).
+raw psycopg) and the instance services (``services.instances``, ``instance_events`` and
+``instance_stop``, on their session's connection). Every write of an instance's state and history
+is here — create, the contexts' commits, ``send_event``, terminate and the DELETE purge's fence —
+and every history row is a ``takohost.domain.history`` record stored by :func:`document` (except
+``ContextStarted``, whose epoch the statement itself takes). Names, ids and event types are bytea
+UTF-8 (pass ``str.encode()``), documents ``json`` text. Simple reads and bulk purges stay
+SQLAlchemy Core beside the models they touch (``models.instances``).
 
 The engine's hot commits are ONE statement whose data-modifying CTEs hang off the fenced
 ``UPDATE`` named ``f`` (``… FROM f``): the ``*_CTE`` fragments below are joined by
@@ -139,6 +142,84 @@ def accept_event(
         parts.append(INBOX_INSERT_CTE)
     parts += commit_ctes(commit, params, stamps=stamps)
     return statement(parts), params
+
+
+# -- stopping instances (services.instance_stop) ---------------------------------------------------
+
+#: Fence instance ``%(pk)s`` for terminate (docs/spec/durable-workflow.md#dw-terminate): ``epoch + 1``
+#: (its owner's commits are refused from now on), ``stopping = 'terminate'``, the terminate note
+#: (``%(note)s``: json text or NULL) kept in ``error`` until :func:`finish_termination` moves it into
+#: the history, and every timer deleted (a queued wake is refused by the fence too: a context starts
+#: only while ``stopping`` is unset). Returns ``(pk,)``.
+FENCE_TERMINATE = """
+WITH f AS (
+  UPDATE instances SET epoch = epoch + 1, stopping = 'terminate', updated_at = %(now)s,
+         error = CAST(%(note)s AS json)
+  WHERE pk = %(pk)s RETURNING pk
+), t AS (
+  DELETE FROM timers WHERE instance_pk = %(pk)s
+)
+SELECT pk FROM f
+"""
+
+#: Instance ``%(pk)s`` locked ``FOR UPDATE``: ``(status, error, space, workflow_uid, instance_id)``
+#: (no row: gone); ``instance_id`` is bytea UTF-8.
+LOCK_FOR_TERMINATION = """
+SELECT status, error, space, workflow_uid, instance_id FROM instances WHERE pk = %(pk)s FOR UPDATE
+"""
+
+#: ``terminated`` with the note, output and error cleared, the inbox and the timers purged, and the
+#: counters for ``%(n)s`` history events from ``f.e0`` (``{sets}``: the commit's own assignments).
+TERMINATED_CTE = """f AS (
+  UPDATE instances SET stopping = NULL, output = NULL, error = NULL, terminal_at = %(now)s,
+         inbox_count = 0, inbox_bytes = 0, next_event_id = next_event_id + %(n)s,
+         last_event_at = GREATEST(last_event_at, %(newest)s::timestamptz){sets}
+  WHERE pk = %(pk)s
+  RETURNING next_event_id - %(n)s AS e0, last_event_at AS last
+), i AS (
+  DELETE FROM inbox_events WHERE instance_pk = %(pk)s
+), t AS (
+  DELETE FROM timers WHERE instance_pk = %(pk)s
+)"""
+
+
+def finish_termination(*, pk: int, note: dict | None, now: dt.datetime) -> tuple[str, dict[str, Any]]:
+    """``(statement, params)`` that publishes ``terminated`` for instance ``pk`` whose row the
+    transaction holds locked (``LOCK_FOR_TERMINATION``) and whose stop is proven: ONE statement
+    (``TERMINATED_CTE``) appending ``InstanceTerminated`` with ``note`` (``{"reason"?, "by"?}``,
+    ``history.terminated``) through the same history CTE as every other commit (:func:`commit_ctes`).
+    Returns one row ``(e0,)``."""
+    commit = commits.Commit(events=[history.terminated(note)], status="terminated", touch=True)
+    stamps = history.stamps(commit.events, now=now)
+    params: dict[str, Any] = {"pk": pk, "now": now, "n": 1, "status": commit.status, "newest": stamps[-1]}
+    parts = [TERMINATED_CTE.format(sets=commit_sets(commit)), *commit_ctes(commit, params, stamps=stamps)]
+    return statement(parts), params
+
+
+#: Close DurableWorkflow ``%(uid)s`` (DELETE, docs/spec/durable-workflow.md#dw-delete) under the
+#: exclusive advisory lock that pairs with ``LOCK_WORKFLOW_SHARED``: a create either committed
+#: before (and is purged with the UID) or sees the closure. Two statements, one transaction.
+LOCK_WORKFLOW_EXCLUSIVE = "SELECT pg_advisory_xact_lock(hashtext(%(uid)s))"
+CLOSE_WORKFLOW = """
+INSERT INTO workflow_closures (workflow_uid, closed_at) VALUES (%(uid)s, %(now)s)
+ON CONFLICT (workflow_uid) DO NOTHING
+"""
+
+#: Fence every non-terminal instance of ``%(uid)s`` for the purge once (``epoch + 1``, ``stopping =
+#: 'delete'``; one already marked keeps its epoch) and delete every timer of the UID's instances.
+#: Returns ``(pk, fenced)`` of each non-terminal instance (``fenced``: by this statement).
+FENCE_WORKFLOW_DELETE = """
+WITH f AS (
+  UPDATE instances SET epoch = epoch + 1, stopping = 'delete', updated_at = %(now)s
+  WHERE workflow_uid = %(uid)s AND status IN ('queued', 'running', 'sleeping', 'waiting')
+    AND stopping IS DISTINCT FROM 'delete'
+  RETURNING pk
+), t AS (
+  DELETE FROM timers USING instances i WHERE timers.instance_pk = i.pk AND i.workflow_uid = %(uid)s
+)
+SELECT i.pk, i.pk IN (SELECT pk FROM f) FROM instances i
+WHERE i.workflow_uid = %(uid)s AND i.status IN ('queued', 'running', 'sleeping', 'waiting')
+"""
 
 
 # -- a replay context (engine) ----------------------------------------------------------------------

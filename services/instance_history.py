@@ -2,8 +2,9 @@
 
 History events are numbered per instance from 1 (``InstanceCreated``) by ``next_event_id`` and stamped never
 earlier than the instance's newest event (``last_event_at``), so ``eventId`` and ``eventTimestamp`` both
-ascend. :func:`append_history_txn` appends in the caller's transaction (docs/spec/house-rules.md#hr-txn; the
-caller holds the row lock); :func:`history` serves the paged, read-only view.
+ascend. They are appended by the statements of ``models.instance_sql`` only (the engine's commits,
+``send_event``, create and terminate), in the same statement as the state change they record, from
+the builders of ``takohost.domain.history``; :func:`history` serves the paged, read-only view.
 
 Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Times are aware UTC
 datetimes. This module must not import ``workers.engine`` (the API imports it).
@@ -11,8 +12,6 @@ datetimes. This module must not import ``workers.engine`` (the API imports it).
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,32 +21,6 @@ from models import db as models_db
 from models import instances as inst_models
 from services import instance_common, instance_pages
 from takohost.domain import history as domain_history
-
-
-def append_history_txn(
-    session: orm.Session,
-    *,
-    instance: inst_models.Instance,
-    events: Iterable[tuple[str, dict]],
-    now: dt.datetime,
-) -> None:
-    """Append ``(eventType, attributes)`` events to ``instance``'s history in the caller's
-    transaction, numbering them from ``instance.next_event_id`` and stamping them
-    ``max(now, instance.last_event_at)`` (the caller holds the row lock, so both are current)."""
-    for event_type, attributes in events:
-        assert event_type in inst_models.HISTORY_EVENT_TYPES, event_type
-        stamp = now if instance.last_event_at is None else max(now, instance.last_event_at)
-        session.add(
-            inst_models.HistoryEvent(
-                instance_pk=instance.pk,
-                event_id=instance.next_event_id,
-                event_type=event_type,
-                attributes=attributes,
-                event_timestamp=stamp,
-            )
-        )
-        instance.next_event_id += 1
-        instance.last_event_at = stamp
 
 
 def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int) -> tuple[list[dict], bool]:

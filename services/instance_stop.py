@@ -19,23 +19,19 @@ import logging
 import time
 
 import sqlalchemy as sa
-from sqlalchemy import orm
-from sqlalchemy.dialects import postgresql
 
 from models import db as models_db
+from models import instance_sql
 from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
-from services import instance_common, instance_history, leases, stop_signals
+from services import instance_common, leases, stop_signals
 from services.telemetry import lifecycle
 
 log = logging.getLogger(__name__)
 
 #: docs/spec/host-limits.md#hl-decisions: terminate() that cannot prove the stop in 30 s → backend_unavailable.
 TERMINATE_WAIT_SECONDS = 30.0
-
-NON_TERMINAL = ("queued", "running", "sleeping", "waiting")
-
 
 def terminate(
     *,
@@ -82,17 +78,13 @@ def terminate(
             return {"status": instance.status}
         pk = instance.pk
         if instance.stopping is None:
-            table = inst_models.Instance.__table__
-            session.execute(
-                sa.update(table)
-                .where(table.c.pk == pk)
-                # The note rides in ``error`` until finish_termination moves it into the history:
-                # that column is null until an instance errs, a fenced instance can no longer err
-                # (its owner's commits are refused), and finishing clears it.
-                .values(epoch=table.c.epoch + 1, stopping="terminate", updated_at=now or utcnow(),
-                        error={_NOTE: note} if note else None)
+            # The note rides in ``error`` until finish_termination moves it into the history:
+            # that column is null until an instance errs, a fenced instance can no longer err
+            # (its owner's commits are refused), and finishing clears it.
+            session.connection().exec_driver_sql(
+                instance_sql.FENCE_TERMINATE,
+                {"pk": pk, "now": now or utcnow(), "note": instance_sql.document({_NOTE: note} if note else None)},
             )
-            session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == pk))
     stop_signals.publish([pk])
     deadline = time.monotonic() + wait_seconds
     while leases.live_leases([pk]):
@@ -116,38 +108,22 @@ def finish_termination(instance_pk: int, *, now: dt.datetime | None = None) -> s
     returns the final status (an instance already terminal keeps its status)."""
     now = now or utcnow()
     with models_db.session_scope() as session:
-        instance = session.scalar(
-            sa.select(inst_models.Instance).where(inst_models.Instance.pk == instance_pk).with_for_update()
-        )
-        if instance is None:
+        connection = session.connection()
+        row = connection.exec_driver_sql(instance_sql.LOCK_FOR_TERMINATION, {"pk": instance_pk}).fetchone()
+        if row is None:
             raise DomainError("unknown_instance", "no such instance")
-        if instance.status in inst_models.TERMINAL_STATUSES:
-            return instance.status
-        note = instance.error.get(_NOTE) if isinstance(instance.error, dict) else None
-        instance.status = "terminated"
-        ended = {"space": instance.space, "workflow_uid": instance.workflow_uid, "instance_id": instance.instance_id}
-        instance.stopping = None
-        instance.output = None
-        instance.error = None
-        instance.terminal_at = now
-        instance.updated_at = now
-        instance.inbox_count = 0
-        instance.inbox_bytes = 0
-        purge_continuations_txn(session, instance_pk=instance_pk)
-        instance_history.append_history_txn(
-            session, instance=instance, now=now,
-            events=[("InstanceTerminated", dict(note) if isinstance(note, dict) else {})]
+        status, error, space, workflow_uid, instance_id = row
+        if status in inst_models.TERMINAL_STATUSES:
+            return status
+        note = error.get(_NOTE) if isinstance(error, dict) else None
+        # One statement: terminated, the inbox and timers purged (docs/spec/durable-workflow.md#dw-events:
+        # a terminal transition purges them), InstanceTerminated appended.
+        sql, params = instance_sql.finish_termination(
+            pk=instance_pk, note=note if isinstance(note, dict) else None, now=now
         )
-    lifecycle.terminated(**ended)
+        connection.exec_driver_sql(sql, params)
+    lifecycle.terminated(space=space, workflow_uid=workflow_uid, instance_id=bytes(instance_id).decode("utf-8"))
     return "terminated"
-
-
-def purge_continuations_txn(session: orm.Session, *, instance_pk: int) -> None:
-    """Delete an instance's unconsumed events and timers (docs/spec/durable-workflow.md#dw-events: a terminal transition purges them)."""
-    session.execute(
-        sa.delete(inst_models.InboxEvent).where(inst_models.InboxEvent.instance_pk == instance_pk)
-    )
-    session.execute(sa.delete(inst_models.Timer).where(inst_models.Timer.instance_pk == instance_pk))
 
 
 def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
@@ -159,43 +135,18 @@ def purge_workflow(workflow_uid: str, *, now: dt.datetime) -> bool:
     ``False`` while a stop cannot be proven yet (call again later: each call continues); ``True``
     when nothing of the UID is left. Idempotent; touches nothing outside the UID.
     """
+    params = {"uid": workflow_uid, "now": now}
     with models_db.session_scope() as session:
         # Pairs with the shared lock of create (see instances._insert_instance_txn).
-        session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(workflow_uid))))
-        session.execute(
-            postgresql.insert(inst_models.WorkflowClosure.__table__)
-            .values(workflow_uid=workflow_uid, closed_at=now)
-            .on_conflict_do_nothing(index_elements=["workflow_uid"])
-        )
+        session.connection().exec_driver_sql(instance_sql.LOCK_WORKFLOW_EXCLUSIVE, params)
+        session.connection().exec_driver_sql(instance_sql.CLOSE_WORKFLOW, params)
     with models_db.session_scope() as session:
         # Fence once: an instance already marked by an earlier call keeps its epoch (a second bump
         # would only fence again what is fenced); the marked ones are still waited for below.
-        fenced = session.scalars(
-            sa.update(inst_models.Instance)
-            .where(
-                inst_models.Instance.workflow_uid == workflow_uid,
-                inst_models.Instance.status.in_(NON_TERMINAL),
-                sa.or_(inst_models.Instance.stopping.is_(None), inst_models.Instance.stopping != "delete"),
-            )
-            .values(epoch=inst_models.Instance.epoch + 1, stopping="delete", updated_at=now)
-            .returning(inst_models.Instance.pk)
-        ).all()
-        pks = session.scalars(
-            sa.select(inst_models.Instance.pk).where(
-                inst_models.Instance.workflow_uid == workflow_uid,
-                inst_models.Instance.status.in_(NON_TERMINAL),
-            )
-        ).all()
-        session.execute(
-            sa.delete(inst_models.Timer).where(
-                inst_models.Timer.instance_pk.in_(
-                    sa.select(inst_models.Instance.pk).where(
-                        inst_models.Instance.workflow_uid == workflow_uid
-                    )
-                )
-            )
-        )
-    stop_signals.publish(list(fenced))
+        rows = session.connection().exec_driver_sql(instance_sql.FENCE_WORKFLOW_DELETE, params).all()
+    pks = [pk for pk, _ in rows]
+    fenced = [pk for pk, by_this_call in rows if by_this_call]
+    stop_signals.publish(fenced)
     try:
         live = leases.live_leases(list(pks))
     except DomainError:

@@ -18,7 +18,6 @@ imports it).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from typing import Any
 
@@ -33,7 +32,7 @@ from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, forms, instance_common, instance_pages, quotas
 from services.telemetry import lifecycle
-from takohost.domain import decide, deepjson, history
+from takohost.domain import decide, history
 
 #: An instance lives at most 31536000 s from its creation (docs/spec/durable-workflow.md#dw-step).
 LIFETIME_SECONDS = decide.LIFETIME_SECONDS
@@ -81,10 +80,10 @@ def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int
                 "uid": values["workflow_uid"],
                 "space": values["space"],
                 "instance_id": values["instance_id"].encode("utf-8"),
-                "params": None if values["params"] is None else deepjson.dumps_stored(values["params"]),
+                "params": instance_sql.document(values["params"]),
                 "now": values["now"],
                 "lifetime": values["lifetime"],
-                "attributes": json.dumps(history.instance_created(values["instance_id"]).attributes),
+                "attributes": instance_sql.document(history.instance_created(values["instance_id"]).attributes),
                 "live_limit": live_limit,
             },
         )

@@ -3,8 +3,10 @@ the shape the history is served in (:func:`served`).
 
 Each builder returns one :class:`Event` (``eventType`` + ``attributes``); ``store`` numbers and
 inserts them in the same statement or transaction as the state change they record. Events written
-outside contexts (``InstanceCreated``, ``EventAccepted``, ``InstanceTerminated``) come from
-``services.instances``, ``instance_events`` and ``instance_stop``; the history is served by
+outside contexts (``InstanceCreated``, ``EventAccepted`` and a direct delivery's ``EventConsumed``
+and ``StepCompleted``, ``InstanceTerminated``) come from ``services.instances``,
+``instance_events`` and ``instance_stop``, built here too; every one is written by a statement of
+``models.instance_sql``. The history is served by
 ``services.instance_history`` (and, in process, by ``takohost.testing``). Pure: the engine, the
 services and the test kit share it. Attributes hold names, numbers and RFC 3339 instants;
 documents (results, payloads) stay in the step and inbox rows and are joined in when the history is
@@ -212,6 +214,13 @@ def errored(error: dict, *, details: dict | None = None) -> Event:
     history-only attributes (``type``, ``traceback`` of a ``run_threw``): the instance's ``error``,
     which ``status()`` returns, keeps the spec's exact shape (docs/spec/durable-workflow.md#dw-status)."""
     return Event("InstanceErrored", {**(details or {}), **error})
+
+
+def terminated(note: Mapping[str, Any] | None = None) -> Event:
+    """The instance was terminated (``services.instance_stop``, once its stop is proven);
+    ``note``: the request's ``{"reason"?, "by"?}`` (docs/spec/host-features.md#hf-console), ``None``
+    or empty for none."""
+    return Event("InstanceTerminated", dict(note or {}))
 
 
 def replay_diverged(attributes: dict) -> Event:

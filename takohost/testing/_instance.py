@@ -242,7 +242,7 @@ class Instance:
         self._inbox.clear()
         self._timers.clear()
         self._runnable = False
-        self._append([history.Event("InstanceTerminated", {})])
+        self._append([history.terminated()])
 
     # -- the host's part ----------------------------------------------------------------------------
     def _settle(self) -> None:

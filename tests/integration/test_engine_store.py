@@ -11,9 +11,10 @@ import time
 import psycopg
 import pytest
 
+from models import instance_sql
 from models.base import utcnow
-from services import dispatch, instance_events, instance_history, instances
-from takohost.domain import decide
+from services import dispatch, instance_events, instance_history, instance_stop, instances
+from takohost.domain import decide, history
 from tests.support import workflows
 from workers.engine import store
 
@@ -232,3 +233,32 @@ def test_a_direct_delivery_writes_what_the_engine_writes_when_it_consumes_the_sa
     assert d_counters == e_counters and d_counters[:4] == ("running", 2, 0, 0)
     assert d_timers == e_timers == ["lifetime"]
     assert d_inbox == e_inbox == 0
+
+
+def test_the_services_store_their_history_rows_as_the_builders_give_them(db_url, space_token, monkeypatch):
+    """``InstanceCreated``, ``EventAccepted`` and ``InstanceTerminated`` (with its note) are stored as
+    the compact text of ``takohost.domain.history``'s records (``instance_sql.document``), like every
+    row a context commits; the create used to store ``{"instanceId": "…"}`` with blanks."""
+    monkeypatch.setattr(dispatch, "run_context", lambda pk, **_: None)
+    deployed = workflows.deploy(db_url, space=space_token[0], source=SOURCE, class_name="W")
+    instances.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id="ï")
+    instance_events.send_event(
+        space=deployed.space, workflow_uid=deployed.workflow, instance_id="ï", event_type="go", payload={"a": 1}
+    )
+    assert instance_stop.terminate(
+        space=deployed.space, workflow_uid=deployed.workflow, instance_id="ï", reason="done ✓", by="test"
+    ) == {"status": "terminated"}
+    pk = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="ï").pk
+    with psycopg.connect(**store.connect_kwargs(db_url)) as conn:
+        rows = conn.execute(
+            "SELECT event_id, event_type, attributes::text FROM history_events WHERE instance_pk = %s ORDER BY event_id",
+            [pk],
+        ).fetchall()
+        counters = conn.execute("SELECT next_event_id, inbox_count FROM instances WHERE pk = %s", [pk]).fetchone()
+    built = [
+        history.instance_created("ï"),
+        history.event_accepted(1, "go"),
+        history.terminated({"reason": "done ✓", "by": "test"}),
+    ]
+    assert rows == [(i + 1, e.event_type, instance_sql.document(e.attributes)) for i, e in enumerate(built)]
+    assert counters == (4, 0)
