@@ -222,6 +222,30 @@ WHERE i.workflow_uid = %(uid)s AND i.status IN ('queued', 'running', 'sleeping',
 """
 
 
+# -- timers (workers.engine.timers) -----------------------------------------------------------------
+
+#: Take up to ``%(batch)s`` timers due at or before ``%(now)s`` (oldest due first; ``SKIP LOCKED``:
+#: two beats never take one timer), delete them, and make their instances runnable: ``running``
+#: (a ``queued`` one stays ``queued``, docs/spec/host-limits.md#hl-decisions) unless terminal or
+#: being stopped, whose timers are just dropped. Returns one row ``(taken, woken)``: how many
+#: timers were taken, and the pks of the instances to dispatch.
+FIRE_DUE_TIMERS = """
+WITH taken AS (
+  SELECT pk, instance_pk FROM timers WHERE due_at <= %(now)s ORDER BY due_at LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), d AS (
+  DELETE FROM timers USING taken WHERE timers.pk = taken.pk
+), w AS (
+  UPDATE instances SET status = CASE WHEN status = 'queued' THEN 'queued' ELSE 'running' END,
+         updated_at = %(now)s
+  WHERE pk IN (SELECT instance_pk FROM taken) AND status IN ('queued', 'sleeping', 'waiting', 'running')
+    AND stopping IS NULL
+  RETURNING pk
+)
+SELECT (SELECT count(*) FROM taken), ARRAY(SELECT pk FROM w ORDER BY pk)
+"""
+
+
 # -- a replay context (engine) ----------------------------------------------------------------------
 
 #: The instance, its DurableWorkflow's spec and its Worker's live Deployment.
