@@ -39,7 +39,7 @@ class DeepJSONProvider(flask.json.provider.DefaultJSONProvider):
 def create_app(settings: config.Settings | None = None) -> flask.Flask:
     """Build the API app for ``settings`` (default: from the environment)."""
     settings = settings or config.load_settings()
-    app = flask.Flask("takohost", static_folder=None)  # no /static route (it would answer OPTIONS itself)
+    app = routing.App("takohost", static_folder=None)  # no /static route (it would answer OPTIONS itself)
     app.config.update(
         TAKOHOST_DATABASE_URL=settings.database_url,
         TAKOHOST_SETTINGS=settings,
@@ -103,7 +103,7 @@ def check_path_ids() -> None:
 def url_map_app() -> flask.Flask:
     """A bare app holding the API's URL map and views (no settings, hooks or database): what
     ``host_api.openapi`` reads the routes from."""
-    app = flask.Flask("takohost", static_folder=None)
+    app = routing.App("takohost", static_folder=None)
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     routing.configure(app)
     for blueprint in BLUEPRINTS:

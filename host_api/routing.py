@@ -5,23 +5,24 @@ or U+0000; a client percent-encodes one as a single path segment. A WSGI server 
 Werkzeug server) percent-decodes ``PATH_INFO``, so ``a%2Fb`` would reach the URL map as two
 segments. Two small pieces keep the instance routes in Flask's URL map all the same:
 
-- :class:`RawInstancePaths`, a WSGI middleware: for a request under
-  ``/v2/spaces/{space}/resources/{uid}/instances`` it puts the raw request target (``RAW_URI``
-  from gunicorn and the Werkzeug server and test client, or ``REQUEST_URI``) back into
-  ``PATH_INFO``, still percent-encoded, so the URL map splits it on the client's own ``/``.
+- :class:`InstanceMap`, the app's ``url_map_class`` (:class:`App`): for a request under
+  ``/v2/spaces/{space}/resources/{uid}/instances`` it matches the raw request target
+  (``RAW_URI`` from gunicorn and the Werkzeug server and test client, or ``REQUEST_URI``), still
+  percent-encoded, so the URL map splits it on the client's own ``/``. Only matching sees the
+  raw path: ``request.path`` (and so ``host_api.body.request_fingerprint``) stays the decoded one.
 - :class:`SegmentConverter` (``<segment:name>`` in a rule): one raw segment, percent-decoded as
   strict UTF-8. A segment that is not UTF-8 becomes :class:`Undecodable`, which
   ``host_api.app.check_path_ids`` answers with ``400 invalid_request`` (after authentication,
-  in path order, as before).
+  in path order).
 
-Every other route sees ``PATH_INFO`` as the server decoded it, exactly as before.
+Every other route is matched on ``PATH_INFO`` as the server decoded it, exactly as before.
 """
 
 from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Mapping
 from typing import Any
 
 import flask
@@ -33,7 +34,7 @@ INSTANCE_TREE = re.compile(r"^/v2/spaces/[^/]*/resources/[^/]*/instances(?:/|$)"
 SEGMENT_NAMES = {"space": "Space", "uid": "resource uid", "instance_id": "instance id"}
 
 
-def raw_path(environ: dict[str, Any]) -> str:
+def raw_path(environ: Mapping[str, Any]) -> str:
     """The request target's path as the client sent it (percent-encoded), without the query,
     fragment or ``SCRIPT_NAME``. Without ``RAW_URI``/``REQUEST_URI`` it re-quotes what the server
     decoded (an id holding ``/`` then cannot be told from two segments)."""
@@ -50,23 +51,38 @@ def raw_path(environ: dict[str, Any]) -> str:
     return raw
 
 
-class RawInstancePaths:
-    """WSGI middleware: ``PATH_INFO`` of an instance-route request is its raw path (module doc).
+def routing_path(environ: Mapping[str, Any]) -> str | None:
+    """The path the URL map matches instead of ``PATH_INFO`` (the raw one), or ``None`` for
+    ``PATH_INFO`` itself.
 
     A request whose decoded path falls under the instance routes but whose raw path does not
-    (``…/instances%2Fx``) gets its raw path too, so it matches no instance rule (``404``), as
-    with the raw-path dispatch this replaces.
+    (``…/instances%2Fx``) is matched on its raw path too, so it matches no instance rule (``404``).
     """
+    raw = raw_path(environ)
+    if INSTANCE_TREE.match(raw) or INSTANCE_TREE.match(environ.get("PATH_INFO", "")):
+        return raw
+    return None
 
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
-        self.app = app
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """Rewrite ``environ["PATH_INFO"]`` when it applies, then call the wrapped app."""
-        raw = raw_path(environ)
-        if INSTANCE_TREE.match(raw) or INSTANCE_TREE.match(environ.get("PATH_INFO", "")):
-            environ["PATH_INFO"] = raw
-        return self.app(environ, start_response)
+class InstanceMap(routing.Map):
+    """Werkzeug's URL map, matching instance routes on the raw path (:func:`routing_path`)."""
+
+    def bind_to_environ(
+        self, environ: Any, server_name: str | None = None, subdomain: str | None = None
+    ) -> routing.MapAdapter:
+        """``Map.bind_to_environ`` with ``PATH_INFO`` replaced by :func:`routing_path` when it
+        applies (``environ`` itself is left alone)."""
+        env = getattr(environ, "environ", environ)  # a Request, or a WSGI environ
+        path = routing_path(env)
+        if path is not None:
+            environ = {**env, "PATH_INFO": path}
+        return super().bind_to_environ(environ, server_name=server_name, subdomain=subdomain)
+
+
+class App(flask.Flask):
+    """``flask.Flask`` with an :class:`InstanceMap` for its URL map."""
+
+    url_map_class = InstanceMap
 
 
 class Undecodable:
@@ -102,8 +118,7 @@ class SegmentConverter(routing.UnicodeConverter):
 
 
 def configure(app: flask.Flask) -> None:
-    """Set the URL map's options and converters (before any rule is added) and wrap
-    ``app.wsgi_app`` in :class:`RawInstancePaths`.
+    """Set the URL map's options and converters (before any rule is added).
 
     Routing never redirects (a redirect is an HTML page, docs/spec/http-api.md#api-errors) and each
     route has one spelling: ``//`` is not merged into ``/`` and a trailing slash is not a second
@@ -114,7 +129,8 @@ def configure(app: flask.Flask) -> None:
     app.url_map.strict_slashes = True
     app.url_map.redirect_defaults = False
     app.url_map.converters["segment"] = SegmentConverter
-    app.wsgi_app = RawInstancePaths(app.wsgi_app)  # type: ignore[method-assign]
+    if not isinstance(app.url_map, InstanceMap):
+        raise TypeError("host_api routes need an app whose url_map_class is routing.InstanceMap (routing.App)")
 
 
 def path_segment_error(name: str, value: object) -> str | None:

@@ -75,3 +75,19 @@ def test_the_instance_collection_keeps_its_trailing_slash_and_405s_carry_allow(s
     refused = client.delete(base + "/x%2Fy/events", headers=auth)
     assert refused.status_code == 405 and refused.get_json()["error"]["code"] == "method_not_allowed"
     assert set(refused.headers["Allow"].split(", ")) == {"GET", "HEAD", "POST"}
+
+
+def test_an_idempotent_event_is_the_same_request_however_its_id_is_encoded(seen, space_token, db_url):
+    """The request fingerprint hashes the decoded path (``request.path``), as before the instance
+    routes moved into the URL map: ``a%2Fb`` and ``a%2fb`` name one instance, one request."""
+    client, _ = seen
+    space, token = space_token
+    deployed = workflows.deploy(db_url, space=space, source=WAITER, class_name="Waiter")
+    base = f"/v2/spaces/{space}/resources/{deployed.workflow}/instances"
+    auth = {"Authorization": f"Bearer {token}"}
+    assert client.post(base, json={"id": "a/b"}, headers=auth).status_code == 201
+    keyed = {**auth, "Idempotency-Key": "same-key"}
+    first = client.post(base + "/a%2Fb/events", json={"type": "t"}, headers=keyed)
+    again = client.post(base + "/a%2fb/events", json={"type": "t"}, headers=keyed)
+    assert (first.status_code, again.status_code) == (202, 202), again.get_json()
+    assert len(client.get(base + "/a%2Fb/events", headers=auth).get_json()["events"]) == 1

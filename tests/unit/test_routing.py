@@ -1,4 +1,4 @@
-"""``host_api.routing``: the raw-path middleware and the ``<segment:…>`` converter, on a bare app."""
+"""``host_api.routing``: the raw-path URL map and the ``<segment:…>`` converter, on a bare app."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ RULE = "/v2/spaces/<segment:space>/resources/<segment:uid>/instances/<segment:in
 
 @pytest.fixture()
 def client():
-    app = flask.Flask("routing-test")
+    app = routing.App("routing-test")
     routing.configure(app)
 
     @app.get(RULE)
     def one(space, uid, instance_id):  # noqa: ANN001, ANN202
         if isinstance(instance_id, routing.Undecodable):
             return {"undecodable": instance_id.raw}
-        return {"space": space, "uid": uid, "id": instance_id, "path_info": flask.request.environ["PATH_INFO"]}
+        return {"space": space, "uid": uid, "id": instance_id, "path": flask.request.path}
 
     @app.get("/v2/spaces/<space>/other/<name>")
     def other(space, name):  # noqa: ANN001, ANN202
@@ -71,6 +71,17 @@ def test_an_absolute_form_target_and_its_query_are_cut(client):
 
 def test_other_routes_keep_the_decoded_path(client):
     assert client.get("/v2/spaces/s/other/a%2Db").get_json() == {"name": "a-b"}
+
+
+def test_only_matching_sees_the_raw_path(client):
+    assert client.get("/v2/spaces/s/resources/u/instances/a%2Fb").get_json()["path"] == (
+        "/v2/spaces/s/resources/u/instances/a/b"
+    )
+
+
+def test_a_plain_flask_app_is_refused():
+    with pytest.raises(TypeError):
+        routing.configure(flask.Flask("plain"))
 
 
 def test_raw_path_strips_the_script_name():
