@@ -66,7 +66,9 @@ def create_app(settings: config.Settings | None = None) -> flask.Flask:
         # the Nth value from the right of X-Forwarded-*; without the setting they are ignored
         # (a client could otherwise claim HTTPS or another host).
         n = settings.trusted_proxies
-        app.wsgi_app = proxy_fix.ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n, x_port=n)
+        app.wsgi_app = proxy_fix.ProxyFix(  # type: ignore[method-assign]  # Flask's documented middleware form
+            app.wsgi_app, x_for=n, x_proto=n, x_host=n, x_port=n
+        )
     if any(getattr(rule, "provide_automatic_options", False) for rule in app.url_map.iter_rules()):
         raise RuntimeError("this Flask still answers OPTIONS by itself: host_api needs Flask 3.1+")
     return app

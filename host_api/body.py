@@ -13,6 +13,7 @@ import hashlib
 import io
 import logging
 import re
+import typing
 
 import flask
 import rfc8785
@@ -121,6 +122,10 @@ def json_object_body() -> dict:
     return body
 
 
+@typing.overload
+def idempotency_key(*, required: typing.Literal[True] = ...) -> str: ...
+@typing.overload
+def idempotency_key(*, required: bool) -> str | None: ...
 def idempotency_key(*, required: bool = True) -> str | None:
     """The ``Idempotency-Key`` header: 1–255 printable ASCII characters (API-op).
 
@@ -178,7 +183,7 @@ def canonical_json(value: object) -> bytes:
         if kind is bytes:
             out.append(item)  # type: ignore[arg-type]
         elif kind is dict:
-            members = list(item.items())  # type: ignore[union-attr]
+            members = list(item.items())  # type: ignore[attr-defined]
             if any(type(name) is not str for name, _ in members):
                 raise TypeError("object member names must be str")
             members.sort(key=lambda member: member[0].encode("utf-16-be"))
