@@ -73,7 +73,7 @@ def _drive(handle) -> dict | None:
 
 def run(args: argparse.Namespace) -> dict:
     """Measure both variants on one zygote; returns the JSON summary."""
-    from workers.engine import sandbox
+    from workers import sandbox
 
     text = source(args.helpers)
 

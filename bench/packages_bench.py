@@ -92,8 +92,7 @@ def run(args: argparse.Namespace) -> dict:
     scratch = tempfile.mkdtemp(prefix="takohost-packages-bench-")
     os.environ["TAKOHOST_PACKAGE_DIR"] = os.path.join(scratch, "packages")
     os.environ["TAKOHOST_WHEELHOUSE"] = _wheelhouse(args.wheelhouse, scratch)
-    from workers import packages
-    from workers.engine import sandbox
+    from workers import packages, sandbox
 
     pin = f"requests=={importlib.metadata.version('requests')}"
     installing = time.perf_counter()

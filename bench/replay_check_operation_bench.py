@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     with scratch.scratch_database("takohost_check_bench") as db_url:
         os.environ["TAKOHOST_DATABASE_URL"] = db_url
         os.environ.setdefault("TAKOHOST_REPLAY_CHECK_TOTAL_TIMEOUT_S", "3600")  # this bench measures, unbounded
-        from workers.engine import sandbox
+        from workers import sandbox
 
         space, version = _populate(db_url, instances=args.instances, steps=args.steps)
         zygote = sandbox.Zygote()

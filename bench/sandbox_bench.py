@@ -48,7 +48,7 @@ def _self_cpu_seconds() -> float:
 
 def run(spawns: int) -> dict:
     """Measure ``spawns`` contexts on a fresh zygote; returns the JSON summary (milliseconds)."""
-    from workers.engine import sandbox
+    from workers import sandbox
 
     zygote = sandbox.Zygote()
     zygote.start()

@@ -26,7 +26,7 @@ import os
 import statistics
 import time
 
-from workers.engine import sandbox
+from workers import sandbox
 
 JOB = """
 class W:

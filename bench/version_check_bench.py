@@ -36,8 +36,7 @@ def _source(steps: int) -> str:
 
 def run(args: argparse.Namespace) -> dict:
     from takohost import testing
-    from workers import version_check
-    from workers.engine import sandbox
+    from workers import sandbox, version_check
 
     source = _source(args.steps)
     with tempfile.TemporaryDirectory() as directory:

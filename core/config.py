@@ -42,7 +42,7 @@ class Settings:
         space_max_contexts: how many replay contexts one Space may run at once across the whole
             fleet (``TAKOHOST_SPACE_MAX_CONTEXTS``, default ``8``; ``0`` = no cap). Over it a
             context is deferred: its instance stays ``queued`` and starts when a context of the
-            same Space ends (``workers.engine.lease``; docs/operations.md "Production").
+            same Space ends (``workers.sandbox.lease``; docs/operations.md "Production").
         console_idle_s: seconds a web-console session lasts without a request
             (``TAKOHOST_CONSOLE_IDLE_SECONDS``, ``3600``; ``services.console_sessions``).
         console_session_s: seconds a web-console session lasts at most after sign-in

@@ -257,14 +257,15 @@ def worker(concurrency: int, pool: str, stop_timeout: float, supervised: bool, c
 
     if validation:  # docs/spec/host-features.md#hf-neighbours: several import checks at once, no Space takes them all
         from core import config
-        from workers.engine import sandbox
+        from workers import sandbox
 
         pool, concurrency = "threads", max(2, config.load_settings().validation_concurrency)
         sandbox.get_zygote()  # started before the first check, which then only forks
     if pool == "solo":
         if concurrency != 1:
             raise click.UsageError("a supervised solo process runs one task at a time (--concurrency 1)")
-        from workers.engine import children, sandbox
+        from workers import sandbox
+        from workers.sandbox import children
 
         # prefork pool processes start their zygote on worker_process_init; solo has no pool process
         children.prespawn(sandbox.get_zygote())

@@ -104,7 +104,7 @@ def claim_match_txn(session: orm.Session, *, match_pk: int, now: dt.datetime) ->
 
 def match_space_txn(session: orm.Session, *, match_pk: int) -> str | None:
     """The Space of recorded match ``match_pk`` (``None``: no such match), for the delivery's
-    fair-share slot (``workers.engine.lease.LeaseStore.admit_delivery``)."""
+    fair-share slot (``workers.sandbox.lease.LeaseStore.admit_delivery``)."""
     return session.scalar(sa.select(cron_models.CronMatch.space).where(cron_models.CronMatch.pk == match_pk))
 
 
@@ -138,7 +138,7 @@ def deployment_spec_txn(session: orm.Session, *, worker_uid: str) -> dict | None
 
 def version_spec_txn(session: orm.Session, version_uid: str) -> dict | None:
     """The spec of live WorkerVersion ``version_uid``, or None (the loader of
-    ``workers.sandbox_host.choose_version``)."""
+    ``workers.sandbox.jobs.choose_version``)."""
     return session.scalar(
         sa.select(res_models.Resource.spec).where(
             res_models.is_live("WorkerVersion", uid=version_uid),

@@ -10,7 +10,7 @@ last renewal, so a worker that joins counts within a renewal and one that is SIG
 counting within a TTL (as its leases do); a clean stop removes it at once. The control-plane and
 validation processes run no tenant work and do not register.
 
-``workers.engine.lease`` reads the ZSET inside its admission script (:data:`CAP_LUA`: one round
+``workers.sandbox.lease`` reads the ZSET inside its admission script (:data:`CAP_LUA`: one round
 trip, no extra call); :func:`space_cap` is the same rule in Python, for the beat sweep. And
 :func:`defer_dispatch` keeps a create's message out of the FIFO queue while its Space already runs
 its cap (the API calls it through ``services.dispatch.run_context``): a flood of one Space's
@@ -99,7 +99,7 @@ def space_cap(*, fixed: int, live_slots: int, reserved: int) -> int:
     the live fleet's registered slots (``0``: nothing registered, e.g. contexts run in a test
     process → ``fixed``), ``reserved`` ``TAKOHOST_SPACE_RESERVED_SLOTS`` (slots one Space never
     takes; ``0`` → ``fixed``). Otherwise ``max(1, min(fixed, live_slots - reserved))``: on 2
-    slots 1, on 4 slots 3, on 100 slots ``fixed``. Pure; ``workers.engine.lease._CAP`` is the same
+    slots 1, on 4 slots 3, on 100 slots ``fixed``. Pure; ``workers.sandbox.lease._CAP`` is the same
     rule in Lua."""
     if fixed <= 0:
         return 0
@@ -113,7 +113,7 @@ def defer_dispatch(instance_pk: int, *, space: str, settings: config.Settings | 
     message, when ``space`` already takes its cap (:func:`space_cap`): contexts with live leases
     plus messages sent within a lease TTL that no worker has taken yet (a burst of creates on an
     idle Space sends only the cap's worth); True when recorded (the caller sends nothing: the next context of that Space to release its
-    slot hands it on, ``workers.engine.lease``; a lost hand-off is the beat sweep's). False: send
+    slot hands it on, ``workers.sandbox.lease``; a lost hand-off is the beat sweep's). False: send
     it (under the cap, fair share off, or Redis unreachable — the worker's admission decides then).
     One round trip; never raises.
 

@@ -2,7 +2,7 @@
 
 The sandbox child of a replay context (``workers.engine.context``) or of a scheduled handler
 (``workers.cron_tasks``) relays each call of a workflow binding; both answer it through
-``workers.sandbox_host.answer_binding``, which calls :func:`call_binding` and maps its
+``workers.sandbox.jobs.answer_binding``, which calls :func:`call_binding` and maps its
 ``DomainError`` code to the error name the child raises. :func:`call_binding` checks the call's
 shape and runs it through the same functions as HTTP (``instances``, ``instance_events``,
 ``instance_stop``), so a binding and a request fail with the same ``DomainError`` codes.

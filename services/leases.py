@@ -1,7 +1,7 @@
 """Stop proofs from replay-context leases in Redis (docs/spec/host-limits.md#hl-decisions, docs/spec/architecture.md#ar-terminate "Terminate and delete").
 
 A worker owns an instance while it holds the key ``{namespace}:lease:{pk}``
-(``services.redis_keys.lease_key``; taken, renewed and dropped by ``workers.engine.lease``, which
+(``services.redis_keys.lease_key``; taken, renewed and dropped by ``workers.sandbox.lease``, which
 also keeps the per-Space sets). The owner drops it only after its child is
 proven dead, and a child whose pings stop kills itself before the lease could expire, so "no live
 lease" means "no user code of this instance runs": :func:`live_leases` is how terminate, the

@@ -27,7 +27,7 @@ def delivery_lease_key(namespace: str, match_pk: int) -> str:
 
 def space_contexts_key(namespace: str, space: str) -> str:
     """The Redis SET of the instance pks whose leases a Space's running contexts hold (the
-    per-Space cap, ``workers.engine.lease``): ``{namespace}:space-contexts:{space}``. A member
+    per-Space cap, ``workers.sandbox.lease``): ``{namespace}:space-contexts:{space}``. A member
     counts only while its lease key exists."""
     return f"{namespace}:space-contexts:{space}"
 

@@ -2,7 +2,7 @@
 
 A terminate or a DurableWorkflow DELETE first fences the owner in Postgres (epoch bump); then it
 publishes the instance pks on the Redis channel ``{namespace}:stop``. Every worker process whose
-heartbeat watches one of them beats at once (``workers.engine.heartbeat``): it reads the bumped
+heartbeat watches one of them beats at once (``workers.sandbox.heartbeat``): it reads the bumped
 epoch, kills the child, proves it dead, and the context drops its lease — so the caller, which
 waits for the lease to go, answers in a fraction of a second instead of a heartbeat period.
 

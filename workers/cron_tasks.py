@@ -7,7 +7,7 @@ never retried for that reason; a delivery whose worker died is delivered again w
 
 A delivery holds the Redis lease ``{namespace}:cronlease:{match_pk}`` (``SET NX PX``) from
 before its ``cron_deliveries`` row is written until after that row is finished. The process's
-heartbeat (``workers.engine.heartbeat``, the one that keeps replay contexts alive) renews it and
+heartbeat (``workers.sandbox.heartbeat``, the one that keeps replay contexts alive) renews it and
 pings the delivery's child only while that lease is fresh, so the child's watchdog kills it
 before the lease can expire. So "unfinished delivery row and no lease" proves the
 worker vanished and no handler of it runs: the sweep finishes such a delivery ``unknown`` and
@@ -17,7 +17,7 @@ Host limits (docs/spec/host-limits.md#hl-decisions): one handler call may run ``
 (default 900) from its spawn; over it the child is SIGKILLed, proven dead, and the delivery is a
 failed run, never retried within that match (docs/spec/cron-trigger.md). A running delivery reads its trigger's
 DELETE fence every ``FENCE_POLL_S`` seconds and stops the same way. The job and the binding
-answers are ``workers.sandbox_host``'s, shared with replay contexts.
+answers are ``workers.sandbox.jobs``'s, shared with replay contexts.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from services import cron_runs, dispatch, redis_client, redis_keys
 from services.celery_app import app
 from services.telemetry import metrics
 from takohost.runtime import protocol, tracebacks
-from workers import sandbox_host, tenant_logs
-from workers.engine import heartbeat, sandbox, store
-from workers.engine import lease as lease_mod
-from workers.sandbox import receive
+from workers import sandbox, tenant_logs
+from workers.engine import store
+from workers.sandbox import heartbeat, jobs, receive
+from workers.sandbox import lease as lease_mod
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class DeliveryJob:
     """What one started delivery runs: the match's ``scheduled`` event and the picked Version.
 
     ``event`` is ``{"cron", "scheduledTime"}`` (UTC epoch milliseconds; docs/spec/cron-trigger.md#cr-handler);
-    ``version`` a ``sandbox_host.VersionChoice``, or a ``NoVersion`` whose ``problem`` is the
+    ``version`` a ``jobs.VersionChoice``, or a ``NoVersion`` whose ``problem`` is the
     failed run's error (no live Deployment, say).
     """
 
@@ -73,7 +73,7 @@ class DeliveryJob:
     trigger_uid: str
     space: str
     event: dict
-    version: sandbox_host.VersionChoice | sandbox_host.NoVersion
+    version: jobs.VersionChoice | jobs.NoVersion
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +156,7 @@ def deliver(
             "takohost_cron_delivery_start_lateness_seconds", time.time() - job.event["scheduledTime"] / 1000
         )
         try:
-            if isinstance(job.version, sandbox_host.NoVersion):
+            if isinstance(job.version, jobs.NoVersion):
                 run = Run("failed", job.version.problem)
             else:
                 run = run_scheduled(
@@ -199,7 +199,7 @@ def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
             return "done"
         if cron_runs.trigger_stopping_txn(session, trigger_uid=match.trigger_uid, lock=True):
             return "deferred"
-        version = sandbox_host.choose_version(
+        version = jobs.choose_version(
             cron_runs.deployment_spec_txn(session, worker_uid=match.worker_uid),
             load=functools.partial(cron_runs.version_spec_txn, session),
         )
@@ -221,8 +221,8 @@ def run_scheduled(
 ) -> Run:
     """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (docs/spec/cron-trigger.md#cr-handler, docs/spec/host-limits.md#hl-decisions).
 
-    The job is ``sandbox_host.job_message(kind="scheduled")``; binding calls are answered by
-    ``sandbox_host.answer_binding`` (the workflow path's answers). The run ends ``ok``, or
+    The job is ``jobs.job_message(kind="scheduled")``; binding calls are answered by
+    ``jobs.answer_binding`` (the workflow path's answers). The run ends ``ok``, or
     ``failed`` with the reason: a raised error, a failed awaitable or ``wait_until``, a missing
     handler, a child that died or broke the protocol, the wall-clock limit
     ``settings.scheduled_timeout_s`` (seconds from the spawn; :func:`cron_runs.timed_out`), or the
@@ -234,9 +234,9 @@ def run_scheduled(
     returns. Raises ``sandbox.ZygoteUnavailable`` (or
     ``ChildGone``/``TimeoutError``) when no child could be started: a host failure.
     """
-    assert isinstance(job.version, sandbox_host.VersionChoice)
-    watchdog = sandbox_host.watchdog_seconds(settings.lease_ttl_ms)
-    message = sandbox_host.job_message(
+    assert isinstance(job.version, jobs.VersionChoice)
+    watchdog = jobs.watchdog_seconds(settings.lease_ttl_ms)
+    message = jobs.job_message(
         kind="scheduled", version=job.version, event=job.event, watchdog_seconds=watchdog
     )
     deadline = time.monotonic() + settings.scheduled_timeout_s
@@ -297,7 +297,7 @@ def _serve(
     """The parent's loop for one handler child: answers, limit, fence, lease, ``log`` frames
     (see run_scheduled); the frames come through ``receive.receive``, the loop every tenant run
     shares."""
-    assert isinstance(job.version, sandbox_host.VersionChoice)
+    assert isinstance(job.version, jobs.VersionChoice)
     next_fence = time.monotonic() + FENCE_POLL_S
 
     def poll() -> float:
@@ -332,8 +332,8 @@ def _serve(
         if reply["op"] != "binding":
             return Run("failed", f"the handler process sent an unexpected {reply['op']!r} message")
         try:
-            answer = sandbox_host.answer_binding(reply, space=job.space, bindings=job.version.bindings)
-        except sandbox_host.UnknownBinding as exc:
+            answer = jobs.answer_binding(reply, space=job.space, bindings=job.version.bindings)
+        except jobs.UnknownBinding as exc:
             return Run("failed", f"the handler process broke the protocol: {exc}")
         if reply["call"] == "create" and answer["op"] == "binding_result":
             _note_started(job, workflow_uid=job.version.bindings[reply["binding"]], answer=answer, settings=settings)

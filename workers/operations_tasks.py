@@ -13,7 +13,7 @@ Per Form (create/update → apply the accepted spec; delete → remove):
 * WorkerVersion — install its ``requirements`` as a layer (``workers.packages``; a pin that cannot
   be installed fails the Operation with the package error's code, e.g. ``sdist_only``, and
   ``details.package``), import the code in the sandbox against that layer
-  (``workers.sandbox_host.validate_spec``), record ``observed`` and the layer it uses; a failed
+  (``workers.sandbox.validation.validate_spec``), record ``observed`` and the layer it uses; a failed
   import fails the Operation (``effect: partial``: the record exists with ``phase: failed``).
 * WorkerVersion ``check`` — ``workers.version_check.run_operation`` (the replay check, docs/spec/host-features.md#hf-testing).
 * WorkerDeployment — the accepted allocation becomes the applied one (``observed.versions``);
@@ -51,7 +51,8 @@ from services import packages as package_records
 from services import resources as resource_service
 from services.celery_app import app
 from services.telemetry import lifecycle
-from workers import cron_tasks, packages, sandbox_host, version_check
+from workers import cron_tasks, packages, version_check
+from workers.sandbox import validation as sandbox_validation
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
             layer, refused = None, exc
     validation = None
     if form == "WorkerVersion" and refused is None:
-        validation = sandbox_host.validate_spec(
+        validation = sandbox_validation.validate_spec(
             spec, space=space, packages=None if layer is None else layer.name
         )
     with models_db.session_scope() as session:

@@ -29,8 +29,9 @@ from models.base import utcnow
 from models.errors import DomainError
 from services import instance_history, instances, operations, replay_checks
 from takohost.runtime import protocol, replay_check
-from workers import sandbox_host
-from workers.engine import sandbox, store
+from workers import sandbox
+from workers.engine import store
+from workers.sandbox import jobs
 
 __all__ = ["CheckResult", "check_history", "check_spec", "run_operation"]
 
@@ -122,12 +123,12 @@ def check_spec(
     ``vars``, ``workflowBindings``)."""
     started = time.monotonic()
     bindings = {b["name"]: b["resource"]["resourceUid"] for b in spec.get("workflowBindings") or []}
-    version = sandbox_host.VersionChoice(uid=version_uid, spec=spec, bindings=bindings)
+    version = jobs.VersionChoice(uid=version_uid, spec=spec, bindings=bindings)
     event: dict[str, Any] = {"instanceId": instance_id}
     for recorded in events:
         if recorded.get("eventType") == "InstanceCreated" and "params" in (recorded.get("attributes") or {}):
             event["params"] = recorded["attributes"]["params"]
-    job = sandbox_host.job_message(
+    job = jobs.job_message(
         kind="workflow", version=version, event=event, class_name=class_name, watchdog_seconds=WATCHDOG_SECONDS
     )
     handle = zygote.spawn(job, space=space)

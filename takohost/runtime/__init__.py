@@ -3,5 +3,5 @@
 
 Everything in this package runs inside the zygote or a sandbox child and imports only the
 standard library and ``takohost`` (errors, domain): never Celery, SQLAlchemy, Redis, Flask or
-the ``workers``/``models`` packages. The parent side lives in ``workers.engine.sandbox``.
+the ``workers``/``models`` packages. The parent side lives in ``workers.sandbox``.
 """

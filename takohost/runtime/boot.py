@@ -1,7 +1,7 @@
 """The zygote's first code: makes the SDK importable under neutral names, then runs
 ``takohost.runtime.zygote`` (docs/spec/host-features.md#hf-neighbours: no host path in what a context inherits).
 
-``workers.engine.sandbox.Zygote.start`` runs this file through :func:`command` in an
+``workers.sandbox.Zygote.start`` runs this file through :func:`command` in an
 interpreter started under the name ``takohost-sandbox``: its command line (``sys.orig_argv``,
 ``/proc/self/cmdline``) holds no host path, ``sys.executable`` is not the host's virtualenv, and
 its code is named ``/takohost/sdk/takohost/runtime/boot.py`` (where a context has its copy; a

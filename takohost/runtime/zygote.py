@@ -1,6 +1,6 @@
 """The fork server ("zygote"): a small pre-started process that forks sandbox children.
 
-Started by ``workers.engine.sandbox.Zygote.start()`` as ``takohost-sandbox -s -P -B -c <code>
+Started by ``workers.sandbox.Zygote.start()`` as ``takohost-sandbox -s -P -B -c <code>
 --control-fd N --ready-fd N`` (the interpreter under a neutral name, running ``boot.py``, which
 names the SDK's modules by their place in a context, then calls :func:`main`) with a scrubbed
 environment and only those pipe descriptors; its settings (the socket's path, the

@@ -23,7 +23,7 @@ from core import config
 from models import db as models_db
 from models import instances as inst_models
 from tests.support import workflows
-from workers.engine import lease as lease_mod
+from workers.sandbox import lease as lease_mod
 
 MIXED = """
 import os, time

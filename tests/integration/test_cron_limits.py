@@ -22,7 +22,8 @@ from models import db as models_db
 from models import resources as res_models
 from services import redis_client, redis_keys
 from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of, matches_of
-from workers import cron_tasks, sandbox_host
+from workers import cron_tasks
+from workers.sandbox import validation as sandbox_validation
 
 LOOPING = {
     "sync-loop": """
@@ -116,7 +117,7 @@ def test_a_version_import_over_its_limit_is_killed(tmp_path) -> None:
     spec = {"mainModule": "main.py", "modules": {"main.py": source}}
     settings = dataclasses.replace(config.load_settings(), validation_timeout_s=1.5)
     started = time.monotonic()
-    validation = sandbox_host.validate_spec(spec, settings=settings)  # the Operations path's call
+    validation = sandbox_validation.validate_spec(spec, settings=settings)  # the Operations path's call
     assert 1.5 <= time.monotonic() - started < 10
     assert validation.error == "importing main.py did not finish within 1.5 s"
     assert validation.observed == {"validated": False, "error": validation.error}

@@ -297,7 +297,7 @@ def test_purge_workflow_stops_and_deletes_only_that_uid(db_url, space, driver):
 
 def _hold_lease(db_url, workflow, instance_id):
     from core import config
-    from workers.engine import lease as lease_mod
+    from workers.sandbox import lease as lease_mod
 
     settings = config.load_settings()
     leases = lease_mod.store_for(

@@ -17,8 +17,9 @@ from services import instance_history, instance_stop, instances
 from services import leases as lease_service
 from takohost.domain import decide
 from tests.support import workflows
-from workers.engine import context, heartbeat, store
-from workers.engine import lease as lease_mod
+from workers.engine import context, store
+from workers.sandbox import heartbeat
+from workers.sandbox import lease as lease_mod
 
 BLOCKING = """
 import os, time

@@ -18,7 +18,8 @@ from models import instances as inst_models
 from services import instance_history, instances
 from services import leases as lease_service
 from tests.support import workflows
-from workers.engine import sandbox, store
+from workers import sandbox
+from workers.engine import store
 
 SOURCE = """
 class Ends:
@@ -177,7 +178,7 @@ def test_the_lease_is_released_after_a_terminal_status_and_before_any_other(
 ):
     """Each context releases its lease once, after its child is proven dead (the stop proof), and
     the lease is gone when the context ends; a terminal status is stored before the release."""
-    from workers.engine import lease as lease_mod
+    from workers.sandbox import lease as lease_mod
 
     deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name=class_name)
     instances.create(space=space, workflow_uid=deployed.workflow, instance_id="r")

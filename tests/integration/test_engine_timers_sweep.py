@@ -13,8 +13,8 @@ from models import instances as inst_models
 from models.base import utcnow
 from services import dispatch, instances
 from tests.support import workflows
-from workers.engine import lease as lease_mod
 from workers.engine import sweep, timers
+from workers.sandbox import lease as lease_mod
 
 NAP = """
 class Nap:

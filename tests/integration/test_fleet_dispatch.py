@@ -11,7 +11,7 @@ import pytest
 
 from core import config
 from services import fleet, redis_client, redis_keys
-from workers.engine import lease as lease_mod
+from workers.sandbox import lease as lease_mod
 
 
 @pytest.fixture()

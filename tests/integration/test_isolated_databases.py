@@ -9,7 +9,7 @@ import redis
 
 from core import config
 from tests.support import workflows
-from workers.engine import lease as lease_mod
+from workers.sandbox import lease as lease_mod
 
 
 def test_two_isolated_databases_never_share_a_lease_key():

@@ -7,7 +7,7 @@ import uuid
 
 from core import config
 from services import leases as lease_service
-from workers.engine import lease as lease_mod
+from workers.sandbox import lease as lease_mod
 
 
 def test_leases_expire_and_live_leases_sees_them():

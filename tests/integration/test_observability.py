@@ -211,8 +211,9 @@ def test_a_fenced_context_is_counted(db_url, space_token, zygote, monkeypatch, t
 
     from core import config
     from models import instances as inst_models
-    from workers.engine import context, heartbeat, store
-    from workers.engine import lease as lease_mod
+    from workers.engine import context, store
+    from workers.sandbox import heartbeat
+    from workers.sandbox import lease as lease_mod
 
     space = space_token[0]
     deployed = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")

@@ -60,7 +60,8 @@ def test_workflow_delete_stays_running_until_the_purge_is_proven(client, space_t
 
 
 def test_unexpected_errors_are_retried_then_fail_with_effect_unknown(client, space_token, monkeypatch):
-    from workers import operations_tasks, sandbox_host
+    from workers import operations_tasks
+    from workers.sandbox import validation
 
     space, token = space_token
     worker = create_ok(client, space, token, "ModuleWorker", {})
@@ -68,7 +69,7 @@ def test_unexpected_errors_are_retried_then_fail_with_effect_unknown(client, spa
     def broken(spec, settings=None):
         raise RuntimeError("zygote unavailable")
 
-    monkeypatch.setattr(sandbox_host, "validate_spec", broken)
+    monkeypatch.setattr(validation, "validate_spec", broken)
     op = post(client, space, token, "WorkerVersion", version_spec(worker)).get_json()
     # The control process hands a Version's reconcile to the validation process, unchanged.
     assert operations_tasks.reconcile(op["id"]) == "forwarded"

@@ -264,12 +264,12 @@ def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
     wheelhouse, driver, space, db_url
 ):
     """A Version validated elsewhere (its layer is not on this machine): the context installs it
-    on first use and its step runs with the package (``sandbox_host.packages_name``)."""
+    on first use and its step runs with the package (``jobs.packages_name``)."""
     from models import db as models_db
     from models import resources as res_models
     from services import instances
-    from workers import sandbox_host
     from workers.packages import config, layers
+    from workers.sandbox import jobs
 
     wheels.build_wheel(wheelhouse, name="tako-late", version="1.0", files={"tako_late.py": "WORD = 'late'\n"})
     source = (
@@ -285,7 +285,7 @@ def test_a_context_on_a_machine_without_the_layer_installs_it_and_imports_it(
         version.spec = {**version.spec, "requirements": ["tako-late==1.0"]}
     layer = _install(["tako-late==1.0"])
     layers.remove(config.current().package_dir, layer.key)  # "another machine" validated it
-    sandbox_host._packages.clear()
+    jobs._packages.clear()
     assert not os.path.exists(layer.path)
     instances.create(space=space, workflow_uid=deployed.workflow, instance_id="late-1", now=driver.clock())
     driver.run()
@@ -323,7 +323,7 @@ def test_a_version_whose_new_layer_would_pass_the_spaces_layer_quota_fails_and_a
 
 def test_a_cron_delivery_imports_its_versions_packages(wheelhouse, space, db_url) -> None:
     """The ``scheduled`` handler of a Version with requirements finds its layer too (the same job
-    builder as replay contexts, ``sandbox_host.job_message``)."""
+    builder as replay contexts, ``jobs.job_message``)."""
     from models import db as models_db
     from models import resources as res_models
     from tests.integration.test_cron_support import at, create_stack, decide, deliveries_of

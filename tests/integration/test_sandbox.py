@@ -21,7 +21,8 @@ import pytest
 
 from takohost.runtime import protocol
 from tests.support.fake_parent import FakeParent
-from workers.engine import sandbox
+from workers import sandbox
+from workers.sandbox import validation
 
 logger = logging.getLogger(__name__)
 
@@ -420,7 +421,7 @@ def test_sandbox_code_cannot_use_the_zygote(zygote):
 
 
 def validate(zygote, modules: dict[str, str], *, main: str = "main.py", limit: float = 10.0):
-    return sandbox.validate_version(
+    return validation.validate_version(
         zygote=zygote,
         main_module=main,
         modules={k: textwrap.dedent(v) for k, v in modules.items()},
@@ -449,7 +450,7 @@ def test_validate_lists_classes_and_handlers(zygote):
             "pkg/helpers.py": "def double(x):\n    return 2 * x\n",
         },
     )
-    assert outcome == sandbox.ValidationOutcome(
+    assert outcome == validation.ValidationOutcome(
         ok=True, workflow_classes=("Report",), handlers=("scheduled",)
     )
 
@@ -492,7 +493,7 @@ def test_validate_output_goes_nowhere_and_never_blocks(zygote):
         },
         limit=5.0,
     )
-    assert outcome == sandbox.ValidationOutcome(ok=True, workflow_classes=("W",), handlers=())
+    assert outcome == validation.ValidationOutcome(ok=True, workflow_classes=("W",), handlers=())
 
 
 def test_validate_survives_a_crash_and_a_hang(zygote):
@@ -601,7 +602,7 @@ def test_a_forked_process_uses_its_own_zygote_connection(zygote):
 
 STARTER = """
 import time
-from workers.engine import sandbox
+from workers import sandbox
 zygote = sandbox.Zygote()
 zygote.start()
 job = {"kind": "workflow", "mainModule": "main.py", "className": "W", "event": {"instanceId": "i"},

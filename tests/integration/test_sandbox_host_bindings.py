@@ -1,4 +1,4 @@
-"""One binding surface for every sandbox path (docs/spec/worker-forms.md#wf-errors, docs/spec/durable-workflow.md#dw-binding, docs/spec/cron-trigger.md#cr-handler, docs/spec/host-limits.md#hl-decisions; ``workers.sandbox_host``).
+"""One binding surface for every sandbox path (docs/spec/worker-forms.md#wf-errors, docs/spec/durable-workflow.md#dw-binding, docs/spec/cron-trigger.md#cr-handler, docs/spec/host-limits.md#hl-decisions; ``workers.sandbox.jobs``).
 
 The same probe code calls a workflow binding in ways the host refuses — an existing id, an unknown
 instance, arguments only the host finds invalid (``invalid_request`` → ``TypeError``), params that

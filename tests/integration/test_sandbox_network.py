@@ -13,8 +13,8 @@ import pytest
 
 from takohost.runtime import isolation
 from tests.support import egress as net
+from workers import sandbox
 from workers.egress import client as egress_client
-from workers.engine import sandbox
 
 #: This file's "internet" server address (files run side by side in several processes).
 PUBLIC = net.public_address()

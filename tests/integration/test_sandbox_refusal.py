@@ -34,7 +34,7 @@ def test_worker_refuses_to_start_without_namespaces():
 @pytest.mark.skipif(os.geteuid() != 0, reason="simulates a root container; needs root")
 def test_zygote_refuses_with_the_reason_on_its_ready_pipe():
     code = (
-        "from workers.engine import sandbox\n"
+        "from workers import sandbox\n"
         "z = sandbox.Zygote()\n"
         "try:\n"
         "    z.start()\n"
@@ -52,7 +52,7 @@ def test_zygote_refuses_with_the_reason_on_its_ready_pipe():
 @pytest.mark.skipif(os.geteuid() != 0, reason="simulates a root container; needs root")
 def test_the_documented_opt_out_starts_without_isolation():
     code = (
-        "from workers.engine import sandbox\n"
+        "from workers import sandbox\n"
         "z = sandbox.Zygote()\n"
         "z.start()\n"
         "print('STARTED', z.policy.mode)\n"

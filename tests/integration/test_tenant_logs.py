@@ -19,7 +19,7 @@ from services import instance_common, instance_history, instances, retention
 from services import tenant_logs as log_service
 from takohost.domain import tenant_logs as limits
 from tests.support import workflows
-from workers.engine import sandbox
+from workers.sandbox import validation
 
 
 class Run:
@@ -371,14 +371,14 @@ def test_nul_lone_surrogates_and_escapes_are_stored_safely(deploy, driver):
 
 
 def test_a_syntax_error_names_file_and_line(zygote):
-    outcome = sandbox.validate_version(
+    outcome = validation.validate_version(
         zygote=zygote,
         main_module="main.py",
         modules={"main.py": "import helper\n", "helper.py": "x = 1\ndef broken(:\n    pass\n"},
     )
     assert not outcome.ok
     assert outcome.message.startswith("SyntaxError: ") and outcome.message.endswith("(helper.py, line 2)")
-    outcome = sandbox.validate_version(
+    outcome = validation.validate_version(
         zygote=zygote, main_module="main.py", modules={"main.py": "A = 1\nB = undefined_name\n"}
     )
     assert outcome.message == "NameError: name 'undefined_name' is not defined (main.py, line 2)"

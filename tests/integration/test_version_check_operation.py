@@ -11,7 +11,7 @@ from services import instance_history, instances
 from tests.integration.test_resources_support import headers, settle
 from tests.integration.test_version_check import COOL, FETCH, FLOW
 from tests.support import workflows
-from workers.engine import sandbox
+from workers import sandbox
 
 pytestmark = pytest.mark.usefixtures("no_dispatch")
 

@@ -23,7 +23,7 @@ import pytest
 
 from services import instance_common, instance_history, instances
 from tests.support import workflows
-from workers import sandbox_host
+from workers.sandbox import jobs
 
 
 @pytest.fixture(scope="module")
@@ -207,15 +207,15 @@ def test_later_contexts_of_a_version_get_the_code_its_first_child_compiled(
 ):
     space = space_token[0]
     driver = workflows.Driver(monkeypatch, zygote=zygote)
-    jobs: list[dict] = []
-    original = sandbox_host.job_message
+    sent: list[dict] = []
+    original = jobs.job_message
 
     def spy(**kwargs):
         message = original(**kwargs)
-        jobs.append(message)
+        sent.append(message)
         return message
 
-    monkeypatch.setattr(sandbox_host, "job_message", spy)
+    monkeypatch.setattr(jobs, "job_message", spy)
     try:
         deployed = workflows.deploy(db_url, space=space, source=textwrap.dedent(HONEST), class_name="Honest")
         for instance_id in ("first", "second"):
@@ -223,9 +223,9 @@ def test_later_contexts_of_a_version_get_the_code_its_first_child_compiled(
             assert driver.run() == ["complete"]
             status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id=instance_id)
             assert status == {"status": "complete", "output": {"n": 1}}
-        assert jobs[0].get("wantCode") is True and "code" not in jobs[0]
-        assert set(jobs[1]["code"]) == {"main.py"} and "wantCode" not in jobs[1]
-        assert sandbox_host.code_for(deployed.version) == jobs[1]["code"]
+        assert sent[0].get("wantCode") is True and "code" not in sent[0]
+        assert set(sent[1]["code"]) == {"main.py"} and "wantCode" not in sent[1]
+        assert jobs.code_for(deployed.version) == sent[1]["code"]
     finally:
         workflows.clear_timers(db_url)
 
@@ -248,7 +248,7 @@ def test_a_forged_code_frame_is_a_protocol_violation(monkeypatch, zygote, db_url
         status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id="forge")
         assert status["error"]["reason"] == "run_threw"
         assert why in status["error"]["message"], status
-        kept = sandbox_host.code_for(deployed.version) or {}
+        kept = jobs.code_for(deployed.version) or {}
         assert "evil.py" not in kept and all(blob != "YW55dGhpbmc=" for blob in kept.values())
     finally:
         workflows.clear_timers(db_url)
@@ -288,6 +288,6 @@ def test_code_a_version_compiles_at_run_time_never_reaches_its_later_contexts(
             assert driver.run() == ["complete"]
             status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id=instance_id)
             assert status == {"status": "complete", "output": {"ran": "the source"}}, instance_id
-        assert set(sandbox_host.code_for(deployed.version)) == {"main.py"}  # it was cached
+        assert set(jobs.code_for(deployed.version)) == {"main.py"}  # it was cached
     finally:
         workflows.clear_timers(db_url)

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="per-context identitie
 
 @pytest.fixture(scope="module")
 def zygote():
-    from workers.engine import sandbox
+    from workers import sandbox
 
     policy = isolation.policy.Policy.from_environ({"TAKOHOST_SANDBOX_UID_BASE": str(UID_BASE)})
     z = sandbox.Zygote(policy=policy)

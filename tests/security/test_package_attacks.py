@@ -38,9 +38,9 @@ def _install(pins_list: list[str]):
 
 
 def _import(zygote, source: str, *, packages: str | None):
-    from workers.engine import sandbox
+    from workers.sandbox import validation
 
-    return sandbox.validate_version(
+    return validation.validate_version(
         zygote=zygote,
         main_module="main.py",
         modules={"main.py": source},

@@ -53,7 +53,7 @@ def shared(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def zygote(shared):
-    from workers.engine import sandbox
+    from workers import sandbox
 
     z = sandbox.Zygote(policy=isolation.policy.Policy(test_shared_dir=str(shared)))
     z.start()

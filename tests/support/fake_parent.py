@@ -18,7 +18,7 @@ from typing import Any
 
 from takohost.domain import decide, documents, retry
 from takohost.runtime import protocol
-from workers.engine import sandbox
+from workers import sandbox
 
 logger = logging.getLogger(__name__)
 

@@ -354,7 +354,7 @@ def wait_until(
 
 def start_zygote():
     """A started sandbox zygote (caller stops it)."""
-    from workers.engine import sandbox
+    from workers import sandbox
 
     zygote = sandbox.Zygote()
     zygote.start()

@@ -1,10 +1,11 @@
-"""Warm sandbox children (workers/engine/children.py) with a fake zygote: no processes."""
+"""Warm sandbox children (workers/sandbox/children.py) with a fake zygote: no processes."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.engine import children, sandbox
+from workers import sandbox
+from workers.sandbox import children
 
 
 class FakeChild:

@@ -7,7 +7,7 @@ import time
 import fakeredis
 import pytest
 
-from workers.engine import lease as lease_mod
+from workers.sandbox import lease as lease_mod
 
 
 @pytest.fixture()
@@ -59,7 +59,7 @@ class _Child:
 
 
 def test_the_stop_proof_timing_kills_the_child_before_the_lease_can_expire():
-    from workers.engine import heartbeat
+    from workers.sandbox import heartbeat
 
     ttl = 1.0
     window = ttl * heartbeat.PING_WINDOW_FRACTION
@@ -74,7 +74,7 @@ def test_the_stop_proof_timing_kills_the_child_before_the_lease_can_expire():
 def test_children_are_pinged_only_while_their_lease_was_renewed_recently(leases):
     import time
 
-    from workers.engine import heartbeat
+    from workers.sandbox import heartbeat
 
     beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: {}, ttl_s=1.0)
     fresh, stale = _Child(), _Child()
@@ -94,7 +94,7 @@ def test_children_are_pinged_only_while_their_lease_was_renewed_recently(leases)
 def test_a_beat_never_revives_the_lease_of_a_context_that_unregistered(leases):
     """A beat working on a snapshot that still lists a finished context must not take its released
     lease again (``renew`` re-takes a vanished lease): that ghost would keep the instance busy."""
-    from workers.engine import heartbeat
+    from workers.sandbox import heartbeat
 
     beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: {3: 1}, ttl_s=1.0)
     lease = leases.acquire(3, owner="a")
@@ -111,7 +111,7 @@ def test_the_longest_ping_gap_is_remembered_after_pings_resume(leases):
     although pings resumed just before its death was noticed: the gap is kept, not overwritten."""
     import time
 
-    from workers.engine import heartbeat
+    from workers.sandbox import heartbeat
 
     beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: {}, ttl_s=1.0)
     now = time.monotonic()
@@ -138,7 +138,7 @@ def test_the_heartbeat_keeps_a_cron_delivery_alive_like_a_context(leases):
     """A cron delivery is kept alive by the same heartbeat as the replay contexts: its lease is
     renewed (still counted in its Space), its child pinged while the lease is fresh, and no epoch
     is read for it (it has none: its trigger's DELETE fence is its own loop's)."""
-    from workers.engine import heartbeat
+    from workers.sandbox import heartbeat
 
     read: list[list[int]] = []
     beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: read.append(pks) or {}, ttl_s=1.0)
@@ -162,7 +162,7 @@ def test_the_heartbeat_keeps_a_cron_delivery_alive_like_a_context(leases):
 
 
 def test_a_lost_delivery_lease_kills_its_child_and_a_vanished_one_is_never_taken_again(leases):
-    from workers.engine import heartbeat
+    from workers.sandbox import heartbeat
 
     beat = heartbeat.Heartbeat(leases=leases, read_epochs=lambda pks: {}, ttl_s=1.0)
     lease = leases.admit_delivery(71, space=None, cap=0)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services import fleet, redis_keys
-from workers.engine import lease as lease_mod
+from workers.sandbox import lease as lease_mod
 
 
 @pytest.mark.parametrize(

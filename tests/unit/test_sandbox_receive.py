@@ -14,8 +14,7 @@ import time
 import pytest
 
 from takohost.runtime import protocol
-from workers import tenant_logs
-from workers.engine import sandbox
+from workers import sandbox, tenant_logs
 from workers.sandbox import receive
 
 

@@ -1,7 +1,7 @@
 """The worker's side of the egress proxy (:mod:`workers.egress.proxy`): start it, hand it each
 context's listeners, collect its records.
 
-Like the zygote (``workers.engine.sandbox.Zygote``), one proxy process per starting process,
+Like the zygote (``workers.sandbox.Zygote``), one proxy process per starting process,
 reached through a Unix socket in a private directory; a process forked after the start (Celery's
 prefork pool) opens its own connection on first use. :class:`EgressProxy` is thread-safe: each
 context registers its descriptors with :meth:`EgressProxy.open` and gets a :class:`Session`,

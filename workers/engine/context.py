@@ -28,10 +28,10 @@ from models.errors import DomainError
 from services import dispatch, instance_stop
 from takohost.domain import commits, decide, history, replay_order
 from takohost.runtime import parent, tracebacks
-from workers import sandbox_host, tenant_logs
-from workers.engine import children, heartbeat, observe, sandbox, store
-from workers.engine import lease as lease_mod
-from workers.sandbox import receive
+from workers import sandbox, tenant_logs
+from workers.engine import observe, store
+from workers.sandbox import children, heartbeat, jobs, receive
+from workers.sandbox import lease as lease_mod
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ STEP_TIMEOUT_SETTING = "TAKOHOST_STEP_TIMEOUT_SECONDS"
 
 
 #: Re-exported for callers that pick a Version uid without loading it (tests of the weights).
-pick_version = sandbox_host.pick_version
+pick_version = jobs.pick_version
 
 
 class ReplayContext:
@@ -92,7 +92,7 @@ class ReplayContext:
         self.child: sandbox.ChildHandle | None = None
         self.store: store.ContextStore | None = None
         self.snapshot: store.InstanceSnapshot | None = None
-        self.version: sandbox_host.VersionChoice | None = None
+        self.version: jobs.VersionChoice | None = None
         self.steps: dict[str, decide.StepRecord] = {}
         self.used_child = False
         self.lease_taken = 0.0  # monotonic: just before the lease was acquired
@@ -186,10 +186,10 @@ class ReplayContext:
             workflow_uid=snapshot.workflow_uid, space=snapshot.space, instance_id=snapshot.instance_id
         )
         lifetime_over = self.clock() >= snapshot.lifetime_ends_at
-        choice = sandbox_host.choose_version(snapshot.deployment_spec, load=self.backend.load_version)
-        version = self.version = choice if isinstance(choice, sandbox_host.VersionChoice) else None
+        choice = jobs.choose_version(snapshot.deployment_spec, load=self.backend.load_version)
+        version = self.version = choice if isinstance(choice, jobs.VersionChoice) else None
         if version is None and not lifetime_over:
-            assert isinstance(choice, sandbox_host.NoVersion)
+            assert isinstance(choice, jobs.NoVersion)
             log.warning(
                 "no Version to run; left for the sweep",
                 extra={"instance": self.pk, "problem": choice.problem},
@@ -240,21 +240,21 @@ class ReplayContext:
         self.observer.steps_loaded(self.steps, now=self.clock())
         return self._serve()
 
-    def _job(self, snapshot: store.InstanceSnapshot, version: sandbox_host.VersionChoice) -> dict:
+    def _job(self, snapshot: store.InstanceSnapshot, version: jobs.VersionChoice) -> dict:
         event: dict[str, Any] = {"instanceId": snapshot.instance_id}
         if snapshot.params is not None:
             event["params"] = snapshot.params
         # PROTOCOL.md "Compiled modules": send what an earlier child of this Version compiled, or
         # ask this child for it.
-        cached = sandbox_host.caches_code(version)
-        code = sandbox_host.code_for(version.uid) if cached else None
+        cached = jobs.caches_code(version)
+        code = jobs.code_for(version.uid) if cached else None
         self.want_code = cached and code is None
-        return sandbox_host.job_message(
+        return jobs.job_message(
             kind="workflow",
             version=version,
             event=event,
             class_name=snapshot.workflow_spec["className"],
-            watchdog_seconds=sandbox_host.watchdog_seconds(self.leases.ttl_ms),
+            watchdog_seconds=jobs.watchdog_seconds(self.leases.ttl_ms),
             code=code,
             want_code=self.want_code,
         )
@@ -269,7 +269,7 @@ class ReplayContext:
         modules = self.version.spec.get("modules") or {}
         if any(path not in modules for path in message["modules"]):
             raise _Violation("a code frame for a module that is not the Version's")
-        sandbox_host.remember_code(self.version.uid, message["modules"])
+        jobs.remember_code(self.version.uid, message["modules"])
 
     # -- the message loop --------------------------------------------------------------------------
     def _recv(self, deadline: float | None = None) -> dict:
@@ -638,10 +638,10 @@ class ReplayContext:
         ):
             self._terminate_self()
         try:
-            answer = sandbox_host.answer_binding(
+            answer = jobs.answer_binding(
                 message, space=self.snapshot.space, bindings=self.version.bindings
             )
-        except sandbox_host.UnknownBinding as exc:
+        except jobs.UnknownBinding as exc:
             raise _Violation(str(exc)) from None
         self._send(answer)
 

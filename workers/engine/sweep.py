@@ -5,7 +5,7 @@ Beat calls :func:`sweep` every ``settings.sweep_interval_s``. Runnable = ``queue
 not being stopped, no retry delay pending (no ``retry`` timer), its DurableWorkflow not closed,
 untouched for a grace period (so a context dispatched a moment ago is not sent twice), and
 **no live lease** in Redis; with a per-Space cap, no more than the Space's free slots
-(``workers.engine.lease``, docs/spec/host-features.md#hf-isolation). That covers a SIGKILLed worker (its lease expires), a lost broker
+(``workers.sandbox.lease``, docs/spec/host-features.md#hf-isolation). That covers a SIGKILLed worker (its lease expires), a lost broker
 message and a flushed Redis (no lease, no queue). A duplicate dispatch is harmless: the lease
 (``SET NX``) and the epoch fence let only one context commit.
 
@@ -27,7 +27,7 @@ from models import db as models_db
 from models import instances as inst_models
 from models import status_counts
 from services import dispatch, instance_stop, leases, retention, workflow_observer
-from workers.engine import lease as lease_mod
+from workers.sandbox import lease as lease_mod
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ epoch make duplicates harmless.
 
 Fair share (docs/spec/host-features.md#hf-isolation): the task reads the instance's Space (one primary-key read) and runs
 the context under ``settings.space_max_contexts``; a Space at its cap gets ``"deferred"`` back in
-one Redis round trip, without running anything (``workers.engine.lease``).
+one Redis round trip, without running anything (``workers.sandbox.lease``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from core import config
 from models import instance_sql
 from services.celery_app import app
 from services.dispatch import RUN_CONTEXT
-from workers.engine import children, context, sandbox, store
+from workers import sandbox
+from workers.engine import context, store
+from workers.sandbox import children
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from takohost.runtime import protocol
 from workers import tenant_logs
-from workers.engine import sandbox
+from workers.sandbox.child import ChildHandle
 
 __all__ = ["Overtime", "Violation", "receive", "take_egress"]
 
@@ -33,7 +33,7 @@ class Overtime(Exception):
 
 
 def take_egress(
-    child: sandbox.ChildHandle,
+    child: ChildHandle,
     logs: tenant_logs.LogCollector | None,
     *,
     space: str | None,
@@ -51,7 +51,7 @@ def take_egress(
 
 
 def receive(
-    child: sandbox.ChildHandle,
+    child: ChildHandle,
     *,
     logs: tenant_logs.LogCollector | None,
     space: str | None,
@@ -72,7 +72,7 @@ def receive(
     Raises:
         Overtime: the deadline passed without a frame but logs.
         Violation: a malformed frame, a log flood, or a log frame while ``logs`` is ``None``.
-        sandbox.ChildGone: the child's channel closed or the child exited.
+        workers.sandbox.child.ChildGone: the child's channel closed or the child exited.
     """
     while True:
         limit = None if poll is None else poll()

@@ -15,7 +15,8 @@ import os
 import threading
 import time
 
-from workers.engine import sandbox
+from workers.sandbox.child import ChildGone, ChildHandle
+from workers.sandbox.zygote import Zygote
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,9 @@ _warm: dict[tuple[int, int], concurrent.futures.Future] = {}
 _warm_lock = threading.Lock()
 
 
-def take_child(zygote: sandbox.Zygote, job: dict, *, space: str | None = None) -> sandbox.ChildHandle:
+def take_child(zygote: Zygote, job: dict, *, space: str | None = None) -> ChildHandle:
     """A child running ``job`` for code of ``space`` (its egress rules,
-    ``sandbox.ChildHandle.send_job``): the warm one if it is (or is about to be) alive, else a
+    ``ChildHandle.send_job``): the warm one if it is (or is about to be) alive, else a
     new one."""
     with _warm_lock:
         pending = _warm.pop((os.getpid(), id(zygote)), None)
@@ -47,14 +48,14 @@ def take_child(zygote: sandbox.Zygote, job: dict, *, space: str | None = None) -
             try:
                 handle.send_job(job, space=space)
                 return handle
-            except sandbox.ChildGone:
+            except ChildGone:
                 pass
         handle.kill_and_wait()
         handle.close()
     return zygote.spawn(job, space=space)
 
 
-def prespawn(zygote: sandbox.Zygote) -> None:
+def prespawn(zygote: Zygote) -> None:
     """Start spawning a warm child for the next context of this process (background thread)."""
     key = (os.getpid(), id(zygote))
     future: concurrent.futures.Future = concurrent.futures.Future()

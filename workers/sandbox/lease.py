@@ -185,7 +185,7 @@ class DeliveryLease:
     taken); ``space`` is the Space whose slot it holds (``None``: uncapped).
 
     It is renewed like a replay context's lease, by the process's heartbeat
-    (``workers.engine.heartbeat``, :meth:`LeaseStore.renew`; docs/spec/cron-trigger.md#cr-delivery
+    (``workers.sandbox.heartbeat``, :meth:`LeaseStore.renew`; docs/spec/cron-trigger.md#cr-delivery
     at-least-once delivery), which pings the delivery's child only while the lease is fresh, so
     the child is dead (its watchdog) before this lease can expire: "no live lease" proves that
     no handler of the match runs. Released with :meth:`LeaseStore.release`.
@@ -307,7 +307,7 @@ class LeaseStore:
         (the same script and cap as :meth:`admit`; the slot's member is ``cron:{match_pk}``).
 
         Returns the :class:`DeliveryLease` (renewed by the caller's heartbeat,
-        ``workers.engine.heartbeat``, through :meth:`renew`); :data:`BUSY` when another delivery
+        ``workers.sandbox.heartbeat``, through :meth:`renew`); :data:`BUSY` when another delivery
         holds the lease; :data:`DEFERRED` when ``space`` runs ``cap`` contexts and deliveries
         already (the member waits in the Space's ZSET, and a release hands it the next free slot
         through ``services.dispatch.deliver_cron_match``; the cron sweep sends the match again

@@ -1,7 +1,8 @@
-"""The host side of the sandbox protocol that every path shares (docs/spec/worker-forms.md#wf-deployment, docs/spec/worker-forms.md#wf-loading, docs/spec/durable-workflow.md#dw-binding, docs/spec/cron-trigger.md#cr-handler;
+"""The host side of the sandbox protocol that every tenant run shares (docs/spec/worker-forms.md#wf-deployment, docs/spec/worker-forms.md#wf-loading, docs/spec/durable-workflow.md#dw-binding, docs/spec/cron-trigger.md#cr-handler;
 ``takohost/runtime/PROTOCOL.md``; docs/spec/house-rules.md#hr-one-implementation "one way to build a sandbox job and answer a binding call").
 
-Replay contexts (``workers.engine.context``) and cron deliveries (``workers.cron_tasks``) both:
+Replay contexts (``workers.engine.context``), cron deliveries (``workers.cron_tasks``) and replay
+checks (``workers.version_check``):
 
 * pick the Version to run with :func:`choose_version` — one WorkerVersion of the Worker's live
   Deployment by weight, chosen once at the start and kept (docs/spec/worker-forms.md#wf-deployment), its spec read through
@@ -11,9 +12,9 @@ Replay contexts (``workers.engine.context``) and cron deliveries (``workers.cron
 * answer each ``binding`` request of the child with :func:`answer_binding`: the same call path as
   HTTP (``services.instance_bindings``), the same error names, the same text hygiene.
 
-WorkerVersion validation (:func:`validate_spec`, called by the reconcile task) runs
-``workers.engine.sandbox.validate_version`` (its own job: no vars, no bindings, no event). This
-module holds no state but the Version cache; only :func:`validate_spec` spawns a child.
+WorkerVersion validation has its own job (no vars, no bindings, no event):
+``workers.sandbox.validation``. This module holds no state but the Version and code caches and
+spawns no child.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from core import config
 from models.errors import DomainError
 from services import instance_bindings
 from takohost import errors
 from takohost.runtime import bindings as runtime_bindings
 from takohost.runtime import protocol
 from workers import packages
-from workers.engine import heartbeat, sandbox
+from workers.sandbox import heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def choose_version(
 
 def watchdog_seconds(ttl_ms: int) -> float:
     """The child's ``watchdogSeconds`` for a lease TTL of ``ttl_ms`` ms: half the TTL, so a child
-    whose pings stop is dead before its lease can expire (``workers.engine.heartbeat``)."""
+    whose pings stop is dead before its lease can expire (``workers.sandbox.heartbeat``)."""
     return heartbeat.watchdog_seconds(ttl_ms)
 
 
@@ -298,60 +298,3 @@ def answer_binding(request: dict, *, space: str, bindings: dict[str, str]) -> di
         )
         return {"op": "binding_error", "name": "backend_unavailable", "message": HOST_FAILED}
     return {"op": "binding_result", "value": value}
-
-
-# --- WorkerVersion validation (docs/spec/worker-forms.md#wf-version) ------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Validation:
-    """The outcome: ``observed`` is the Version's new ``observed`` dict; ``error`` is the message
-    for the failed Operation (None when the code validated)."""
-
-    observed: dict
-    error: str | None
-
-
-def validate_spec(
-    spec: dict,
-    *,
-    space: str | None = None,
-    settings: config.Settings | None = None,
-    packages: str | None = None,
-) -> Validation:
-    """Import ``spec["mainModule"]`` (with ``spec["modules"]`` beside it) in a sandbox child.
-
-    Success → ``observed = {"validated": true, "workflowClasses": [...], "handlers": [...]}``
-    (names of module attributes that are classes with a callable ``run``; ``["scheduled"]`` when
-    a callable ``scheduled`` exists). Failure → ``observed = {"validated": false, "error": msg}``
-    where ``msg`` is the traceback's last line (or the time-out / crash description).
-
-    The main module is imported in a fresh sandbox child (job kind ``validate``) with a parent-side
-    time limit of ``settings.validation_timeout_s`` seconds: an import error, ``sys.exit``,
-    ``os._exit``, a signal or an endless loop becomes a failed validation with a clear message,
-    and the child is killed and proven dead before this returns (docs/spec/worker-forms.md#wf-version). ``packages``:
-    the name of the Version's installed layer (``workers.packages``), put on its ``sys.path``.
-
-    Raises:
-        sandbox.ZygoteUnavailable: no child could be started (a host problem: retried).
-    """
-    settings = settings or config.load_settings()
-    outcome = sandbox.validate_version(
-        zygote=sandbox.get_zygote(),
-        main_module=spec["mainModule"],
-        modules=spec["modules"],
-        time_limit_seconds=settings.validation_timeout_s,
-        space=space,
-        packages=packages,
-    )
-    if outcome.ok:
-        return Validation(
-            observed={
-                "validated": True,
-                "workflowClasses": list(outcome.workflow_classes),
-                "handlers": list(outcome.handlers),
-            },
-            error=None,
-        )
-    message = outcome.message or "the main module did not import"
-    return Validation(observed={"validated": False, "error": message}, error=message)

@@ -49,8 +49,8 @@ import time
 from collections.abc import Callable
 
 from services import redis_keys, stop_signals
-from workers.engine import lease as lease_mod
-from workers.engine import sandbox
+from workers.sandbox import lease as lease_mod
+from workers.sandbox.child import ChildGone, ChildHandle
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class Watched:
     instance_pk: int | None
     epoch: int | None
     lease: lease_mod.Lease | lease_mod.DeliveryLease
-    child: sandbox.ChildHandle | None = None
+    child: ChildHandle | None = None
     lost: bool = False
     fenced: bool = False
     active: bool = True
@@ -106,7 +106,7 @@ class Watched:
         set once spawned."""
         return cls(instance_pk=None, epoch=None, lease=lease, renewed_at=lease.taken_at)
 
-    def attach(self, child: sandbox.ChildHandle) -> None:
+    def attach(self, child: ChildHandle) -> None:
         """Ping ``child`` from now on (its job was just sent: its watchdog starts now); the ping
         gap counts from here."""
         self.last_ping = time.monotonic()
@@ -247,7 +247,7 @@ class Heartbeat:
             try:
                 child.ping()
                 watched.last_ping = time.monotonic()
-            except (sandbox.ChildGone, OSError, RuntimeError):
+            except (ChildGone, OSError, RuntimeError):
                 pass
 
     def beat(self, current: list[Watched]) -> None:

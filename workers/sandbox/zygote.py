@@ -1,0 +1,308 @@
+"""The zygote client: ``Zygote`` starts ``takohost.runtime.zygote`` (scrubbed environment, no
+inherited descriptor but its two pipes) and asks it for children (:class:`ChildHandle`).
+
+Fork safety: a ``Zygote`` may be started in a Celery main process and used from its prefork pool
+children and from several threads. Each process opens its own connection to the zygote socket
+on first use (a connection inherited over ``fork`` is never used: ``os.register_at_fork`` resets
+the client state in the child); threads of one process share that connection under a lock. Only
+the starting process may ``stop()`` the zygote; the zygote stays alive while any process holding
+its control pipe (the starter or a fork of it) lives. ``get_zygote()`` is the lazily started
+per-process default.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from typing import Any
+
+from takohost.runtime import boot, isolation, protocol
+from workers.egress import config as egress_config
+from workers.packages import config as package_config
+from workers.packages import layers as package_layers
+from workers.sandbox.child import ChildGone, ChildHandle, readable
+
+__all__ = ["Zygote", "ZygoteUnavailable", "get_zygote"]
+
+logger = logging.getLogger(__name__)
+
+
+class ZygoteUnavailable(RuntimeError):
+    """The zygote is not running or did not answer a spawn request."""
+
+
+def _packages_dir() -> str | None:
+    """The layers directory to mount (created if needed), or ``None`` when it cannot be made:
+    then only Versions without requirements run (a Version with them fails to import, saying so)."""
+    try:
+        return package_layers.prepare(package_config.current().package_dir)
+    except (OSError, ValueError):
+        logger.warning("the package layers directory cannot be prepared; no layer is mounted", exc_info=True)
+        return None
+
+
+class Zygote:
+    """Client (and, in the starting process, owner) of one fork-server process.
+
+    ``python`` is the interpreter to run (default ``sys.executable``); ``child_stderr`` keeps the
+    children's stderr (tracebacks of the runtime itself) instead of ``/dev/null``, for debugging.
+    """
+
+    def __init__(
+        self,
+        *,
+        python: str | None = None,
+        child_stderr: bool = False,
+        policy: isolation.policy.Policy | None = None,
+    ) -> None:
+        self._python = python or sys.executable
+        self._child_stderr = child_stderr
+        if policy is None:
+            policy = isolation.policy.Policy.from_environ()
+            if policy.network == "public":  # listen on every port some Space may reach
+                policy = dataclasses.replace(policy, egress_ports=egress_config.current().listen_ports)
+            # Every context sees the layers directory read-only; a job names its Version's layer.
+            policy = dataclasses.replace(policy, packages_dir=_packages_dir())
+        self.policy = policy
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner_pid: int | None = None
+        self._dir: str | None = None
+        self._control_w: int | None = None
+        self.socket_path: str | None = None
+        self._reset_client()
+        _INSTANCES.add(self)
+
+    def _reset_client(self) -> None:
+        self._client: socket.socket | None = None
+        self._client_pid: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The zygote's pid (``None`` before ``start``)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        """True if started and, in the owning process, the zygote has not exited."""
+        if self._proc is None:
+            return False
+        if os.getpid() != self._owner_pid:
+            return True  # not our child: spawn will tell
+        return self._proc.poll() is None
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the zygote and wait until it listens (``ZygoteUnavailable`` after ``timeout``)."""
+        if self._proc is not None:
+            raise RuntimeError("this Zygote was already started")
+        self._dir = tempfile.mkdtemp(prefix="takohost-zygote-")
+        self.socket_path = os.path.join(self._dir, "zygote.sock")
+        control_r, control_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        # The interpreter runs as "takohost-sandbox" with the boot script read from a descriptor:
+        # its command line (which every context inherits: sys.orig_argv, /proc/self/cmdline)
+        # names no host path, and the SDK's modules are named by their place in a context
+        # (takohost/runtime/boot.py).
+        boot_fd = os.open(os.path.join(self.policy.sdk_dir, "runtime", "boot.py"), os.O_RDONLY)
+        flags, env = _interpreter_flags(self._python)
+        command = [
+            "takohost-sandbox",
+            *flags,
+            "-c",
+            boot.command(boot_fd),
+            "--control-fd",
+            str(control_r),
+            "--ready-fd",
+            str(ready_w),
+        ]
+        # On its standard input, not its command line: children inherit the zygote's memory.
+        packages = boot.package_dirs()
+        settings = (
+            json.dumps({"packages": packages}) + "\n" + json.dumps({
+                "socket": self.socket_path,
+                "policy": self.policy.to_json(),
+                "keepChildStderr": self._child_stderr,
+                "packages": packages,
+            })
+        ).encode()
+        try:
+            self._proc = subprocess.Popen(
+                command,
+                executable=self._python,
+                env=env,
+                close_fds=True,
+                pass_fds=(control_r, ready_w, boot_fd),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                cwd="/",
+                start_new_session=True,
+            )
+            try:
+                self._proc.stdin.write(settings)  # far below a pipe's buffer: never blocks
+                self._proc.stdin.close()
+            except OSError:
+                pass  # it died at once: the ready pipe says so
+        finally:
+            os.close(control_r)
+            os.close(ready_w)
+            os.close(boot_fd)
+        self._owner_pid = os.getpid()
+        self._control_w = control_w
+        try:
+            answer = os.read(ready_r, 4096) if readable(ready_r, timeout) else b""
+        finally:
+            os.close(ready_r)
+        if not answer.startswith(b"ready"):
+            self.stop()
+            if answer.startswith(b"error "):
+                raise ZygoteUnavailable(answer[6:].decode(errors="replace").strip())
+            status = self._proc.poll()
+            if status is not None:
+                raise ZygoteUnavailable(
+                    f"the zygote exited with status {status} while starting (see its stderr)"
+                )
+            raise ZygoteUnavailable(f"the zygote did not become ready within {timeout} s")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the zygote (owner process only; elsewhere just drop this process's connection).
+
+        Closing the control pipe makes the zygote kill every child group and exit.
+        """
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+        if os.getpid() != self._owner_pid or self._proc is None:
+            return
+        if self._control_w is not None:
+            os.close(self._control_w)
+            self._control_w = None
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _connection(self) -> socket.socket:
+        if self._client is None or self._client_pid != os.getpid():
+            if self.socket_path is None:
+                raise ZygoteUnavailable("the zygote was not started")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.socket_path)
+            except OSError as exc:
+                sock.close()
+                raise ZygoteUnavailable(f"cannot reach the zygote: {exc}") from None
+            self._client, self._client_pid = sock, os.getpid()
+        return self._client
+
+    def spawn(
+        self, job: dict[str, Any] | None, *, space: str | None = None, hello_timeout: float = 5.0
+    ) -> ChildHandle:
+        """Fork a child, wait for its ``hello`` and send it ``job`` (a PROTOCOL.md job, ``op``
+        optional; ``None`` sends nothing) for code of ``space`` (:meth:`ChildHandle.send_job`).
+        Raises ``ZygoteUnavailable`` when the zygote does not answer, ``ChildGone``/``TimeoutError``
+        when the child does not say hello (it is killed)."""
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        started = time.perf_counter()
+        try:
+            pid, pidfd, freezer_fd = self._request_child(child_end)
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        handle = ChildHandle(parent_end, pid=pid, pidfd=pidfd, freezer_fd=freezer_fd)
+        try:
+            hello = handle.recv(timeout=hello_timeout)
+            if hello.get("op") != "hello":
+                raise ChildGone(f"child {pid} did not say hello: {hello.get('op')!r}")
+            handle.spawn_seconds = time.perf_counter() - started
+            if job is not None:
+                handle.send_job(job, space=space)
+        except BaseException:
+            handle.kill_and_wait()
+            handle.close()
+            raise
+        return handle
+
+    def _request_child(self, child_end: socket.socket) -> tuple[int, int, int]:
+        with self._lock:
+            sock = self._connection()
+            try:
+                socket.send_fds(sock, [protocol.encode_frame({"op": "spawn"})], [child_end.fileno()])
+                buffer = protocol.FrameBuffer()
+                received: list[int] = []
+                messages: list[dict[str, Any]] = []
+                while not messages:
+                    data, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+                    received.extend(fds)
+                    if not data:
+                        raise OSError("the zygote closed the connection")
+                    messages = buffer.feed(data)
+            except (OSError, protocol.ProtocolError) as exc:
+                sock.close()
+                self._client = None
+                raise ZygoteUnavailable(f"spawn request failed: {exc}") from None
+        reply = messages[0]
+        if reply.get("op") != "spawned" or type(reply.get("pid")) is not int or len(received) not in (1, 2):
+            for fd in received:
+                os.close(fd)
+            raise ZygoteUnavailable(f"the zygote refused to spawn: {reply.get('message', reply.get('op'))}")
+        # the pidfd, then (where the host has a freezer) the context's freezer cgroup
+        return reply["pid"], received[0], received[1] if len(received) == 2 else -1
+
+
+def _interpreter_flags(python: str) -> tuple[list[str], dict[str, str]]:
+    """The zygote interpreter's options and environment. Started under a name that is no path,
+    it cannot find its standard library from its own location (it would search from its working
+    directory): it is told its home (``PYTHONHOME``, the base installation of ``python``), with
+    ``-I``'s isolation spelled out but for the environment (``-s -P``; the environment holds
+    nothing else to read). The zygote resets its environment before any child exists."""
+    home = sys.base_prefix if sys.base_exec_prefix == sys.base_prefix else f"{sys.base_prefix}:{sys.base_exec_prefix}"
+    if python != sys.executable:
+        probe = [python, "-I", "-c", "import sys; print(sys.base_prefix + ':' + sys.base_exec_prefix)"]
+        home = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    return ["-s", "-P", "-B"], {**isolation.policy.CONTEXT_ENV, "PYTHONHOME": home}
+
+
+_INSTANCES: weakref.WeakSet[Zygote] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Never share a zygote connection (or a lock possibly held at fork time) with the parent.
+    for zygote in list(_INSTANCES):
+        zygote._reset_client()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+_default: Zygote | None = None
+_default_lock = threading.Lock()
+
+
+def get_zygote() -> Zygote:
+    """The process-wide zygote, started on first use (and restarted by its owner if it died).
+    A process forked after it was started reuses it through a new connection."""
+    global _default
+    with _default_lock:
+        if _default is None or not _default.running:
+            if _default is not None:
+                _default.stop()
+            _default = Zygote()
+            _default.start()
+            atexit.register(_default.stop)
+        return _default
