@@ -19,6 +19,7 @@ through :func:`commit_ctes`, so the step row, the timers and the history rows (b
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 from models import resource_sql
@@ -383,13 +384,27 @@ def commit_ctes(commit: commits.Commit, params: dict[str, Any], *, stamps: list[
     if commit.cancel_timer is not None:
         parts.append(TIMER_CANCEL_CTE)
         params["cancel_kind"] = commit.cancel_timer
-    if commit.events:
-        values = []
-        for index, (event, stamp) in enumerate(zip(commit.events, stamps, strict=True)):
-            values.append(f"({index}, %(t{index})s, %(a{index})s, %(ts{index})s::timestamptz)")
-            params.update({f"t{index}": event.event_type, f"a{index}": document(event.attributes), f"ts{index}": stamp})
-        parts.append(HISTORY_CTE.format(values=", ".join(values)))
+    events = commit.events
+    if events:
+        for (t, a, ts), event, stamp in zip(_HISTORY_KEYS, events, stamps, strict=False):
+            params[t] = event.event_type
+            params[a] = document(event.attributes)
+            params[ts] = stamp
+        parts.append(_history_cte(len(events)))
     return parts
+
+
+#: The parameter names of history row ``i`` (``t``, ``a``, ``ts`` + ``i``), for the first rows.
+_HISTORY_KEYS = [(f"t{i}", f"a{i}", f"ts{i}") for i in range(64)]
+
+
+@functools.cache
+def _history_cte(count: int) -> str:
+    """``HISTORY_CTE`` for ``count`` rows (made once per count)."""
+    if count > len(_HISTORY_KEYS):
+        raise ValueError(f"a commit appends at most {len(_HISTORY_KEYS)} history events, not {count}")
+    values = ", ".join(f"({i}, %(t{i})s, %(a{i})s, %(ts{i})s::timestamptz)" for i in range(count))
+    return HISTORY_CTE.format(values=values)
 
 
 def statement(parts: list[str]) -> str:

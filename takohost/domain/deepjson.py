@@ -275,10 +275,16 @@ def _scalar_text(value: Any, encode: Callable[[str], str]) -> str:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+#: ``json.dumps(value, allow_nan=False, separators=(",", ":"))``'s encoder, made once: every stored
+#: document and history record goes through it (the engine's and ``send_event``'s commits), and
+#: ``json.dumps`` with arguments builds a new encoder per call. Stateless, so shared by threads.
+_STORED_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def dumps_stored(value: Any) -> str:
     """The text to put in a Postgres ``json`` column for ``value`` (see the module docstring)."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        return _STORED_ENCODER.encode(value)
     except RecursionError:
         pass
     return json.dumps(DEEP_MARKER + _dumps_iterative(value, ensure_ascii=False), ensure_ascii=False)
