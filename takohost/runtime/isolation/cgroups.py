@@ -25,15 +25,19 @@ class MemoryCgroup:
 
     ``find(policy)`` returns one where the host can create them (cgroup v1's memory hierarchy,
     or a cgroup v2 directory that has ``memory`` in its ``cgroup.subtree_control``), else
-    ``None``. ``join(pid)`` (in the child, before it leaves the host's mount namespace) makes
-    ``ctx-<pid>``, sets the limit and moves the caller into it; ``release(pid)`` (in the zygote,
-    after reaping the child) removes it; ``close()`` removes the zygote's directory.
+    ``None``. ``make()`` (in the zygote, before the fork) creates the next ``ctx-<n>`` with the
+    limit; the child :func:`join` s it first thing in its sandbox set-up (before it leaves the
+    host's mount namespace); ``release(path)`` (in the zygote, after reaping the child) removes
+    it; ``close()`` removes the zygote's directory. Made by the zygote rather than by the child:
+    the same system calls, without a fresh child's copy-on-write faults on the Python objects
+    they take (about 0.1 ms of CPU per context).
     """
 
     def __init__(self, directory: str, *, version: int, limit_bytes: int) -> None:
         self.directory = directory
         self.version = version
         self.limit_bytes = limit_bytes
+        self._names = itertools.count()
         if version == 1:
             limit, swap = "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
         else:
@@ -89,24 +93,32 @@ class MemoryCgroup:
             return cls(directory, version=version, limit_bytes=policy.memory_mb << 20)
         return None
 
-    def join(self, pid: int) -> None:
-        """Create ``ctx-<pid>`` with the limit (no swap beyond it) and move this process in.
-        Raises ``IsolationUnavailable``."""
-        path = f"{self.directory}/ctx-{pid}"
+    def make(self) -> str:
+        """Create the next ``ctx-<n>`` with the limit (no swap beyond it): its path. Raises
+        ``OSError`` (the cgroup removed again when a limit is refused)."""
+        path = f"{self.directory}/ctx-{next(self._names)}"
+        self._create(path)
         try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise syscalls.IsolationUnavailable(f"creating the context's memory cgroup: {exc.strerror}") from None
-        for name, value in self.settings:
-            syscalls.write_file(f"{path}/{name}", value)
-        syscalls.write_file(f"{path}/cgroup.procs", "0")
+            for name, value in self.settings:
+                fd = os.open(f"{path}/{name}", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, value.encode())
+                finally:
+                    os.close(fd)
+        except OSError:
+            self.release(path)
+            raise
+        return path
 
-    def release(self, pid: int) -> None:
-        """Remove ``ctx-<pid>`` (its processes are gone); ignores one already removed."""
+    def _create(self, path: str) -> None:
+        """``mkdir`` of a new cgroup (the kernel adds its control files); never an existing one."""
+        os.mkdir(path, 0o700)
+
+    def release(self, path: str) -> None:
+        """Remove the context cgroup ``path`` (its processes are gone); ignores one already
+        removed."""
         try:
-            os.rmdir(os.path.join(self.directory, f"ctx-{pid}"))
+            os.rmdir(path)
         except OSError:
             pass
 
@@ -115,9 +127,9 @@ class MemoryCgroup:
         try:
             for name in os.listdir(self.directory):
                 if name.startswith("ctx-"):
-                    self.release(int(name[4:]))
+                    self.release(os.path.join(self.directory, name))
             os.rmdir(self.directory)
-        except (OSError, ValueError):
+        except OSError:
             pass
 
 

@@ -57,10 +57,14 @@ class Forker:
         self.children: dict[int, int] = {}
         #: child pid → (path, directory descriptor) of its freezer cgroup, until :meth:`release`.
         self.frozen_by: dict[int, tuple[str, int]] = {}
+        #: child pid → the path of its memory cgroup, until :meth:`release`.
+        self.memory_of: dict[int, str] = {}
         #: In a child: the uid it runs as (root hosts; taken by the zygote before the fork) and
         #: the freezer cgroup it joins (made by the zygote before the fork; "" without).
         self.uid = -1
         self.freezer_path = ""
+        #: In a child: the memory cgroup it joins (made by the zygote before the fork; "" without).
+        self.memory_path = ""
         #: In a child with public egress, after :meth:`enter`: the listeners of its namespace
         #: (``network.listeners``), to hand to the host with its ``hello`` and close.
         self.egress: list[socket.socket] = []
@@ -107,8 +111,14 @@ class Forker:
         zygote's own namespace is unchanged: only the one for its next child is switched)."""
         if not self.isolated:
             return os.fork()
-        uid = self.uids.take() if self.uids is not None else -1
-        frozen = self.freezer.make() if self.freezer is not None else ("", -1)
+        uid, frozen, memory = -1, ("", -1), ""
+        try:
+            uid = self.uids.take() if self.uids is not None else -1
+            frozen = self.freezer.make() if self.freezer is not None else ("", -1)
+            memory = self.memory.make() if self.memory is not None else ""
+        except BaseException:
+            self._forget(uid, frozen, memory)
+            raise
         # Here, not in the child: the child would write to the pages of every finder it looks at.
         self.finders = [f for f in sys.meta_path if getattr(f, "__module__", "") in _STANDARD_FINDERS]
         syscalls.unshare(syscalls.CLONE_NEWPID)
@@ -116,26 +126,30 @@ class Forker:
             pid = os.fork()
         except BaseException:
             syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
-            self._forget(uid, frozen)
+            self._forget(uid, frozen, memory)
             raise
         if pid == 0:
-            self.uid, self.freezer_path = uid, frozen[0]
+            self.uid, self.freezer_path, self.memory_path = uid, frozen[0], memory
             # The zygote holds the slots and the cgroups (the child closes their descriptors).
-            self.uids = self.freezer = None
-            self.children, self.frozen_by = {}, {}
+            self.uids = self.freezer = self.memory = None
+            self.children, self.frozen_by, self.memory_of = {}, {}, {}
             return 0
         syscalls.setns(self.pidns_fd, syscalls.CLONE_NEWPID)
         if self.uids is not None:
             self.children[pid] = uid
         if frozen[1] >= 0:
             self.frozen_by[pid] = frozen
+        if memory:
+            self.memory_of[pid] = memory
         return pid
 
     def freezer_fd(self, pid: int) -> int:
         """The directory descriptor of child ``pid``'s freezer cgroup (owned here), or ``-1``."""
         return self.frozen_by.get(pid, ("", -1))[1]
 
-    def _forget(self, uid: int, frozen: tuple[str, int]) -> None:
+    def _forget(self, uid: int, frozen: tuple[str, int], memory: str = "") -> None:
+        if memory and self.memory is not None:
+            self.memory.release(memory)
         if uid >= 0 and self.uids is not None:
             self.uids.give_back(uid)
         if frozen[1] >= 0:
@@ -146,9 +160,9 @@ class Forker:
     def release(self, pid: int) -> None:
         """After the zygote reaped child ``pid``: remove its memory cgroup and give its uid back
         to the pool (nothing of it is alive: its PID namespace died with it)."""
-        if self.memory is not None:
-            self.memory.release(pid)
-        self._forget(self.children.pop(pid, -1), self.frozen_by.pop(pid, ("", -1)))
+        self._forget(
+            self.children.pop(pid, -1), self.frozen_by.pop(pid, ("", -1)), self.memory_of.pop(pid, "")
+        )
 
     def close(self) -> None:
         """In the zygote, after every child was reaped: remove the cgroups, free the uids."""
@@ -174,10 +188,9 @@ class Forker:
         as_root = self.as_root
         if self.pidns_fd >= 0:
             os.close(self.pidns_fd)
-        host_pid = int(os.readlink("/proc/self"))  # the host's proc: the host's pid
-        if self.memory is not None:
-            self.memory.join(host_pid)
-            self.memory = None  # its directory names the zygote's host pid
+        if self.memory_path:
+            cgroups.join(self.memory_path)
+            self.memory_path = ""
         if self.freezer_path:
             cgroups.join(self.freezer_path)
             self.freezer_path = ""
