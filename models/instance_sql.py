@@ -4,9 +4,10 @@ raw psycopg) and the instance services (``services.instances``, ``instance_event
 ``instance_stop``, on their session's connection). Every write of an instance's state and history
 is here — create, the contexts' commits, ``send_event``, terminate and the DELETE purge's fence —
 and every history row is a ``takohost.domain.history`` record stored by :func:`document` (except
-``ContextStarted``, whose epoch the statement itself takes). Names, ids and event types are bytea
-UTF-8 (pass ``str.encode()``), documents ``json`` text. Simple reads and bulk purges stay
-SQLAlchemy Core beside the models they touch (``models.instances``).
+``ContextStarted``, whose epoch the statement itself takes); the timers' firing, the sweep's mark
+and the purge of whole instances too. Names, ids and event types are bytea UTF-8 (pass
+``str.encode()``), documents ``json`` text. Reads the services and the sweep compose (filters,
+pages, counts) stay SQLAlchemy Core beside the models they touch (``models.instances``).
 
 The engine's hot commits are ONE statement whose data-modifying CTEs hang off the fenced
 ``UPDATE`` named ``f`` (``… FROM f``): the ``*_CTE`` fragments below are joined by
@@ -220,6 +221,29 @@ WITH f AS (
 )
 SELECT i.pk, i.pk IN (SELECT pk FROM f) FROM instances i
 WHERE i.workflow_uid = %(uid)s AND i.status IN ('queued', 'running', 'sleeping', 'waiting')
+"""
+
+
+#: Delete the instances ``%(pks)s`` (a list of pks) and every row that hangs off them — history,
+#: steps, inbox, timers (tenant log lines go by their foreign key's cascade) — in one statement:
+#: retention's purge and a workflow's deletion share it.
+DELETE_INSTANCES = """
+WITH h AS (
+  DELETE FROM history_events WHERE instance_pk = ANY(%(pks)s)
+), s AS (
+  DELETE FROM steps WHERE instance_pk = ANY(%(pks)s)
+), e AS (
+  DELETE FROM inbox_events WHERE instance_pk = ANY(%(pks)s)
+), t AS (
+  DELETE FROM timers WHERE instance_pk = ANY(%(pks)s)
+)
+DELETE FROM instances WHERE pk = ANY(%(pks)s)
+"""
+
+#: The sweep's mark on the runnable instances ``%(pks)s`` it re-dispatches (``updated_at``: its
+#: grace period starts again, so the next sweep does not send them twice).
+TOUCH_RUNNABLE = """
+UPDATE instances SET updated_at = %(now)s WHERE pk = ANY(%(pks)s) AND status IN ('queued', 'running')
 """
 
 

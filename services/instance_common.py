@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from models import instance_sql
 from models import instances as inst_models
 from models import resources as res_models
 from models.errors import DomainError
@@ -101,12 +102,6 @@ def instance_txn(
 
 def delete_instances_txn(session: orm.Session, pks: list[int]) -> None:
     """Delete the instances ``pks`` and every row that hangs off them (history, steps, inbox,
-    timers), in ``session``'s transaction: retention's purge and a workflow's deletion share it."""
-    for model in (
-        inst_models.HistoryEvent,
-        inst_models.Step,
-        inst_models.InboxEvent,
-        inst_models.Timer,
-    ):
-        session.execute(sa.delete(model).where(model.instance_pk.in_(pks)))
-    session.execute(sa.delete(inst_models.Instance).where(inst_models.Instance.pk.in_(pks)))
+    timers), in ``session``'s transaction, one statement (``instance_sql.DELETE_INSTANCES``):
+    retention's purge and a workflow's deletion share it."""
+    session.connection().exec_driver_sql(instance_sql.DELETE_INSTANCES, {"pks": list(pks)})

@@ -24,8 +24,8 @@ import sqlalchemy as sa
 
 from core import config
 from models import db as models_db
+from models import instance_sql, status_counts
 from models import instances as inst_models
-from models import status_counts
 from services import dispatch, instance_stop, leases, retention, workflow_observer
 from workers.sandbox import lease as lease_mod
 
@@ -182,11 +182,7 @@ def sweep(*, now: dt.datetime) -> int:
     if not orphans:
         return finished
     with models_db.session_scope() as session:
-        session.execute(
-            sa.update(INSTANCES)
-            .where(INSTANCES.c.pk.in_(orphans), INSTANCES.c.status.in_(("queued", "running")))
-            .values(updated_at=now)
-        )
+        session.connection().exec_driver_sql(instance_sql.TOUCH_RUNNABLE, {"pks": list(orphans), "now": now})
     dispatch.run_contexts(orphans)  # one producer, pipelined writes
     log.info("sweep re-dispatched instances", extra={"count": len(orphans)})
     return len(orphans) + finished
