@@ -21,7 +21,7 @@ from marshmallow import fields, validate
 
 from core import cron, progress
 from models.errors import DomainError
-from services import forms, ids, replay_checks
+from services import forms, ids, operations, replay_checks
 from takohost.domain import documents, identifiers
 from takohost.domain import requirements as pins
 
@@ -383,17 +383,43 @@ def _escape(token: object) -> str:
 
 
 class _Answer(ma.Schema):
-    """Base of the answer schemas the views dump through (``Schema().dump(value)``): a key of
-    ``value`` that the schema does not declare raises ``ValueError`` instead of vanishing, so an
-    answer and the OpenAPI document cannot drift apart unnoticed (the suite answers 500 first)."""
+    """Base of the answer schemas the views dump through (``Schema().dump(value)``).
+
+    ``value`` is a domain value (an ORM row such as ``models.resources.Operation``, or a mapping
+    keyed by the schema's snake_case attribute names); each field's ``data_key`` is its camelCase
+    wire name. A mapping key the schema does not declare raises ``ValueError`` instead of
+    vanishing, so an answer and the OpenAPI document cannot drift apart unnoticed (the suite
+    answers 500 first). The wire keys in :attr:`OMITTED_WHEN_NONE` are left out of the answer
+    when their value is ``None`` (optional members); every other key is always present, in
+    declaration order (the app's JSON provider does not sort keys).
+    """
+
+    #: Wire names (``data_key``) of optional members, absent from the answer when ``None``.
+    OMITTED_WHEN_NONE: tuple[str, ...] = ()
 
     @ma.pre_dump(pass_collection=False)
     def _declared_only(self, data: Any, **kwargs: Any) -> Any:
         if isinstance(data, Mapping):
-            extra = sorted(set(data) - set(self.fields))
+            declared = {field.attribute or name for name, field in self.fields.items()}
+            extra = sorted(set(data) - declared)
             if extra:
                 raise ValueError(f"{type(self).__name__} does not declare {extra}")
         return data
+
+    @ma.post_dump(pass_collection=False)
+    def _omit_absent(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        for key in self.OMITTED_WHEN_NONE:
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
+
+class _Timestamp(fields.String):
+    """An aware ``datetime`` on the wire as RFC 3339 UTC (``services.operations.rfc3339``:
+    ``2026-10-05T12:05:00.123456Z``, microseconds only when non-zero); ``None`` stays ``None``."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
+        return None if value is None else operations.rfc3339(value)
 
 
 class ErrorDetail(ma.Schema):
@@ -419,23 +445,36 @@ class OperationError(_Answer):
     details = fields.Dict()
 
 
+class _CheckProgress(fields.Dict):
+    """A replay check's progress (``services.operations.check_progress`` of the Operation row);
+    ``None`` for every other kind and for a check that has not reported any."""
+
+    def get_value(self, obj: Any, attr: str, accessor: Any = None, default: Any = ma.missing) -> Any:
+        return operations.check_progress(obj)
+
+
 class OperationView(_Answer):
-    """An Operation (docs/spec/http-api.md#api-op); ``progress`` only for a replay check's."""
+    """An Operation (docs/spec/http-api.md#api-op), dumped from its ``models.resources.Operation``
+    row: ``{"id", "kind", "resourceUid", "generation", "state", "effect"?, "error"?, "progress"?,
+    "createdAt", "updatedAt"}``; ``effect`` and ``error`` only once failed, ``progress`` only for
+    a replay check's."""
+
+    OMITTED_WHEN_NONE = ("effect", "error", "progress")
 
     id = fields.String(required=True)
     kind = fields.String(required=True, validate=validate.OneOf(["create", "update", "delete", "check"]))
-    resourceUid = fields.String(required=True)
+    resource_uid = fields.String(required=True, data_key="resourceUid")
     generation = fields.Integer(required=True)
     state = fields.String(
         required=True, validate=validate.OneOf(["pending", "running", "succeeded", "failed"])
     )
     effect = fields.String(validate=validate.OneOf(["none", "partial", "unknown"]))
     error = fields.Nested(OperationError)
-    progress = fields.Dict(
+    progress = _CheckProgress(
         metadata={"description": "kind check: how far the replay got, {checked, total, totals}"}
     )
-    createdAt = fields.String(required=True, metadata={"format": "date-time"})
-    updatedAt = fields.String(required=True, metadata={"format": "date-time"})
+    created_at = _Timestamp(required=True, data_key="createdAt", metadata={"format": "date-time"})
+    updated_at = _Timestamp(required=True, data_key="updatedAt", metadata={"format": "date-time"})
 
 
 class ResourceView(_Answer):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime as dt
 import json
 from typing import Any, TypedDict
@@ -31,7 +32,7 @@ from models import resources as res_models
 from models import status_counts
 from models import tenant_logs as tenant_log_models
 from models.errors import DomainError
-from services import cron_runs, forms, instance_common, instance_history, operations
+from services import cron_runs, forms, instance_common, instance_history
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50
@@ -466,11 +467,22 @@ def instance_log_tail_txn(
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class OperationRow:
+    """One line of the console's Operations page: the Operation row and its resource's name and
+    short Form name (``DurableWorkflow``, …)."""
+
+    operation: res_models.Operation
+    resource_name: str
+    resource_form: str
+
+
 def operations_page_txn(
     session: orm.Session, *, space: str, page_token: str | None = None, limit: int = PAGE_SIZE
-) -> tuple[list[dict], str | None]:
-    """One page of ``space``'s Operations, newest first: the Operation's JSON view (docs/spec/http-api.md#api-op)
-    plus ``resourceName`` and ``resourceForm`` (short Form name); returns ``(rows, next token)``."""
+) -> tuple[list[OperationRow], str | None]:
+    """One page of ``space``'s Operations, newest first, each with its resource's name and Form;
+    returns ``(rows, next token)``. The console shows each Operation as its JSON
+    (``host_api.schemas.OperationView``, docs/spec/http-api.md#api-op)."""
     op = res_models.Operation
     query = (
         sa.select(op, res_models.Resource.name, res_models.Resource.form)
@@ -483,9 +495,7 @@ def operations_page_txn(
         us, op_id = decode_token(page_token, shape=(int, str))
         query = query.where(sa.tuple_(op.created_at, op.id) < sa.tuple_(_from_micros(us), op_id))
     rows = session.execute(query).all()
-    page = [
-        {**operations.view(o), "resourceName": name, "resourceForm": form} for o, name, form in rows[:limit]
-    ]
+    page = [OperationRow(operation=o, resource_name=name, resource_form=form) for o, name, form in rows[:limit]]
     token = None
     if len(rows) > limit:
         last = rows[limit - 1][0]

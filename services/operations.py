@@ -1,4 +1,4 @@
-"""The Operation state machine, its JSON view and the beat sweep (docs/spec/http-api.md#api-op, API-op).
+"""The Operation state machine, a replay check's progress and the beat sweep (docs/spec/http-api.md#api-op, API-op).
 
 ::
 
@@ -10,8 +10,9 @@
 accepted Operation's outcome is never replaced. ``effect`` (failed only) says what is known to
 have been applied: ``none``, ``partial`` or ``unknown``.
 
-This module is imported by the API (views) and by the reconcile task; it never imports the
-engine. The reconcile itself is ``workers.operations_tasks``.
+This module is imported by the API (``host_api.schemas.OperationView`` dumps an Operation row
+as its JSON) and by the reconcile task; it never imports the engine. The reconcile itself is
+``workers.operations_tasks``.
 """
 
 from __future__ import annotations
@@ -116,26 +117,14 @@ def set_state(
         op.next_attempt_at = None
 
 
-def view(op: res_models.Operation) -> dict:
-    """The Operation's JSON (docs/spec/http-api.md#api-op): ``{"id", "kind", "resourceUid", "generation",
-    "state", "effect"?, "error"?, "createdAt", "updatedAt"}``."""
-    body: dict = {
-        "id": op.id,
-        "kind": op.kind,
-        "resourceUid": op.resource_uid,
-        "generation": op.generation,
-        "state": op.state,
-    }
-    if op.effect is not None:
-        body["effect"] = op.effect
-    if op.error is not None:
-        body["error"] = op.error
-    progress = (op.request or {}).get("progress")
-    if op.kind == "check" and progress is not None:
-        body["progress"] = progress  # a replay check's {"checked", "total", "totals"}
-    body["createdAt"] = rfc3339(op.created_at)
-    body["updatedAt"] = rfc3339(op.updated_at)
-    return body
+def check_progress(op: res_models.Operation) -> dict | None:
+    """How far a replay check got, as its reconcile last recorded it in ``op.request["progress"]``
+    (``services.replay_checks``: ``{"checked", "total", "totals", …}``); ``None`` for an
+    Operation of another kind and for a check that has recorded none yet. The Operation's JSON
+    (``host_api.schemas.OperationView``) carries it as ``progress``."""
+    if op.kind != "check":
+        return None
+    return (op.request or {}).get("progress")
 
 
 def get_txn(session: orm.Session, *, space: str, op_id: str) -> res_models.Operation:

@@ -29,7 +29,7 @@ def _accepted(space: str, accepted: resources.Accepted) -> flask.Response:
     op = accepted.operation
     if accepted.new or op.state in operations.UNFINISHED:
         dispatch.reconcile_operation(op.id)
-    response = flask.jsonify(schemas.OperationView().dump(operations.view(op)))
+    response = flask.jsonify(schemas.OperationView().dump(op))
     response.status_code = 202
     response.headers["Location"] = f"/v2/spaces/{space}/operations/{op.id}"
     return response
@@ -188,5 +188,5 @@ def check_version(space: str, uid: str) -> flask.Response:
 def get_operation(space: str, op_id: str) -> flask.Response:
     """``GET …/operations/{id}`` → the Operation."""
     with db.session() as session:
-        view = operations.view(operations.get_txn(session, space=space, op_id=op_id))
-    return flask.jsonify(schemas.OperationView().dump(view))
+        op = operations.get_txn(session, space=space, op_id=op_id)
+    return flask.jsonify(schemas.OperationView().dump(op))

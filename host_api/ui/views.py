@@ -37,7 +37,7 @@ import markupsafe
 from werkzeug import exceptions as wz
 from werkzeug.wrappers import Response
 
-from host_api import errors
+from host_api import errors, schemas
 from host_api.ui import logs as console_logs
 from host_api.ui import session as console_session
 from host_api.ui import timeline as console_timeline
@@ -662,4 +662,9 @@ def operations_page() -> Response:
     page = flask.request.args.get("page") or None
     with models_db.session_scope() as session:
         rows, next_page = console.operations_page_txn(session, space=user.space, page_token=page)
-    return _render("operations.html", operations=rows, next_page=next_page, paged=page is not None)
+    answer = schemas.OperationView()
+    shown = [
+        {**answer.dump(row.operation), "resourceName": row.resource_name, "resourceForm": row.resource_form}
+        for row in rows
+    ]
+    return _render("operations.html", operations=shown, next_page=next_page, paged=page is not None)

@@ -85,9 +85,9 @@ def post(
 
 def settle(op_id: str, *, timeout: float = 30.0) -> dict:
     """Reconcile ``op_id`` in-process until final; returns the Operation view."""
+    from host_api import schemas
     from models import db as models_db
     from models import resources as res_models
-    from services import operations
     from workers import operations_tasks
 
     deadline = time.monotonic() + timeout
@@ -95,7 +95,7 @@ def settle(op_id: str, *, timeout: float = 30.0) -> dict:
         operations_tasks.reconcile(op_id, validate=True)  # both processes' parts, in-process
         with models_db.session_scope() as session:
             op = session.get(res_models.Operation, op_id)
-            view = operations.view(op)
+            view = schemas.OperationView().dump(op)
         if view["state"] in ("succeeded", "failed"):
             return view
         if time.monotonic() > deadline:

@@ -1,27 +1,183 @@
-"""The answer schemas views dump through (``host_api.schemas._Answer``): a key the schema does
-not declare fails loudly rather than vanishing from the answer (and from the OpenAPI document)."""
+"""The answer schemas views dump through (``host_api.schemas._Answer``): an Operation or Resource
+row dumps to the same JSON text its answer always had (fixed below, docs/spec/http-api.md#api-op,
+docs/spec/http-api.md#api-res), and a key the schema does not declare fails loudly rather than
+vanishing from the answer (and from the OpenAPI document)."""
 
 from __future__ import annotations
+
+import datetime as dt
+import json
 
 import pytest
 
 from host_api import schemas
+from models import resources as res_models
+from services import resources
 
-OPERATION = {
-    "id": "op", "kind": "check", "resourceUid": "u", "generation": 2, "state": "running",
-    "progress": {"checked": 1, "total": 2, "totals": {}}, "createdAt": "t0", "updatedAt": "t1",
-}
+# --- golden answers: every Operation state and kind, every resource Form -------------------------
+#
+# What ``GET …/operations/{id}``, a mutation's 202 and ``GET …/resources[/{uid}]`` answer for a
+# given row, as fixed JSON text (keys in wire order: the app's JSON provider does not sort them).
+# The rows are transient ORM objects; the app's answer is ``flask.jsonify`` of the dump.
+
+T0 = dt.datetime(2026, 10, 5, 12, 5, 0, 123456, tzinfo=dt.UTC)
+#: Another zone, no microseconds: written in UTC, without a fraction.
+T1 = dt.datetime(2026, 10, 5, 14, 6, 7, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+STAMPS = '"createdAt": "2026-10-05T12:05:00.123456Z", "updatedAt": "2026-10-05T12:06:07Z"'
+PROGRESS = {"checked": 2, "total": 5, "totals": {"ok": 1, "diverged": 1}, "checkedAt": "2026-10-05T12:06:00Z"}
+ERROR = {"code": "package_unavailable", "message": "no wheel", "details": {"package": "numpy", "tried": [1, 2]}}
 
 
-def test_a_replay_check_operation_dumps_unchanged():
-    assert schemas.OperationView().dump(OPERATION) == OPERATION
-    failed = {**OPERATION, "state": "failed", "error": {"code": "c", "message": "m", "details": {"x": [1]}}}
-    assert schemas.OperationView().dump(failed) == failed
+def _operation(kind: str, state: str, *, effect=None, error=None, request=None) -> res_models.Operation:
+    return res_models.Operation(
+        id="op-1", space="s", kind=kind, resource_uid="res-1", generation=3, state=state,
+        effect=effect, error=error, request=request, attempts=1, next_attempt_at=None,
+        created_at=T0, updated_at=T1,
+    )
+
+
+def _head(kind: str, state: str) -> str:
+    return f'{{"id": "op-1", "kind": "{kind}", "resourceUid": "res-1", "generation": 3, "state": "{state}"'
+
+
+OPERATIONS = [
+    pytest.param(_operation("create", "pending", request={"form": "x"}), _head("create", "pending") + f", {STAMPS}}}",
+                 id="create-pending"),
+    pytest.param(_operation("update", "running"), _head("update", "running") + f", {STAMPS}}}", id="update-running"),
+    pytest.param(_operation("delete", "succeeded"), _head("delete", "succeeded") + f", {STAMPS}}}",
+                 id="delete-succeeded"),
+    pytest.param(
+        _operation("create", "failed", effect="none", error=ERROR),
+        _head("create", "failed") + ', "effect": "none", "error": {"code": "package_unavailable", "message": '
+        f'"no wheel", "details": {{"package": "numpy", "tried": [1, 2]}}}}, {STAMPS}}}',
+        id="create-failed-error-with-details",
+    ),
+    pytest.param(
+        _operation("update", "failed", effect="partial", error={"code": "c", "message": "m"}),
+        _head("update", "failed") + f', "effect": "partial", "error": {{"code": "c", "message": "m"}}, {STAMPS}}}',
+        id="update-failed-partial",
+    ),
+    pytest.param(
+        _operation("delete", "failed", effect="unknown", error={"code": "c", "message": "m"}),
+        _head("delete", "failed") + f', "effect": "unknown", "error": {{"code": "c", "message": "m"}}, {STAMPS}}}',
+        id="delete-failed-unknown",
+    ),
+    pytest.param(_operation("check", "pending", request={"terminal": 3}), _head("check", "pending") + f", {STAMPS}}}",
+                 id="check-pending-without-progress"),
+    pytest.param(_operation("check", "running", request=None), _head("check", "running") + f", {STAMPS}}}",
+                 id="check-running-without-request"),
+    pytest.param(
+        _operation("check", "running", request={"terminal": 3, "progress": PROGRESS}),
+        _head("check", "running") + ', "progress": {"checked": 2, "total": 5, "totals": {"ok": 1, "diverged": 1}, '
+        f'"checkedAt": "2026-10-05T12:06:00Z"}}, {STAMPS}}}',
+        id="check-running-with-progress",
+    ),
+    pytest.param(
+        _operation("check", "succeeded", request={"progress": {"checked": 5, "total": 5, "totals": {}}}),
+        _head("check", "succeeded") + f', "progress": {{"checked": 5, "total": 5, "totals": {{}}}}, {STAMPS}}}',
+        id="check-succeeded-with-progress",
+    ),
+    pytest.param(
+        _operation("check", "failed", effect="none", error=ERROR, request={"progress": {"checked": 0, "total": 1}}),
+        _head("check", "failed") + ', "effect": "none", "error": {"code": "package_unavailable", "message": '
+        '"no wheel", "details": {"package": "numpy", "tried": [1, 2]}}, "progress": {"checked": 0, "total": 1}, '
+        f'{STAMPS}}}',
+        id="check-failed-error-and-progress",
+    ),
+    pytest.param(
+        _operation("update", "running", request={"progress": PROGRESS}), _head("update", "running") + f", {STAMPS}}}",
+        id="progress-only-for-a-check",
+    ),
+]
+
+
+def _operation_answer(op: res_models.Operation) -> str:
+    return json.dumps(schemas.OperationView().dump(op))
+
+
+@pytest.mark.parametrize("op, expected", OPERATIONS)
+def test_an_operation_answers_fixed_json(op, expected):
+    assert _operation_answer(op) == expected
+
+
+def _resource(form: str, **more) -> res_models.Resource:
+    values = dict(
+        uid="res-1", space="s", form=form, name="orders", generation=2, spec={"b": 1, "a": [True, None]},
+        private_inputs={"secret": "never returned"}, observed={}, observed_at=None, output={}, phase="idle",
+        worker_uid=None, latest_operation_id="op-9", created_at=T0, updated_at=T1, deleted_at=None,
+    )
+    values.update(more)
+    return res_models.Resource(**values)
+
+
+def _form(form: str) -> str:
+    return f'{{"uid": "res-1", "form": "https://edge.forms.takoform.com/forms/{form}'
+
+
+RESOURCE_STAMPS = STAMPS + ', "latestOperationId": "op-9"}'
+RESOURCES = [
+    pytest.param(
+        _resource("ModuleWorker", observed=None, output=None, phase="reconciling"),
+        _form("ModuleWorker") + '/0.3.0/", "name": "orders", "generation": 2, "spec": {"b": 1, "a": [true, null]}, '
+        f'"observed": {{}}, "output": {{}}, "phase": "reconciling", {RESOURCE_STAMPS}',
+        id="ModuleWorker-nothing-observed",
+    ),
+    pytest.param(
+        _resource("WorkerVersion", observed={"replayCheck": {"state": "ok"}}, observed_at=T0, worker_uid="w"),
+        _form("WorkerVersion") + '/0.5.0/", "name": "orders", "generation": 2, "spec": {"b": 1, "a": [true, null]}, '
+        '"observed": {"replayCheck": {"state": "ok"}}, "observedAt": "2026-10-05T12:05:00.123456Z", '
+        f'"output": {{}}, "phase": "idle", {RESOURCE_STAMPS}',
+        id="WorkerVersion-observed",
+    ),
+    pytest.param(
+        _resource("WorkerDeployment", observed_at=T1, output={"active": ["v"]}),
+        _form("WorkerDeployment") + '/0.4.0/", "name": "orders", "generation": 2, "spec": {"b": 1, "a": [true, null]}, '
+        '"observed": {}, "observedAt": "2026-10-05T12:06:07Z", '
+        f'"output": {{"active": ["v"]}}, "phase": "idle", {RESOURCE_STAMPS}',
+        id="WorkerDeployment-output",
+    ),
+    pytest.param(
+        _resource("DurableWorkflow", phase="deleting"),
+        _form("DurableWorkflow") + '/0.3.0/", "name": "orders", "generation": 2, "spec": {"b": 1, "a": [true, null]}, '
+        f'"observed": {{}}, "output": {{}}, "phase": "deleting", {RESOURCE_STAMPS}',
+        id="DurableWorkflow-deleting",
+    ),
+    pytest.param(
+        _resource("WorkerCronTrigger", phase="failed", latest_operation_id=None),
+        _form("WorkerCronTrigger") + '/0.3.0/", "name": "orders", "generation": 2, "spec": {"b": 1, "a": [true, null]}, '
+        f'"observed": {{}}, "output": {{}}, "phase": "failed", {STAMPS}, "latestOperationId": null}}',
+        id="WorkerCronTrigger-no-latest-operation",
+    ),
+]
+
+
+def _resource_answer(resource: res_models.Resource) -> str:
+    return json.dumps(schemas.ResourceView().dump(resources.view(resource)))
+
+
+def _list_answer(rows: list[res_models.Resource], token: str | None) -> str:
+    payload: dict = {"resources": [resources.view(row) for row in rows]}
+    if token is not None:
+        payload["nextPageToken"] = token
+    return json.dumps(schemas.ResourceList().dump(payload))
+
+
+@pytest.mark.parametrize("resource, expected", RESOURCES)
+def test_a_resource_answers_fixed_json(resource, expected):
+    assert _resource_answer(resource) == expected
+
+
+def test_a_resource_list_answers_fixed_json():
+    rows = [param.values[0] for param in RESOURCES]
+    bodies = ", ".join(param.values[1] for param in RESOURCES)
+    assert _list_answer(rows, "tok") == f'{{"resources": [{bodies}], "nextPageToken": "tok"}}'
+    assert _list_answer(rows[:1], None) == f'{{"resources": [{RESOURCES[0].values[1]}]}}'
+    assert _list_answer([], None) == '{"resources": []}'
 
 
 @pytest.mark.parametrize("schema, value", [
-    (schemas.OperationView, {**OPERATION, "surprise": 1}),
-    (schemas.OperationView, {**OPERATION, "error": {"code": "c", "message": "m", "hint": "h"}}),
+    (schemas.OperationView, {"id": "op", "surprise": 1}),
+    (schemas.OperationView, _operation("update", "failed", effect="none", error={"code": "c", "message": "m", "hint": "h"})),
     (schemas.ResourceList, {"resources": [{"uid": "u", "secret": "s"}]}),
     (schemas.InstanceId, {"id": "x", "status": "queued"}),
     (schemas.TerminateAnswer, {"status": "terminated", "by": "me"}),
