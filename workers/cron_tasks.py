@@ -41,6 +41,7 @@ from workers import sandbox, tenant_logs
 from workers.engine import store
 from workers.sandbox import heartbeat, jobs, receive
 from workers.sandbox import lease as lease_mod
+from workers.sandbox.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +137,8 @@ def deliver(
     beat = heartbeat.heartbeat_for(
         leases=leases, url=settings.database_url, read_epochs=store.backend_for(settings.database_url).read_epochs
     )
-    watched = heartbeat.Watched.delivery(lease)
-    beat.register(watched)
-    proven = True
+    run_session = Session(leases=leases, beat=beat, lease=lease)
+    run_session.watch(heartbeat.Watched.delivery(lease))
     try:
         job = _start(match_pk, settings=settings)
         if isinstance(job, str):
@@ -160,12 +160,11 @@ def deliver(
                 run = Run("failed", job.version.problem)
             else:
                 run = run_scheduled(
-                    job, settings=settings, zygote=zygote or sandbox.get_zygote(), watched=watched
+                    job, settings=settings, zygote=zygote or sandbox.get_zygote(), session=run_session
                 )
         except Exception:
             log.exception("cron delivery infrastructure failure", extra={"match": match_pk})
             run = Run("host", cron_runs.HOST_ERROR)
-        proven = run.proven
         if run.outcome == "lease_lost":
             metrics.inc("takohost_lease_losses_total", kind="cron")
         with models_db.session_scope(settings.database_url) as session:
@@ -182,12 +181,7 @@ def deliver(
                 )
         return run.outcome if run.outcome in ("ok", "failed") else "error"
     finally:
-        beat.unregister(watched)  # never renewed again: released now, or left to expire
-        if proven:
-            try:
-                leases.release(lease)
-            except Exception:  # noqa: BLE001 - it expires by itself
-                log.warning("cron delivery lease release failed; it expires", extra={"match": match_pk}, exc_info=True)
+        run_session.release()  # never renewed again; not proven: the session left it to expire
 
 
 def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
@@ -216,9 +210,7 @@ def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
     )
 
 
-def run_scheduled(
-    job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, watched: heartbeat.Watched
-) -> Run:
+def run_scheduled(job: DeliveryJob, *, settings: config.Settings, zygote: sandbox.Zygote, session: Session) -> Run:
     """Run the picked Version's ``scheduled(event, env, ctx)`` in a sandbox child (docs/spec/cron-trigger.md#cr-handler, docs/spec/host-limits.md#hl-decisions).
 
     The job is ``jobs.job_message(kind="scheduled")``; binding calls are answered by
@@ -227,8 +219,8 @@ def run_scheduled(
     handler, a child that died or broke the protocol, the wall-clock limit
     ``settings.scheduled_timeout_s`` (seconds from the spawn; :func:`cron_runs.timed_out`), or the
     trigger's DELETE (checked every ``FENCE_POLL_S`` seconds; ``cron_runs.STOPPED_BY_DELETE``).
-    ``watched`` is the delivery's registration with the heartbeat, which pings the child while
-    the lease is fresh (and kills it when the lease is lost). A lost lease or a child killed by
+    ``session`` holds the delivery's lease, watched by the heartbeat, which pings the child while
+    the lease is fresh (and kills it when the lease is lost); the run's logs and child join it. A lost lease or a child killed by
     its watchdog because the host withheld its pings ends it ``lease_lost``/``host``. In every
     case the child is SIGKILLed and the proof of its death is in ``Run.proven`` before this
     returns. Raises ``sandbox.ZygoteUnavailable`` (or
@@ -244,24 +236,23 @@ def run_scheduled(
     logs = tenant_logs.LogCollector(
         connection=lambda: store.connection_for(settings.database_url), delivery_pk=job.delivery_pk
     )
+    session.space, session.logs = job.space, logs
     with metrics.timed("takohost_sandbox_spawn_seconds", kind="scheduled"):
-        child = zygote.spawn(message, space=job.space)
-    watched.attach(child)
+        session.attach(zygote.spawn(message, space=job.space))
     run: Run | None = None
     try:
-        run = _serve(child, job=job, settings=settings, deadline=deadline, watched=watched, logs=logs)
+        run = _serve(session, job=job, settings=settings, deadline=deadline)
     finally:
-        watched.detach()
-        proven = child.kill_and_wait()
-        receive.take_egress(child, logs, space=job.space, records=child.finish_egress())
-        child.close()
+        # The lease stays renewed until the delivery row is finished (deliver's release).
+        proven = session.stop_child(keep_alive=True)
         if run is not None and run.outcome != "ok" and run.error:
             text = f"run failed: {run.error}"
             if run.traceback:
                 text += "\nTraceback (the Version's frames, innermost last):\n" + tracebacks.format_frames(run.traceback)
             logs.host_line(text)
         logs.flush()
-    if run.outcome == "gone" and watched.ping_gap() >= heartbeat.WATCHDOG_SUSPECT * watchdog:
+    assert session.watched is not None
+    if run.outcome == "gone" and session.watched.ping_gap() >= heartbeat.WATCHDOG_SUSPECT * watchdog:
         log.warning(
             "cron handler lost to its watchdog; the match is delivered again", extra={"match": job.match_pk}
         )
@@ -285,19 +276,13 @@ class _Ended(Exception):
 _GONE = "the handler process exited without a result (os._exit, a signal or a crash)"
 
 
-def _serve(
-    child: sandbox.ChildHandle,
-    *,
-    job: DeliveryJob,
-    settings: config.Settings,
-    deadline: float,
-    watched: heartbeat.Watched,
-    logs: tenant_logs.LogCollector,
-) -> Run:
+def _serve(session: Session, *, job: DeliveryJob, settings: config.Settings, deadline: float) -> Run:
     """The parent's loop for one handler child: answers, limit, fence, lease, ``log`` frames
-    (see run_scheduled); the frames come through ``receive.receive``, the loop every tenant run
+    (see run_scheduled); the frames come through ``Session.receive``, the loop every tenant run
     shares."""
     assert isinstance(job.version, jobs.VersionChoice)
+    child, watched = session.child, session.watched
+    assert child is not None and watched is not None
     next_fence = time.monotonic() + FENCE_POLL_S
 
     def poll() -> float:
@@ -316,7 +301,7 @@ def _serve(
 
     while True:
         try:
-            reply = receive.receive(child, logs=logs, space=job.space, deadline=deadline, poll=poll)
+            reply = session.receive(deadline=deadline, poll=poll)
         except _Ended as ended:
             return ended.run
         except receive.Overtime:

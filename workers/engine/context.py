@@ -32,6 +32,7 @@ from workers import sandbox, tenant_logs
 from workers.engine import observe, store
 from workers.sandbox import children, heartbeat, jobs, receive
 from workers.sandbox import lease as lease_mod
+from workers.sandbox.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,8 @@ class ReplayContext:
         self.heartbeat = heartbeat.heartbeat_for(
             leases=leases, url=settings.database_url, read_epochs=self.backend.read_epochs
         )
-        self.watched: heartbeat.Watched | None = None
-        self.lease: lease_mod.Lease | None = None
-        self.child: sandbox.ChildHandle | None = None
+        #: The context's lease, child, pings, logs and stop proof (``workers.sandbox.session``).
+        self.session = Session(leases=leases, beat=self.heartbeat, space=space)
         self.store: store.ContextStore | None = None
         self.snapshot: store.InstanceSnapshot | None = None
         self.version: jobs.VersionChoice | None = None
@@ -97,8 +97,6 @@ class ReplayContext:
         self.used_child = False
         self.lease_taken = 0.0  # monotonic: just before the lease was acquired
         self.job_sent = 0.0  # monotonic: when the child got its job (its watchdog's first frame)
-        #: The tenant's output of this context (docs/spec/host-features.md#hf-observability): tagged, budgeted, written in batches.
-        self.logs: tenant_logs.LogCollector | None = None
         self.replay: replay_order.ReplayOrder | None = None
         #: A step was not answered from the record: no later line of this context is a replay.
         self.replay_over = False
@@ -109,6 +107,22 @@ class ReplayContext:
         #: step call; ``None`` before the job is sent): ``settings.step_timeout_s`` after it.
         self.outside_deadline: float | None = None
         self.observer = observe.ContextObserver(instance_pk)  # metrics, trace, log fields
+
+    @property
+    def child(self) -> sandbox.ChildHandle | None:
+        """The context's sandbox child (``None`` before the spawn and once it is stopped)."""
+        return self.session.child
+
+    @property
+    def watched(self) -> heartbeat.Watched | None:
+        """The context as the heartbeat watches it (from the token on)."""
+        return self.session.watched
+
+    @property
+    def logs(self) -> tenant_logs.LogCollector | None:
+        """The tenant's output of this context (docs/spec/host-features.md#hf-observability):
+        tagged, budgeted, written in batches."""
+        return self.session.logs
 
     # -- the whole context --------------------------------------------------------------------------
     def run(self) -> str:
@@ -135,7 +149,7 @@ class ReplayContext:
         )
         if not isinstance(admitted, lease_mod.Lease):
             return admitted  # "busy", or "deferred": the Space runs its cap of contexts (lease.py)
-        self.lease = admitted
+        self.session.lease = admitted
         try:
             return self._run()
         except _Stop as stop:
@@ -155,25 +169,15 @@ class ReplayContext:
 
     def _finish(self) -> None:
         self._flush_logs()
-        if self.watched is not None:
-            self.heartbeat.unregister(self.watched)
-            self.watched.child = None
-        if self.child is not None:
-            proven = self.child.kill_and_wait()
-            receive.take_egress(self.child, self.logs, space=self._space(), records=self.child.finish_egress())
-            self.child.close()
-            self.child = None
-            if not proven:  # keep the lease: its expiry (with the child's watchdog) proves the stop
-                self.lease = None
-        if self.lease is not None:
-            try:
-                self.leases.release(self.lease)
-            except Exception:  # noqa: BLE001 - it expires by itself
-                log.warning("lease release failed", extra={"instance": self.pk}, exc_info=True)
-            self.lease = None
+        # Not proven: the session keeps the lease unreleased (its expiry, with the child's
+        # watchdog, proves the stop).
+        self.session.stop_child()
+        self.session.release()
 
     def _run(self) -> str:
         snapshot = self.snapshot = self.backend.load_instance(self.pk)
+        if snapshot is not None:
+            self.session.space = snapshot.space
         if (
             snapshot is None
             or snapshot.status not in ("queued", "running")
@@ -207,11 +211,11 @@ class ReplayContext:
             # side-effect free by docs/spec/durable-workflow.md#dw-replay) may have run.
             self.used_child = True
             # Before the job is sent: the host's log budget starts before the child's own.
-            self.logs = tenant_logs.LogCollector(
+            self.session.logs = tenant_logs.LogCollector(
                 connection=lambda: store.connection_for(self.settings.database_url), instance_pk=self.pk
             )
             with self.observer.spawn():
-                self.child = children.take_child(self.zygote, self._job(snapshot, version), space=snapshot.space)
+                self.session.attach(children.take_child(self.zygote, self._job(snapshot, version), space=snapshot.space))
             self.job_sent = time.monotonic()
             self.outside_deadline = self.job_sent + self.settings.step_timeout_s
         # The lifetime ends the instance even when no Version can run it (no code runs for that).
@@ -220,15 +224,15 @@ class ReplayContext:
         self.observer.token_taken(epoch=self.store.epoch, version_uid=None if version is None else version.uid)
         if self.logs is not None:
             self.logs.epoch = self.store.epoch
-        self.watched = heartbeat.Watched(
+        assert self.session.lease is not None
+        self.session.watch(heartbeat.Watched(
             instance_pk=self.pk,
             epoch=self.store.epoch,
-            lease=self.lease,
+            lease=self.session.lease,
             child=self.child,
             renewed_at=self.lease_taken,
             last_ping=self.job_sent or time.monotonic(),
-        )
-        self.heartbeat.register(self.watched)
+        ))
         self.observer.watched = self.watched  # it publishes the running step for …/progress
         if lifetime_over:
             return self._end_errored(
@@ -278,14 +282,9 @@ class ReplayContext:
 
         ``deadline`` (monotonic seconds; default :attr:`outside_deadline`): no frame but logs by
         then raises :class:`_Overtime` (the attempt time limit)."""
-        assert self.child is not None
         try:
-            return receive.receive(
-                self.child,
-                logs=self.logs,
-                space=self._space(),
-                deadline=self.outside_deadline if deadline is None else deadline,
-                intercept=self._intercept,
+            return self.session.receive(
+                deadline=self.outside_deadline if deadline is None else deadline, intercept=self._intercept
             )
         except sandbox.ChildGone:
             self._explain_gone()
@@ -304,10 +303,6 @@ class ReplayContext:
     def _flush_logs(self) -> None:
         if self.logs is not None:
             self.logs.flush()
-
-    def _space(self) -> str | None:
-        """The Space whose code this context runs (its egress records are counted for it)."""
-        return self.space if self.snapshot is None else self.snapshot.space
 
     def _note_replaying(self) -> None:
         """Tenant lines outside effects are ``replayed`` while the child is asking again for the
@@ -693,40 +688,16 @@ class ReplayContext:
         terminal status, which no later context of the instance waits for, so that the lease's
         round trip is not between the proof and the status a client sees. Before ``sleeping``,
         ``waiting`` or a retry the lease must be gone first: the wake-up may come at once."""
-        if self.watched is not None:
-            self.heartbeat.unregister(self.watched)
-        if self.child is not None:
-            child, self.child = self.child, None
-            if self.watched is not None:
-                self.watched.child = None
-            proven = child.kill_and_wait()
-            receive.take_egress(child, self.logs, space=self._space(), records=child.finish_egress())
-            child.close()
-            if not proven:
-                self.lease = None
-                raise _Stop("stop_unproven")
+        if not self.session.stop_child():
+            raise _Stop("stop_unproven")
         self._flush_logs()  # before the status is published: a follower sees the last lines first
         if release:
-            self._release_lease()
+            self.session.release()
 
     def _kill_child(self) -> None:
-        if self.child is not None:
-            if self.watched is not None:
-                self.heartbeat.unregister(self.watched)
-                self.watched.child = None
-            proven = self.child.kill_and_wait()
-            self.child.close()
-            self.child = None
-            if not proven:
-                self.lease = None
-
-    def _release_lease(self) -> None:
-        if self.lease is not None:
-            try:
-                self.leases.release(self.lease)
-            except Exception:  # noqa: BLE001 - it expires by itself
-                log.warning("lease release failed", extra={"instance": self.pk}, exc_info=True)
-            self.lease = None
+        """Stop the child at once (fenced, or the context failed); the lease is released by
+        :meth:`_finish` (not proven: left to expire)."""
+        self.session.stop_child()
 
 
 def run_context(

@@ -12,6 +12,8 @@ replay checks (``workers.version_check``) — in one package:
   pings the children and notices fencing;
 * :mod:`~workers.sandbox.receive`: the one loop that waits for a child's next frame (log
   capture, egress records, deadlines);
+* :mod:`~workers.sandbox.session`: one run's hold on all of it (``Session``: its lease kept
+  alive, its child, pings, log capture and stop proof);
 * :mod:`~workers.sandbox.validation`: WorkerVersion validation.
 
 The zygote client and the child handle are re-exported here (``sandbox.Zygote``,
