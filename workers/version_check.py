@@ -31,7 +31,7 @@ from services import instance_history, instances, operations, replay_checks
 from takohost.runtime import protocol, replay_check
 from workers import sandbox
 from workers.engine import store
-from workers.sandbox import jobs
+from workers.sandbox import jobs, receive
 
 __all__ = ["CheckResult", "check_history", "check_spec", "run_operation"]
 
@@ -53,22 +53,34 @@ class CheckResult:
 
 
 class _SandboxChild:
-    """``replay_check.Child`` over a sandbox child: log frames are dropped (nothing is kept of a
-    check), every receive is bounded by the check's deadline."""
+    """``replay_check.Child`` over a sandbox child, through ``receive.receive`` (the loop every
+    tenant run shares): log and code frames are dropped (nothing is kept of a check), every
+    receive is bounded by the check's deadline."""
 
     def __init__(self, handle: sandbox.ChildHandle, *, deadline: float) -> None:
         self.handle = handle
         self.deadline = deadline
 
     def recv(self) -> dict[str, Any]:
-        """The child's next message but log and code frames; ``TimeoutError`` past the deadline."""
-        while True:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the check's time limit was reached")
-            message = self.handle.recv(left)
-            if message.get("op") not in ("log", "code"):
-                return message
+        """The child's next message but log and code frames; ``TimeoutError`` past the deadline,
+        ``protocol.ProtocolError`` for a frame that breaks the protocol."""
+        try:
+            return receive.receive(
+                self.handle,
+                logs=None,
+                space=None,
+                deadline=self.deadline,
+                poll=self._poll,
+                intercept=lambda message: message["op"] in ("log", "code"),
+            )
+        except receive.Overtime:
+            raise TimeoutError("the check's time limit was reached") from None
+        except receive.Violation as exc:
+            raise protocol.ProtocolError(str(exc)) from None
+
+    def _poll(self) -> None:
+        if time.monotonic() >= self.deadline:
+            raise TimeoutError("the check's time limit was reached")
 
     def answer(self, message: dict[str, Any]) -> None:
         """Send the answer to the child's pending request."""
