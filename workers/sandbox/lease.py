@@ -180,9 +180,10 @@ class Lease:
 
 @dataclasses.dataclass(frozen=True)
 class DeliveryLease:
-    """A held cron delivery lease (``services.redis_keys.delivery_lease_key``) of match
-    ``match_pk``: ``key`` holding ``value`` since the monotonic ``taken_at`` (just before it was
-    taken); ``space`` is the Space whose slot it holds (``None``: uncapped).
+    """A held cron delivery lease (``services.redis_keys.delivery_lease_key``): ``key`` holding
+    ``value`` since the monotonic ``taken_at`` (just before it was taken); ``member`` is the
+    match's member in Space SETs (``cron:{match_pk}``), ``space`` the Space whose slot it holds
+    (``None``: uncapped).
 
     It is renewed like a replay context's lease, by the process's heartbeat
     (``workers.sandbox.heartbeat``, :meth:`LeaseStore.renew`; docs/spec/cron-trigger.md#cr-delivery
@@ -191,16 +192,11 @@ class DeliveryLease:
     no handler of the match runs. Released with :meth:`LeaseStore.release`.
     """
 
-    match_pk: int
     key: str
     value: str
+    member: str
     taken_at: float
     space: str | None = None
-
-    @property
-    def member(self) -> str:
-        """Its member in its Space's contexts SET: ``cron:{match_pk}``."""
-        return f"{CRON_MEMBER}{self.match_pk}"
 
 
 def process_owner() -> str:
@@ -316,16 +312,16 @@ class LeaseStore:
         """
         key = redis_keys.delivery_lease_key(self.namespace, match_pk)
         value = f"{process_owner()}:{uuid.uuid4().hex}"
+        member = f"{CRON_MEMBER}{match_pk}"
         started = time.monotonic()
         if space is None or cap <= 0:
             if not self.client.set(key, value, nx=True, px=self.ttl_ms):
                 return BUSY
-            return DeliveryLease(match_pk=match_pk, key=key, value=value, taken_at=started)
-        member = f"{CRON_MEMBER}{match_pk}"
+            return DeliveryLease(key=key, value=value, member=member, taken_at=started)
         answer = self._take_slot(key=key, value=value, space=space, cap=cap, reserved=reserved, member=member)
         if answer != 1:
             return BUSY if answer == 0 else DEFERRED
-        return DeliveryLease(match_pk=match_pk, key=key, value=value, taken_at=started, space=space)
+        return DeliveryLease(key=key, value=value, member=member, taken_at=started, space=space)
 
     def renew(self, lease: Lease | DeliveryLease) -> bool:
         """Extend ``lease`` by the TTL if it is still ours (compare-and-set); False if it is not.

@@ -1,4 +1,4 @@
-"""Lease logic in isolation (fakeredis): SET NX PX, compare-and-set renew and release."""
+"""Leases and the heartbeat (workers.sandbox.lease, workers.sandbox.heartbeat) in isolation (fakeredis): SET NX PX, compare-and-set renew and release, the ping window, fair share."""
 
 from __future__ import annotations
 
