@@ -477,30 +477,53 @@ class OperationView(_Answer):
     updated_at = _Timestamp(required=True, data_key="updatedAt", metadata={"format": "date-time"})
 
 
+class _FormUrl(fields.String):
+    """A resource's short Form name (``models.resources.Resource.form``) as its Form URL
+    (``services.forms.FORM_URLS``)."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str:
+        return forms.FORM_URLS[value]
+
+
+class _Object(fields.Dict):
+    """A JSON object column that may hold ``None`` (nothing recorded yet): written as ``{}``."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> dict | None:
+        return super()._serialize({} if value is None else value, attr, obj, **kwargs)
+
+
 class ResourceView(_Answer):
-    """A Resource (docs/spec/http-api.md#api-res); ``privateInputs`` are never returned."""
+    """A Resource (docs/spec/http-api.md#api-res), dumped from its ``models.resources.Resource``
+    row: ``{"uid", "form", "name", "generation", "spec", "observed", "observedAt"?, "output",
+    "phase", "createdAt", "updatedAt", "latestOperationId"}``; ``form`` is the Form URL,
+    ``observedAt`` only once something was observed; ``privateInputs`` are never returned."""
+
+    OMITTED_WHEN_NONE = ("observedAt",)
 
     uid = fields.String(required=True)
-    form = fields.String(required=True)
+    form = _FormUrl(required=True)
     name = fields.String(required=True)
     generation = fields.Integer(required=True)
     spec = fields.Dict(required=True)
-    observed = fields.Dict(required=True)
-    observedAt = fields.String(metadata={"format": "date-time"})
-    output = fields.Dict(required=True)
+    observed = _Object(required=True)
+    observed_at = _Timestamp(data_key="observedAt", metadata={"format": "date-time"})
+    output = _Object(required=True)
     phase = fields.String(
         required=True, validate=validate.OneOf(["reconciling", "idle", "deleting", "failed"])
     )
-    createdAt = fields.String(required=True, metadata={"format": "date-time"})
-    updatedAt = fields.String(required=True, metadata={"format": "date-time"})
-    latestOperationId = fields.String(required=True)
+    created_at = _Timestamp(required=True, data_key="createdAt", metadata={"format": "date-time"})
+    updated_at = _Timestamp(required=True, data_key="updatedAt", metadata={"format": "date-time"})
+    latest_operation_id = fields.String(required=True, data_key="latestOperationId")
 
 
 class ResourceList(_Answer):
-    """``{"resources": [...], "nextPageToken"?}``."""
+    """``{"resources": [...], "nextPageToken"?}``, dumped from ``{"resources": [Resource rows],
+    "next_page_token": str | None}`` (``services.resources.list_txn``'s page and token)."""
+
+    OMITTED_WHEN_NONE = ("nextPageToken",)
 
     resources = fields.List(fields.Nested(ResourceView), required=True)
-    nextPageToken = fields.String()
+    next_page_token = fields.String(data_key="nextPageToken")
 
 
 class InstanceCreateBody(_Closed):

@@ -211,30 +211,6 @@ def replace_refs_txn(session: orm.Session, *, source_uid: str, refs: list[forms.
 # --- reading ------------------------------------------------------------------------------------
 
 
-def view(resource: res_models.Resource) -> dict:
-    """The Resource JSON (docs/spec/http-api.md#api-res); ``privateInputs`` are never included."""
-    body: dict = {
-        "uid": resource.uid,
-        "form": forms.FORM_URLS[resource.form],
-        "name": resource.name,
-        "generation": resource.generation,
-        "spec": resource.spec,
-        "observed": resource.observed or {},
-    }
-    if resource.observed_at is not None:
-        body["observedAt"] = operations.rfc3339(resource.observed_at)
-    body.update(
-        {
-            "output": resource.output or {},
-            "phase": resource.phase,
-            "createdAt": operations.rfc3339(resource.created_at),
-            "updatedAt": operations.rfc3339(resource.updated_at),
-            "latestOperationId": resource.latest_operation_id,
-        }
-    )
-    return body
-
-
 def get_txn(session: orm.Session, *, space: str, uid: str) -> res_models.Resource:
     """The live resource ``uid`` of ``space``.
 

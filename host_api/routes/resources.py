@@ -96,10 +96,7 @@ def list_resources(space: str) -> flask.Response:
         rows, next_token = resources.list_txn(
             session, space=space, form=form, page_token=args.get("pageToken"), limit=limit
         )
-        payload: dict = {"resources": [resources.view(row) for row in rows]}
-    if next_token is not None:
-        payload["nextPageToken"] = next_token
-    return flask.jsonify(schemas.ResourceList().dump(payload))
+    return flask.jsonify(schemas.ResourceList().dump({"resources": rows, "next_page_token": next_token}))
 
 
 @bp.get("/v2/spaces/<space>/resources/<uid>")
@@ -107,8 +104,8 @@ def list_resources(space: str) -> flask.Response:
 def get_resource(space: str, uid: str) -> flask.Response:
     """``GET …/resources/{uid}`` → the Resource (``404 not_found`` once deleted)."""
     with db.session() as session:
-        view = resources.view(resources.get_txn(session, space=space, uid=uid))
-    return flask.jsonify(schemas.ResourceView().dump(view))
+        resource = resources.get_txn(session, space=space, uid=uid)
+    return flask.jsonify(schemas.ResourceView().dump(resource))
 
 
 @bp.put("/v2/spaces/<space>/resources/<uid>")

@@ -12,7 +12,6 @@ import pytest
 
 from host_api import schemas
 from models import resources as res_models
-from services import resources
 
 # --- golden answers: every Operation state and kind, every resource Form -------------------------
 #
@@ -152,14 +151,11 @@ RESOURCES = [
 
 
 def _resource_answer(resource: res_models.Resource) -> str:
-    return json.dumps(schemas.ResourceView().dump(resources.view(resource)))
+    return json.dumps(schemas.ResourceView().dump(resource))
 
 
 def _list_answer(rows: list[res_models.Resource], token: str | None) -> str:
-    payload: dict = {"resources": [resources.view(row) for row in rows]}
-    if token is not None:
-        payload["nextPageToken"] = token
-    return json.dumps(schemas.ResourceList().dump(payload))
+    return json.dumps(schemas.ResourceList().dump({"resources": rows, "next_page_token": token}))
 
 
 @pytest.mark.parametrize("resource, expected", RESOURCES)
@@ -179,6 +175,7 @@ def test_a_resource_list_answers_fixed_json():
     (schemas.OperationView, {"id": "op", "surprise": 1}),
     (schemas.OperationView, _operation("update", "failed", effect="none", error={"code": "c", "message": "m", "hint": "h"})),
     (schemas.ResourceList, {"resources": [{"uid": "u", "secret": "s"}]}),
+    (schemas.ResourceList, {"resources": [], "nextPageToken": "t"}),  # the wire name, not the attribute
     (schemas.InstanceId, {"id": "x", "status": "queued"}),
     (schemas.TerminateAnswer, {"status": "terminated", "by": "me"}),
 ])
