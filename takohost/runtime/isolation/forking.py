@@ -178,12 +178,15 @@ class Forker:
 
     def enter(self) -> int:
         """In a child from :meth:`fork` (namespaces mode), before it runs anything of a tenant:
-        join a private copy of the template root, take new mount/network/IPC/UTS namespaces (with
-        public egress: route every address to the namespace's loopback and open the listeners the
-        host's proxy serves, :attr:`egress`), mount its own ``/proc`` and scratch ``/tmp`` (its
-        working directory), set the limits, name its host ``localhost``,
-        drop to its own identity (root hosts: :attr:`uid`, from the pool) and every capability, set ``no_new_privs``, install the system-call filter and narrow
-        ``sys.path``. Returns the uid it runs as. Raises ``IsolationUnavailable``."""
+        join its memory and freezer cgroups (made by the zygote) and a private copy of the template
+        root, take new mount/network/IPC/UTS namespaces (with public egress: route every address
+        to the namespace's loopback and open the listeners the host's proxy serves,
+        :attr:`egress`), mount its own ``/proc`` and scratch ``/tmp`` (its working directory), set
+        the limits, name its host ``localhost``, drop to its own identity (root hosts:
+        :attr:`uid`, from the pool) and every capability (the bounding and ambient sets came empty
+        from the zygote), set ``no_new_privs``, install the system-call filter (:attr:`filter`,
+        packed by the zygote) and narrow ``sys.path``. Returns the uid it runs as. Raises
+        ``IsolationUnavailable``."""
         layout, policy = self.layout, self.layout.policy
         as_root = self.as_root
         if self.pidns_fd >= 0:
