@@ -81,12 +81,11 @@ class DeliveryJob:
 class Run:
     """How a handler run ended: ``outcome`` is ``ok`` or ``failed`` (recorded, the match is done),
     ``lease_lost`` or ``host`` (recorded ``unknown``; the match is delivered again); ``error`` the
-    text for the runs listing; ``proven``: the child was killed and proven dead; ``traceback``:
-    the tenant's frames of a failed handler (``takohost.runtime.tracebacks``; for the run's logs)."""
+    text for the runs listing; ``traceback``: the tenant's frames of a failed handler
+    (``takohost.runtime.tracebacks``; for the run's logs)."""
 
     outcome: str
     error: str | None
-    proven: bool = True
     traceback: list | None = None
 
 
@@ -220,11 +219,12 @@ def run_scheduled(job: DeliveryJob, *, settings: config.Settings, zygote: sandbo
     ``settings.scheduled_timeout_s`` (seconds from the spawn; :func:`cron_runs.timed_out`), or the
     trigger's DELETE (checked every ``FENCE_POLL_S`` seconds; ``cron_runs.STOPPED_BY_DELETE``).
     ``session`` holds the delivery's lease, watched by the heartbeat, which pings the child while
-    the lease is fresh (and kills it when the lease is lost); the run's logs and child join it. A lost lease or a child killed by
-    its watchdog because the host withheld its pings ends it ``lease_lost``/``host``. In every
-    case the child is SIGKILLed and the proof of its death is in ``Run.proven`` before this
-    returns. Raises ``sandbox.ZygoteUnavailable`` (or
-    ``ChildGone``/``TimeoutError``) when no child could be started: a host failure.
+    the lease is fresh (and kills it when the lease is lost); the run's logs and child join it.
+    A lost lease or a child killed by its watchdog because the host withheld its pings ends it
+    ``lease_lost``/``host``. In every case the child is SIGKILLed and proven dead before this
+    returns (not proven: ``session`` drops the lease, which is then left to expire). Raises
+    ``sandbox.ZygoteUnavailable`` (or ``ChildGone``/``TimeoutError``) when no child could be
+    started: a host failure.
     """
     assert isinstance(job.version, jobs.VersionChoice)
     watchdog = jobs.watchdog_seconds(settings.lease_ttl_ms)
@@ -261,7 +261,7 @@ def run_scheduled(job: DeliveryJob, *, settings: config.Settings, zygote: sandbo
         run = Run("failed", run.error)
     if not proven:
         log.error("cron handler not proven dead; its lease is left to expire", extra={"match": job.match_pk})
-    return dataclasses.replace(run, proven=proven)
+    return run
 
 
 class _Ended(Exception):
