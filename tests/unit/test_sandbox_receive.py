@@ -5,34 +5,23 @@ test playing the child's side of the channel."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
 import threading
 import time
 
 import pytest
 
 from takohost.runtime import protocol
+from tests.support.child_channel import child_channel
 from workers import sandbox, tenant_logs
 from workers.sandbox import receive
 
 
 @pytest.fixture()
 def channel():
-    """``(handle, child_end, process)``: a handle whose "child" is a sleeping process; frames the
-    test writes on ``child_end`` arrive at the handle."""
-    process = subprocess.Popen(["sleep", "60"])
-    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    handle = sandbox.ChildHandle(parent_end, pid=process.pid, pidfd=os.pidfd_open(process.pid))
-    try:
-        yield handle, child_end, process
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        process.wait()
-        child_end.close()
-        handle.close()
+    """``(handle, child_end, process)``: a handle whose "child" is a sleeping process."""
+    with child_channel() as parts:
+        yield parts
 
 
 def _collector() -> tenant_logs.LogCollector:

@@ -4,14 +4,10 @@ driven by hand."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import subprocess
-
 import fakeredis
 import pytest
 
+from tests.support.child_channel import child_channel
 from workers import sandbox
 from workers.sandbox import heartbeat
 from workers.sandbox import lease as lease_mod
@@ -25,18 +21,9 @@ def leases():
 
 @pytest.fixture()
 def child():
-    """A handle whose child is a real process (its own session: a group of its own)."""
-    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    handle = sandbox.ChildHandle(parent_end, pid=process.pid, pidfd=os.pidfd_open(process.pid))
-    try:
+    """``(handle, process)``: a handle whose child is a real process (a group of its own)."""
+    with child_channel() as (handle, _, process):
         yield handle, process
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        process.wait()
-        child_end.close()
-        handle.close()
 
 
 def _session(leases, *, delivery: bool = True) -> Session:
