@@ -135,6 +135,7 @@ def _lock_instance_txn(
     snapshot is taken after the lock was granted (``instance_sql.SELECT_PENDING_WAIT``; ``name``
     is UTF-8 bytes; only meaningful when ``row`` is not ``None``)."""
     connection = session.connection().connection.driver_connection
+    assert connection is not None  # a checked-out psycopg connection
     params = {"uid": workflow_uid, "space": space, "instance_id": instance_id.encode("utf-8")}
     with (
         connection.cursor(row_factory=psycopg.rows.namedtuple_row) as locked,

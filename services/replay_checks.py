@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import sqlalchemy as sa
@@ -156,7 +157,7 @@ def targets_txn(session: orm.Session, *, version: res_models.Resource, terminal:
         live = session.execute(
             sa.select(*columns).where(table.c.workflow_uid == wf.uid, table.c.status.not_in(_TERMINAL)).order_by(table.c.pk)
         ).all()
-        ended = []
+        ended: Sequence[Any] = []
         if terminal:
             ended = session.execute(
                 sa.select(*columns)

@@ -214,7 +214,9 @@ def run_operation(operation_id: str) -> str:
     are the Version's ``observed.replayCheck``); a host failure raises (the caller retries)."""
     with models_db.session_scope() as session:
         op = session.get(res_models.Operation, operation_id)
+        assert op is not None  # the caller holds its reconcile lock
         resource = session.get(res_models.Resource, op.resource_uid)
+        assert resource is not None  # an Operation's resource row is never deleted, only marked
         terminal = int((op.request or {}).get("terminal", 0))
         targets = replay_checks.targets_txn(session, version=resource, terminal=terminal)
         version = {"uid": resource.uid, "space": resource.space, "spec": resource.spec, "observed": resource.observed or {}}
@@ -243,6 +245,7 @@ def run_operation(operation_id: str) -> str:
         if op is None or op.state not in operations.UNFINISHED:
             return "done"
         resource = session.get(res_models.Resource, op.resource_uid, with_for_update={"key_share": True}, populate_existing=True)
+        assert resource is not None  # an Operation's resource row is never deleted, only marked
         check = replay_checks.summary(operation_id=operation_id, terminal=terminal, results=results, now=now)
         replay_checks.record_txn(session, version=resource, check=check)
         op.request = {**(op.request or {}), "progress": {"checked": len(results), "total": len(targets), "totals": check["totals"]}}

@@ -553,7 +553,7 @@ class ReplayContext:
             now=self.clock(),
         )
         self.observer.attempt_done(outcome)
-        if retrying:
+        if isinstance(outcome, decide.AttemptFailedRetry):
             if outcome.delay == 0:  # no timer row: dispatch the fresh context now
                 dispatch.run_context(self.pk)
             raise _Stop("retry")

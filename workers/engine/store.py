@@ -32,6 +32,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -91,7 +92,7 @@ def connection_for(url: str, *, synchronous_commit: bool = True) -> psycopg.Conn
     key = (os.getpid(), url, synchronous_commit)
     conn = _connections.get(key)
     if conn is None or conn.closed or conn.broken:
-        options = {} if synchronous_commit else {"options": "-c synchronous_commit=off"}
+        options: dict[str, Any] = {} if synchronous_commit else {"options": "-c synchronous_commit=off"}
         conn = psycopg.connect(**connect_kwargs(url), autocommit=True, **options)
         _connections[key] = conn
     return conn
@@ -223,10 +224,11 @@ class ContextStore:
         self.lifetime_ends_at = lifetime_ends_at
 
     # -- start ------------------------------------------------------------------------------------
-    def start(self, *, version_uid: str, now: dt.datetime) -> bool:
+    def start(self, *, version_uid: str | None, now: dt.datetime) -> bool:
         """Take the fencing token: ``epoch + 1`` and status ``running`` if the instance is runnable
         (queued/running, not stopping, no retry delay pending, UID not closed); appends
-        ``ContextStarted``. False when the instance is not runnable now."""
+        ``ContextStarted`` (its ``versionUid`` null when no Version can run it: the lifetime still
+        ends it). False when the instance is not runnable now."""
         row = self.start_conn.execute(
             instance_sql.START_CONTEXT, {"pk": self.pk, "version": version_uid, "now": now}
         ).fetchone()
@@ -267,7 +269,7 @@ class ContextStore:
         name: str,
         attempt: int,
         new: bool,
-        policy: dict,
+        policy: Mapping[str, Any],
         started_at: dt.datetime,
         outcome: decide.Outcome,
         now: dt.datetime,

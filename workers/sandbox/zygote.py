@@ -148,6 +148,7 @@ class Zygote:
                 cwd="/",
                 start_new_session=True,
             )
+            assert self._proc.stdin is not None  # stdin=PIPE
             try:
                 self._proc.stdin.write(settings)  # far below a pipe's buffer: never blocks
                 self._proc.stdin.close()
