@@ -423,9 +423,9 @@ def run(args: argparse.Namespace) -> dict:
         unloaded, one_step, one_step_stamped = [], [], []
         import psycopg
 
-        from workers.engine import store as engine_store
+        from models import db as models_db
 
-        poller = psycopg.connect(**engine_store.connect_kwargs(url), autocommit=True)
+        poller = psycopg.connect(**models_db.connect_kwargs(url), autocommit=True)
         for i in range(args.latency_samples):
             instance_id = f"lat{i}"
             started = client.create(ten, instance_id)

@@ -132,9 +132,8 @@ def main() -> None:
         print(json.dumps({"steps": args.steps, **result}))
     finally:
         from models import db as models_db
-        from workers.engine import store
 
-        store.discard_connection(url)
+        models_db.discard_connection(url)
         models_db.dispose_all()
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

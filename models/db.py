@@ -1,7 +1,11 @@
-"""Engine and session factory for workers, beat and the API.
+"""The one connection manager of workers, beat and the API: SQLAlchemy engines and sessions, and
+the raw psycopg connections of the engine's hot path.
 
 One engine per process and URL; sessions are short and explicit. Helpers that run inside
 a caller's transaction take the session and end in ``_txn`` (docs/spec/house-rules.md#hr-txn).
+The replay context's fenced commits and the log collectors run on :func:`connection_for` instead:
+one autocommit psycopg connection per process and URL, opened from the same URL as the engine
+(raw psycopg is twice as fast per step there, ``bench/store_bench.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +14,10 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
+import psycopg
+import psycopg.types.json
 import sqlalchemy as sa
 from sqlalchemy import orm
 
@@ -97,3 +104,57 @@ def dispose_all() -> None:
     for key, engine in list(_engines.items()):
         engine.dispose(close=key[0] == os.getpid())
         del _engines[key]
+
+
+# Documents of any depth (docs/spec/host-features.md#hf-newcomer): json columns read by :func:`connection_for`'s connections
+# are parsed like the SQLAlchemy engine's (models.db), with takohost.domain.deepjson.
+psycopg.types.json.set_json_loads(deepjson.loads_stored)
+
+_connections: dict[tuple[int, str, bool], psycopg.Connection] = {}
+
+
+def connect_kwargs(url: str) -> dict:
+    """``psycopg.connect`` keyword arguments for a SQLAlchemy ``postgresql+psycopg://`` URL: the
+    same connection SQLAlchemy's psycopg dialect would open, query parameters included (a unix
+    socket directory as ``?host=/path``, ``sslmode``…); host ``127.0.0.1`` and port 5432 when the
+    URL names neither."""
+    parsed = sa.engine.make_url(url)
+    kwargs: dict = {"host": parsed.host or "127.0.0.1", "port": parsed.port or 5432}
+    if parsed.username is not None:
+        kwargs["user"] = parsed.username
+    if parsed.password is not None:
+        kwargs["password"] = parsed.password
+    if parsed.database is not None:
+        kwargs["dbname"] = parsed.database
+    for key, value in parsed.query.items():
+        kwargs[key] = value[-1] if isinstance(value, tuple) else value
+    return kwargs
+
+
+def connection_for(url: str, *, synchronous_commit: bool = True) -> psycopg.Connection:
+    """This process's autocommit psycopg connection to ``url`` (a SQLAlchemy URL); reconnects
+    after ``fork`` or when the previous connection broke. For one thread at a time (the context).
+
+    ``synchronous_commit=False`` gives a second connection whose commits do not wait for the WAL
+    flush: used only for the epoch bump at context start, whose loss in a Postgres crash is
+    harmless (every connection of a context dies with the server, and any later synchronous commit
+    flushes the WAL up to and including it).
+    """
+    key = (os.getpid(), url, synchronous_commit)
+    conn = _connections.get(key)
+    if conn is None or conn.closed or conn.broken:
+        options: dict[str, Any] = {} if synchronous_commit else {"options": "-c synchronous_commit=off"}
+        conn = psycopg.connect(**connect_kwargs(url), autocommit=True, **options)
+        _connections[key] = conn
+    return conn
+
+
+def discard_connection(url: str) -> None:
+    """Forget (and close) this process's connections to ``url`` after an error."""
+    for synchronous in (True, False):
+        conn = _connections.pop((os.getpid(), url, synchronous), None)
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass

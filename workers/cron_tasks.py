@@ -234,7 +234,7 @@ def run_scheduled(job: DeliveryJob, *, settings: config.Settings, zygote: sandbo
     deadline = time.monotonic() + settings.scheduled_timeout_s
     # The run's tenant output (docs/spec/host-features.md#hf-observability): created before the spawn, so the host's budget starts first.
     logs = tenant_logs.LogCollector(
-        connection=lambda: store.connection_for(settings.database_url), delivery_pk=job.delivery_pk
+        connection=lambda: models_db.connection_for(settings.database_url), delivery_pk=job.delivery_pk
     )
     session.space, session.logs = job.space, logs
     with metrics.timed("takohost_sandbox_spawn_seconds", kind="scheduled"):

@@ -19,7 +19,6 @@ from services import instance_history, instances
 from services import leases as lease_service
 from tests.support import workflows
 from workers import sandbox
-from workers.engine import store
 
 SOURCE = """
 class Ends:
@@ -54,7 +53,7 @@ class Retries:
 
 
 def _observer(db_url: str) -> psycopg.Connection:
-    return psycopg.connect(**store.connect_kwargs(db_url), autocommit=True)
+    return psycopg.connect(**models_db.connect_kwargs(db_url), autocommit=True)
 
 
 def _status(conn: psycopg.Connection, pk: int) -> str:

@@ -11,6 +11,7 @@ import time
 import psycopg
 import pytest
 
+from models import db as models_db
 from models import instance_sql
 from models.base import utcnow
 from services import dispatch, instance_events, instance_history, instance_stop, instances
@@ -35,7 +36,7 @@ def started(db_url, space_token, monkeypatch):
     deployed = workflows.deploy(db_url, space=space, source=SOURCE, class_name="W")
     instances.create(space=space, workflow_uid=deployed.workflow, instance_id="i")
     pk = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="i").pk
-    conn = psycopg.connect(**store.connect_kwargs(db_url), autocommit=True)
+    conn = psycopg.connect(**models_db.connect_kwargs(db_url), autocommit=True)
     snapshot = store.load_instance(conn, pk)
     cs = store.ContextStore(conn, pk=pk, lifetime_ends_at=snapshot.lifetime_ends_at)
     assert cs.start(version_uid=deployed.version, now=utcnow())
@@ -46,7 +47,7 @@ def started(db_url, space_token, monkeypatch):
 def _concurrent_event(db_url, pk, event_type, *, hold: float, during):
     """Accept an event in a transaction that holds the instance row lock while ``during`` runs in a
     thread (so that its statement waits for the lock), then commit it."""
-    conn = psycopg.connect(**store.connect_kwargs(db_url))
+    conn = psycopg.connect(**models_db.connect_kwargs(db_url))
     conn.execute("SELECT 1 FROM instances WHERE pk = %s FOR UPDATE", [pk])
     conn.execute(
         "INSERT INTO inbox_events (instance_pk, sequence, type, payload, canonical_bytes, accepted_at)"
@@ -84,7 +85,7 @@ def test_a_terminal_commit_purges_an_event_committed_while_it_waited(db_url, sta
     assert instance_events.inbox(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i") == {
         "events": []
     }
-    with psycopg.connect(**store.connect_kwargs(db_url)) as conn:
+    with psycopg.connect(**models_db.connect_kwargs(db_url)) as conn:
         assert conn.execute(
             "SELECT count(*) FROM inbox_events WHERE instance_pk = %s", [cs.pk]
         ).fetchone() == (0,)
@@ -109,7 +110,7 @@ def test_history_stays_newest_last_in_time_when_a_commit_waited_for_a_later_even
     cs, deployed = started
     early = utcnow()
     late = early + dt.timedelta(seconds=5)
-    conn = psycopg.connect(**store.connect_kwargs(db_url))
+    conn = psycopg.connect(**models_db.connect_kwargs(db_url))
     first = conn.execute(
         "UPDATE instances SET next_event_id = next_event_id + 1, last_event_at = %s WHERE pk = %s"
         " RETURNING next_event_id - 1",
@@ -151,7 +152,7 @@ def _contexts(db_url, deployed, instance_id, *, now):
     """``(conn, context store that took the token)`` of a fresh instance ``instance_id``."""
     instances.create(space=deployed.space, workflow_uid=deployed.workflow, instance_id=instance_id, now=now)
     pk = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id=instance_id).pk
-    conn = psycopg.connect(**store.connect_kwargs(db_url), autocommit=True)
+    conn = psycopg.connect(**models_db.connect_kwargs(db_url), autocommit=True)
     cs = store.ContextStore(conn, pk=pk, lifetime_ends_at=store.load_instance(conn, pk).lifetime_ends_at)
     assert cs.start(version_uid=deployed.version, now=now)
     return conn, cs
@@ -249,7 +250,7 @@ def test_the_services_store_their_history_rows_as_the_builders_give_them(db_url,
         space=deployed.space, workflow_uid=deployed.workflow, instance_id="ï", reason="done ✓", by="test"
     ) == {"status": "terminated"}
     pk = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="ï").pk
-    with psycopg.connect(**store.connect_kwargs(db_url)) as conn:
+    with psycopg.connect(**models_db.connect_kwargs(db_url)) as conn:
         rows = conn.execute(
             "SELECT event_id, event_type, attributes::text FROM history_events WHERE instance_pk = %s ORDER BY event_id",
             [pk],

@@ -127,15 +127,15 @@ def test_a_direct_delivery_is_event_accepted_then_what_a_context_writes_for_the_
 
 def test_connect_kwargs_keep_the_urls_query_parameters() -> None:
     """A unix-socket URL (``?host=/dir``, as a dev data dir's) reaches the socket, not 127.0.0.1."""
-    from workers.engine import store
+    from models import db as models_db
 
-    assert store.connect_kwargs("postgresql+psycopg://takohost@/takohost?host=/srv/run&port=5433") == {
+    assert models_db.connect_kwargs("postgresql+psycopg://takohost@/takohost?host=/srv/run&port=5433") == {
         "host": "/srv/run",
         "port": "5433",
         "user": "takohost",
         "dbname": "takohost",
     }
-    assert store.connect_kwargs("postgresql+psycopg://u:p@db.example:6432/x?sslmode=require") == {
+    assert models_db.connect_kwargs("postgresql+psycopg://u:p@db.example:6432/x?sslmode=require") == {
         "host": "db.example",
         "port": 6432,
         "user": "u",

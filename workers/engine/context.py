@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import config
+from models import db as models_db
 from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, instance_stop
@@ -212,7 +213,7 @@ class ReplayContext:
             self.used_child = True
             # Before the job is sent: the host's log budget starts before the child's own.
             self.session.logs = tenant_logs.LogCollector(
-                connection=lambda: store.connection_for(self.settings.database_url), instance_pk=self.pk
+                connection=lambda: models_db.connection_for(self.settings.database_url), instance_pk=self.pk
             )
             with self.observer.spawn():
                 self.session.attach(children.take_child(self.zygote, self._job(snapshot, version), space=snapshot.space))

@@ -14,7 +14,7 @@ fenced ``UPDATE`` takes the instance row lock first, and the next statement's fr
 snapshot sees everything committed before the lock was granted. The terminal commit is one
 statement that detects (by ``next_sequence``) an event committed while it waited for the lock and
 purges it too. The epoch bump at context start uses a second connection without synchronous commit
-(see :func:`connection_for`). Raw psycopg on one connection per process and URL; the statements
+(see ``models.db.connection_for``). Raw psycopg on one connection per process and URL; the statements
 are ``models.instance_sql`` (shared with the instance services), the schema ``models.instances``
 (names and types are bytea UTF-8, documents ``json``).
 
@@ -36,11 +36,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
-import psycopg.types.json
-import sqlalchemy as sa
 
+from models import db as models_db
 from models import instance_sql
-from takohost.domain import commits, decide, deepjson, history
+from takohost.domain import commits, decide, history
 
 
 class Fenced(Exception):
@@ -50,63 +49,12 @@ class Fenced(Exception):
 _json = instance_sql.document
 
 
-# Documents of any depth (docs/spec/host-features.md#hf-newcomer): json columns read by this module's own connections
-# are parsed like the SQLAlchemy engine's (models.db), with takohost.domain.deepjson.
-psycopg.types.json.set_json_loads(deepjson.loads_stored)
 
 
 def _name(value: bytes | memoryview | str) -> str:
     return value if isinstance(value, str) else bytes(value).decode("utf-8")
 
 
-_connections: dict[tuple[int, str, bool], psycopg.Connection] = {}
-
-
-def connect_kwargs(url: str) -> dict:
-    """``psycopg.connect`` keyword arguments for a SQLAlchemy ``postgresql+psycopg://`` URL: the
-    same connection SQLAlchemy's psycopg dialect would open, query parameters included (a unix
-    socket directory as ``?host=/path``, ``sslmode``…); host ``127.0.0.1`` and port 5432 when the
-    URL names neither."""
-    parsed = sa.engine.make_url(url)
-    kwargs: dict = {"host": parsed.host or "127.0.0.1", "port": parsed.port or 5432}
-    if parsed.username is not None:
-        kwargs["user"] = parsed.username
-    if parsed.password is not None:
-        kwargs["password"] = parsed.password
-    if parsed.database is not None:
-        kwargs["dbname"] = parsed.database
-    for key, value in parsed.query.items():
-        kwargs[key] = value[-1] if isinstance(value, tuple) else value
-    return kwargs
-
-
-def connection_for(url: str, *, synchronous_commit: bool = True) -> psycopg.Connection:
-    """This process's autocommit psycopg connection to ``url`` (a SQLAlchemy URL); reconnects
-    after ``fork`` or when the previous connection broke. For one thread at a time (the context).
-
-    ``synchronous_commit=False`` gives a second connection whose commits do not wait for the WAL
-    flush: used only for the epoch bump at context start, whose loss in a Postgres crash is
-    harmless (every connection of a context dies with the server, and any later synchronous commit
-    flushes the WAL up to and including it).
-    """
-    key = (os.getpid(), url, synchronous_commit)
-    conn = _connections.get(key)
-    if conn is None or conn.closed or conn.broken:
-        options: dict[str, Any] = {} if synchronous_commit else {"options": "-c synchronous_commit=off"}
-        conn = psycopg.connect(**connect_kwargs(url), autocommit=True, **options)
-        _connections[key] = conn
-    return conn
-
-
-def discard_connection(url: str) -> None:
-    """Forget (and close) this process's connections to ``url`` after an error."""
-    for synchronous in (True, False):
-        conn = _connections.pop((os.getpid(), url, synchronous), None)
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,32 +114,32 @@ class Backend:
 
     def load_instance(self, pk: int) -> InstanceSnapshot | None:
         """See :func:`load_instance`."""
-        return load_instance(connection_for(self.url), pk)
+        return load_instance(models_db.connection_for(self.url), pk)
 
     def load_version(self, version_uid: str) -> dict | None:
         """See :func:`load_version`."""
-        return load_version(connection_for(self.url), version_uid)
+        return load_version(models_db.connection_for(self.url), version_uid)
 
     def context_store(self, *, pk: int, lifetime_ends_at: dt.datetime) -> ContextStore:
         """The fenced writes of one context of instance ``pk``."""
         return ContextStore(
-            connection_for(self.url),
+            models_db.connection_for(self.url),
             pk=pk,
             lifetime_ends_at=lifetime_ends_at,
-            start_conn=connection_for(self.url, synchronous_commit=False),
+            start_conn=models_db.connection_for(self.url, synchronous_commit=False),
         )
 
     def read_epochs(self, pks: list[int]) -> dict[int, int]:
         """The stored epoch of each instance, on a connection of its own (the heartbeat thread's)."""
         conn = self._epoch_conn
         if conn is None or conn.closed or conn.broken or self._epoch_pid != os.getpid():
-            conn = self._epoch_conn = psycopg.connect(**connect_kwargs(self.url), autocommit=True)
+            conn = self._epoch_conn = psycopg.connect(**models_db.connect_kwargs(self.url), autocommit=True)
             self._epoch_pid = os.getpid()
         return dict(conn.execute(instance_sql.SELECT_EPOCHS, {"pks": pks}).fetchall())
 
     def discard(self) -> None:
         """Drop this process's connections after an unexpected error."""
-        discard_connection(self.url)
+        models_db.discard_connection(self.url)
 
 
 _backends: dict[tuple[int, str], Backend] = {}

@@ -18,11 +18,12 @@ import psycopg
 from celery import signals
 
 from core import config
+from models import db as models_db
 from models import instance_sql
 from services.celery_app import app
 from services.dispatch import RUN_CONTEXT
 from workers import sandbox
-from workers.engine import context, store
+from workers.engine import context
 from workers.sandbox import children
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,9 @@ def space_of(instance_pk: int, settings: config.Settings) -> str | None:
     if cached is not None:
         return cached
     try:
-        row = store.connection_for(url).execute(instance_sql.SELECT_SPACE, {"pk": instance_pk}).fetchone()
+        row = models_db.connection_for(url).execute(instance_sql.SELECT_SPACE, {"pk": instance_pk}).fetchone()
     except psycopg.Error:
-        store.discard_connection(url)
+        models_db.discard_connection(url)
         raise
     if row is None:
         return None
