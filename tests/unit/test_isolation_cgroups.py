@@ -77,8 +77,8 @@ def test_release_and_close_remove_the_context_and_zygote_directories(tmp_path):
     (zygote_dir / "ctx-3").mkdir()
     (zygote_dir / "ctx-4").mkdir()
     memory = cgroups.MemoryCgroup(str(zygote_dir), version=2, limit_bytes=1)
-    memory.release(str(zygote_dir / "ctx-3"))
-    memory.release(str(zygote_dir / "ctx-3"))  # already gone: ignored
+    memory.remove(str(zygote_dir / "ctx-3"))
+    memory.remove(str(zygote_dir / "ctx-3"))  # already gone: ignored
     assert sorted(p.name for p in zygote_dir.iterdir()) == ["ctx-4"]
     memory.close()
     assert not zygote_dir.exists()

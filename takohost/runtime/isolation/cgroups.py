@@ -18,7 +18,32 @@ from takohost.runtime.isolation import syscalls
 __all__ = ["Freezer", "MemoryCgroup", "freeze", "frozen", "join", "kill_frozen", "thaw"]
 
 
-class MemoryCgroup:
+class _ContextCgroups:
+    """The clean-up both per-context cgroup kinds share: ``ctx-<n>`` directories under
+    ``self.directory`` (this zygote's)."""
+
+    directory: str
+
+    def remove(self, path: str) -> None:
+        """Remove the context cgroup ``path`` (its processes are gone); ignores one already
+        removed."""
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Remove every context cgroup left and the zygote's directory."""
+        try:
+            for name in os.listdir(self.directory):
+                if name.startswith("ctx-"):
+                    self.remove(os.path.join(self.directory, name))
+            os.rmdir(self.directory)
+        except OSError:
+            pass
+
+
+class MemoryCgroup(_ContextCgroups):
     """Per-context memory cgroups under one directory of this zygote (the memory limit then
     holds for a context's processes together, not for each: ``RLIMIT_AS`` alone would let a
     context of ``max_processes`` processes hold that many times ``memory_mb``).
@@ -27,7 +52,7 @@ class MemoryCgroup:
     or a cgroup v2 directory that has ``memory`` in its ``cgroup.subtree_control``), else
     ``None``. ``make()`` (in the zygote, before the fork) creates the next ``ctx-<n>`` with the
     limit; the child :func:`join` s it first thing in its sandbox set-up (before it leaves the
-    host's mount namespace); ``release(path)`` (in the zygote, after reaping the child) removes
+    host's mount namespace); ``remove(path)`` (in the zygote, after reaping the child) removes
     it; ``close()`` removes the zygote's directory. Made by the zygote rather than by the child:
     the same system calls, without a fresh child's copy-on-write faults on the Python objects
     they take (about 0.1 ms of CPU per context).
@@ -106,7 +131,7 @@ class MemoryCgroup:
                 finally:
                     os.close(fd)
         except OSError:
-            self.release(path)
+            self.remove(path)
             raise
         return path
 
@@ -114,23 +139,6 @@ class MemoryCgroup:
         """``mkdir`` of a new cgroup (the kernel adds its control files); never an existing one."""
         os.mkdir(path, 0o700)
 
-    def release(self, path: str) -> None:
-        """Remove the context cgroup ``path`` (its processes are gone); ignores one already
-        removed."""
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        """Remove every context cgroup left and the zygote's directory."""
-        try:
-            for name in os.listdir(self.directory):
-                if name.startswith("ctx-"):
-                    self.release(os.path.join(self.directory, name))
-            os.rmdir(self.directory)
-        except OSError:
-            pass
 
 
 def _hierarchies() -> list[tuple[str, list[str], str, str]]:
@@ -158,7 +166,7 @@ def _hierarchies() -> list[tuple[str, list[str], str, str]]:
     return found
 
 
-class Freezer:
+class Freezer(_ContextCgroups):
     """Per-context freezer cgroups under one directory of this zygote: a frozen cgroup runs no
     code, and no process of a context can leave it (the cgroup file system is not in a
     context's root), ``setsid`` and double-forked descendants included (docs/spec/host-features.md).
@@ -208,22 +216,6 @@ class Freezer:
             os.rmdir(path)
             raise
 
-    def remove(self, path: str) -> None:
-        """Remove a context's cgroup (its processes are gone); ignores one already removed."""
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        """Remove every context cgroup left and the zygote's directory."""
-        try:
-            for name in os.listdir(self.directory):
-                if name.startswith("ctx-"):
-                    self.remove(os.path.join(self.directory, name))
-            os.rmdir(self.directory)
-        except OSError:
-            pass
 
 
 def _clean_stale(base: str) -> None:

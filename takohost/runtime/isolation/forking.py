@@ -149,7 +149,7 @@ class Forker:
 
     def _forget(self, uid: int, frozen: tuple[str, int], memory: str = "") -> None:
         if memory and self.memory is not None:
-            self.memory.release(memory)
+            self.memory.remove(memory)
         if uid >= 0 and self.uids is not None:
             self.uids.give_back(uid)
         if frozen[1] >= 0:
