@@ -24,6 +24,7 @@ __all__ = [
     "errored_error",
     "output_problem",
     "record_after_attempt",
+    "recorded_answer",
     "run_failure",
     "step_request",
     "wait_timeout_message",
@@ -57,6 +58,21 @@ def step_request(message: dict) -> decide.Request:
         )
     except TypeError as exc:  # the child validated these: it is lying
         raise ProtocolViolation(f"invalid {kind} arguments: {exc}") from None
+
+
+def recorded_answer(decision: decide.Decision) -> dict | None:
+    """The frame that answers a step request from the record alone: ``{"op": "resolve",
+    "result"}`` for a completed step, ``{"op": "raise", "error", "message"}`` for a failed one,
+    ``{"op": "reject_args"}`` for bad arguments of an uncompleted name (``PROTOCOL.md``);
+    ``None`` for every decision that needs the caller to act (run an effect, sleep, wait, end
+    the instance)."""
+    if isinstance(decision, decide.Resolve):
+        return {"op": "resolve", "result": decision.result}
+    if isinstance(decision, decide.Raise):
+        return {"op": "raise", "error": decision.error, "message": decision.message}
+    if isinstance(decision, decide.RejectArgs):
+        return {"op": "reject_args"}
+    return None
 
 
 def attempt_outcome(message: dict, *, decision: decide.RunEffect, now: dt.datetime) -> decide.Outcome:

@@ -439,12 +439,9 @@ class _Context:
             known_steps=len(self.steps),
             lifetime_ends_at=instance.lifetime_ends_at,
         )
-        if isinstance(decision, decide.Resolve):
-            self._send({"op": "resolve", "result": decision.result})
-        elif isinstance(decision, decide.Raise):
-            self._send({"op": "raise", "error": decision.error, "message": decision.message})
-        elif isinstance(decision, decide.RejectArgs):
-            self._send({"op": "reject_args"})
+        answer = parent.recorded_answer(decision)
+        if answer is not None:
+            self._send(answer)
         elif isinstance(decision, decide.EndInstance):
             self._end_errored(decision.reason, decision.message)
         elif isinstance(decision, decide.RunEffect):

@@ -454,14 +454,11 @@ class ReplayContext:
         if message.get("eager") is True or not isinstance(decision, decide.Resolve | decide.Raise):
             self.replay_over = True  # a step not answered from the record: this code runs anew
         self._note_replaying()
+        answer = parent.recorded_answer(decision)
         if message.get("eager") is True:
             self._eager(request.name, decision)
-        elif isinstance(decision, decide.Resolve):
-            self._send({"op": "resolve", "result": decision.result})
-        elif isinstance(decision, decide.Raise):
-            self._send({"op": "raise", "error": decision.error, "message": decision.message})
-        elif isinstance(decision, decide.RejectArgs):
-            self._send({"op": "reject_args"})
+        elif answer is not None:
+            self._send(answer)
         elif isinstance(decision, decide.EndInstance):
             raise _Stop(self._end_errored(decision.reason, decision.message))
         elif isinstance(decision, decide.RunEffect):
