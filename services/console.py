@@ -105,9 +105,7 @@ def workflows_txn(session: orm.Session, *, space: str) -> list[WorkflowRow]:
     observer decides it) and its instance counts for each of the seven statuses (read now)."""
     workflows = session.scalars(
         sa.select(res_models.Resource)
-        .where(
-            res_models.is_live("DurableWorkflow", space=space),
-        )
+        .where(res_models.is_live("DurableWorkflow", space=space))
         .order_by(res_models.Resource.name)
     ).all()
     counts = status_counts.counts_txn(session, workflow_uids=[w.uid for w in workflows])
@@ -155,9 +153,9 @@ def deployed_versions_txn(session: orm.Session, *, space: str, worker_uid: str |
     if worker_uid is None:
         return []
     deployment = session.scalars(
-        sa.select(res_models.Resource).where(
-            res_models.is_live("WorkerDeployment", space=space, worker_uid=worker_uid),
-        ).order_by(res_models.Resource.created_at, res_models.Resource.uid)
+        sa.select(res_models.Resource)
+        .where(res_models.is_live("WorkerDeployment", space=space, worker_uid=worker_uid))
+        .order_by(res_models.Resource.created_at, res_models.Resource.uid)
     ).first()
     if deployment is None:
         return []
@@ -509,9 +507,7 @@ def triggers_txn(session: orm.Session, *, space: str, now: dt.datetime) -> list[
     ``now``, absent when the expression can never fire."""
     rows = session.scalars(
         sa.select(res_models.Resource)
-        .where(
-            res_models.is_live("WorkerCronTrigger", space=space),
-        )
+        .where(res_models.is_live("WorkerCronTrigger", space=space))
         .order_by(res_models.Resource.name)
     ).all()
     return [trigger_view(t, now=now) for t in rows]
@@ -520,9 +516,7 @@ def triggers_txn(session: orm.Session, *, space: str, now: dt.datetime) -> list[
 def trigger_txn(session: orm.Session, *, space: str, uid: str, now: dt.datetime, upcoming: int = 1) -> dict:
     """One live WorkerCronTrigger of ``space`` as :func:`triggers_txn` lists it (``not_found``)."""
     row = session.scalar(
-        sa.select(res_models.Resource).where(
-            res_models.is_live("WorkerCronTrigger", space=space, uid=uid),
-        )
+        sa.select(res_models.Resource).where(res_models.is_live("WorkerCronTrigger", space=space, uid=uid))
     )
     if row is None:
         raise DomainError("not_found", "no such WorkerCronTrigger in this Space")

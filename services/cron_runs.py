@@ -130,9 +130,7 @@ def trigger_stopping_txn(session: orm.Session, *, trigger_uid: str, lock: bool =
 def deployment_spec_txn(session: orm.Session, *, worker_uid: str) -> dict | None:
     """The spec of ``worker_uid``'s live WorkerDeployment, or None when it has none."""
     return session.scalar(
-        sa.select(res_models.Resource.spec).where(
-            res_models.is_live("WorkerDeployment", worker_uid=worker_uid),
-        )
+        sa.select(res_models.Resource.spec).where(res_models.is_live("WorkerDeployment", worker_uid=worker_uid))
     )
 
 
@@ -140,9 +138,7 @@ def version_spec_txn(session: orm.Session, version_uid: str) -> dict | None:
     """The spec of live WorkerVersion ``version_uid``, or None (the loader of
     ``workers.sandbox.jobs.choose_version``)."""
     return session.scalar(
-        sa.select(res_models.Resource.spec).where(
-            res_models.is_live("WorkerVersion", uid=version_uid),
-        )
+        sa.select(res_models.Resource.spec).where(res_models.is_live("WorkerVersion", uid=version_uid))
     )
 
 

@@ -75,9 +75,7 @@ def document_or_error(value: object, *, what: str) -> bytes | None:
 def workflow_txn(session: orm.Session, *, space: str, workflow_uid: str) -> res_models.Resource:
     """The live DurableWorkflow ``workflow_uid`` of ``space`` (else ``404 not_found``)."""
     workflow = session.scalar(
-        sa.select(res_models.Resource).where(
-            res_models.is_live("DurableWorkflow", space=space, uid=workflow_uid),
-        )
+        sa.select(res_models.Resource).where(res_models.is_live("DurableWorkflow", space=space, uid=workflow_uid))
     )
     if workflow is None:
         raise DomainError("not_found", "no such DurableWorkflow in this Space")

@@ -344,9 +344,7 @@ def _running_txn(
 def observe_workflows_txn(session: orm.Session, *, worker_uid: str, now: dt.datetime) -> int:
     """Re-observe every live DurableWorkflow of ``worker_uid`` (its Deployment changed); returns how many."""
     workflows = session.scalars(
-        sa.select(res_models.Resource).where(
-            res_models.is_live("DurableWorkflow", worker_uid=worker_uid),
-        )
+        sa.select(res_models.Resource).where(res_models.is_live("DurableWorkflow", worker_uid=worker_uid))
     ).all()
     for workflow in workflows:
         if workflow.observed_at is None and workflow.phase == "reconciling":
