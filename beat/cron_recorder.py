@@ -21,11 +21,10 @@ from collections.abc import Collection
 
 import sqlalchemy as sa
 from sqlalchemy import orm
-from sqlalchemy.dialects import postgresql
 
 from beat import cron_plan
 from core import config, cron
-from models import cron as cron_models
+from models import cron_sql
 from models import db as models_db
 from models import resources as res_models
 from models.base import utcnow
@@ -144,21 +143,7 @@ def record_batch_txn(
     commits, then dispatches. Rows locked by another beat are skipped (``SKIP LOCKED``).
     ``trigger_uids`` restricts the claim to those triggers (tests and tools; beat passes None).
     """
-    table = cron_models.CronSchedule
-    query = sa.select(
-        table.trigger_uid,
-        table.space,
-        table.worker_uid,
-        table.cron,
-        table.superseded,
-        table.considered_until,
-        table.deleted_at,
-    ).where(table.next_due_at <= now)
-    if trigger_uids is not None:
-        query = query.where(table.trigger_uid.in_(list(trigger_uids)))
-    rows = session.execute(
-        query.order_by(table.next_due_at).limit(limit).with_for_update(skip_locked=True)
-    ).all()
+    rows = cron_sql.claim_due_schedules_txn(session, now=now, limit=limit, trigger_uids=trigger_uids)
     matches: list[dict] = []
     skips: list[dict] = []
     updates: list[dict] = []
@@ -217,14 +202,8 @@ def record_batch_txn(
             }
         )
     # Executemany forms (one cached statement, rows sent in pages), not one giant VALUES list.
-    recorded: list[tuple[int, str]] = []
+    recorded = cron_sql.record_matches_txn(session, matches)
     if matches:
-        statement = (
-            postgresql.insert(cron_models.CronMatch)
-            .on_conflict_do_nothing(index_elements=["trigger_uid", "scheduled_time"])
-            .returning(cron_models.CronMatch.pk, cron_models.CronMatch.trigger_uid)
-        )
-        recorded = [(pk, trigger) for pk, trigger in session.execute(statement, matches)]
         for match in matches if metrics.enabled() else ():
             metrics.observe(
                 "takohost_cron_record_lateness_seconds",
@@ -232,13 +211,8 @@ def record_batch_txn(
             )
         if len(recorded) < len(matches):
             log.info("some matches were already recorded", extra={"duplicates": len(matches) - len(recorded)})
-    if skips:
-        skip_statement = postgresql.insert(cron_models.CronSkip).on_conflict_do_nothing(
-            index_elements=["trigger_uid", "scheduled_time"]
-        )
-        session.execute(skip_statement, skips)
-    if updates:
-        session.execute(sa.update(cron_models.CronSchedule), updates)
+    cron_sql.record_skips_txn(session, skips)
+    cron_sql.advance_schedules_txn(session, updates)
     moved = {
         row.trigger_uid: (row.cron, update["considered_until"])
         for row, update in zip(rows, updates, strict=True)
@@ -284,7 +258,7 @@ def observe_next_match_txn(
     return len(writes)
 
 
-def segments_of(row: cron_models.CronSchedule | sa.Row) -> list[cron_plan.Segment]:
+def segments_of(row: sa.Row) -> list[cron_plan.Segment]:
     """The row's expressions as plan segments: each superseded one up to its ``until``, then the
     current one up to ``deleted_at`` (open while the trigger lives)."""
     segments = [
@@ -301,22 +275,11 @@ def segments_of(row: cron_models.CronSchedule | sa.Row) -> list[cron_plan.Segmen
 def note_tick(*, now: dt.datetime, beat_id: str | None, url: str | None = None) -> dt.datetime | None:
     """Store ``now`` as the latest beat tick; returns the previous latest tick (None: first ever)."""
     with models_db.session_scope(url) as session:
-        row = session.get(cron_models.BeatTick, TICK_NAME, with_for_update=True)
-        if row is None:
-            session.execute(
-                postgresql.insert(cron_models.BeatTick)
-                .values(name=TICK_NAME, last_tick_at=now, beat_id=beat_id)
-                .on_conflict_do_nothing(index_elements=["name"])
-            )
-            return None
-        previous = row.last_tick_at
-        if now > previous:
-            row.last_tick_at, row.beat_id = now, beat_id
-        return previous
+        return cron_sql.note_tick_txn(session, name=TICK_NAME, now=now, beat_id=beat_id)
 
 
 def next_due_at(*, url: str | None = None) -> dt.datetime | None:
     """The earliest ``next_due_at`` of all schedules (None: nothing scheduled); lets beat wake
     right at a match instead of up to a tick later."""
     with models_db.session_scope(url) as session:
-        return session.scalar(sa.select(sa.func.min(cron_models.CronSchedule.next_due_at)))
+        return cron_sql.next_due_at_txn(session)

@@ -1,9 +1,9 @@
 """Register, update and unregister a WorkerCronTrigger's schedule (docs/spec/cron-trigger.md "CRUD、拒否、再起動").
 
-Called by the Operation reconciler inside its transaction (``_txn``: never commits). Beat
-reads the ``cron_schedules`` rows written here (``beat.cron_recorder``) and decides the
-matches; nothing here records a match, so a create or an update never causes an immediate
-call (CB-05).
+Called by the Operation reconciler inside its transaction (``_txn``: never commits); the
+statements are ``models.cron_sql``'s. Beat reads the ``cron_schedules`` rows written here
+(``beat.cron_recorder``) and decides the matches; nothing here records a match, so a create or
+an update never causes an immediate call (CB-05).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 from sqlalchemy import orm
 
 from core import cron
-from models import cron as cron_models
+from models import cron_sql
 from models import resources as res_models
 
 log = logging.getLogger(__name__)
@@ -47,22 +47,18 @@ def register_schedule_txn(session: orm.Session, *, trigger: res_models.Resource,
     """
     expression = trigger.spec["cron"]
     observed = observed_for(expression, now=now)
-    row = session.get(cron_models.CronSchedule, trigger.uid, with_for_update=True)
+    row = cron_sql.lock_schedule_txn(session, trigger_uid=trigger.uid)
     if row is None:
-        session.add(
-            cron_models.CronSchedule(
-                trigger_uid=trigger.uid,
-                space=trigger.space,
-                worker_uid=trigger.spec["worker"]["resourceUid"],
-                cron=expression,
-                superseded=None,
-                considered_until=now,
-                next_due_at=cron.next_match(cron.parse(expression), now),
-                created_at=now,
-                updated_at=now,
-            )
+        cron_sql.insert_schedule_txn(
+            session,
+            trigger_uid=trigger.uid,
+            space=trigger.space,
+            worker_uid=trigger.spec["worker"]["resourceUid"],
+            cron=expression,
+            considered_until=now,
+            next_due_at=cron.next_match(cron.parse(expression), now),
+            now=now,
         )
-        session.flush()
         return observed
     if row.deleted_at is not None:
         # A deleted trigger's UID is never reused (docs/spec/http-api.md#api-res); never revive its schedule.
@@ -71,10 +67,14 @@ def register_schedule_txn(session: orm.Session, *, trigger: res_models.Resource,
     if row.cron != expression:
         # The old expression owns every match up to and including `now`: close its segment.
         until = max(now, row.considered_until)
-        row.superseded = [*(row.superseded or []), {"cron": row.cron, "until": until.isoformat()}]
-        row.cron = expression
-        row.next_due_at = _earliest(row.next_due_at, until)
-        row.updated_at = now
+        cron_sql.supersede_schedule_txn(
+            session,
+            trigger_uid=trigger.uid,
+            cron=expression,
+            superseded=[*(row.superseded or []), {"cron": row.cron, "until": until.isoformat()}],
+            next_due_at=_earliest(row.next_due_at, until),
+            now=now,
+        )
     return observed
 
 
@@ -85,12 +85,17 @@ def unregister_schedule_txn(session: orm.Session, *, trigger_uid: str, now: dt.d
     and recorded ones are still delivered. Idempotent: a second call keeps the first boundary.
     Locks the schedule row; does nothing when the trigger never had one.
     """
-    row = session.get(cron_models.CronSchedule, trigger_uid, with_for_update=True)
+    row = cron_sql.lock_schedule_txn(session, trigger_uid=trigger_uid)
     if row is None or row.deleted_at is not None:
         return
-    row.deleted_at = max(now, row.considered_until)
-    row.next_due_at = _earliest(row.next_due_at, row.deleted_at)
-    row.updated_at = now
+    deleted_at = max(now, row.considered_until)
+    cron_sql.close_schedule_txn(
+        session,
+        trigger_uid=trigger_uid,
+        deleted_at=deleted_at,
+        next_due_at=_earliest(row.next_due_at, deleted_at),
+        now=now,
+    )
 
 
 def _earliest(a: dt.datetime | None, b: dt.datetime) -> dt.datetime:
