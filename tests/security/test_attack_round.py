@@ -1,0 +1,634 @@
+"""An attack round on today's changes, written the way an attacker would, against real processes.
+
+1. **The packed, binary-searched system-call filter** (``isolation.seccomp``, ``forking.Forker``):
+   tenant code in a real context calls every denied system call with the real kernel (plain, with
+   the x32 bit ``0x40000000``, from a second thread), ``clone`` with each ``CLONE_NEW*`` flag,
+   ``clone3``, numbers just below the x32 bit and above the table, and the i386 ABI through
+   ``int 0x80`` (another architecture: the process is killed by ``SIGSYS``).
+2. **The memory cgroup made by the zygote** (``isolation.cgroups``): tenant code looks for any
+   way to its cgroup files (mounts, inherited descriptors, the host's paths of its own and of a
+   concurrent context's cgroup, mounting a cgroup file system) to raise its limit or move itself;
+   the host checks that it stays in its own memory cgroup with the policy's limit.
+3. **Cron deliveries on the shared heartbeat and session** (``workers.sandbox``): a handler that
+   ignores signals and leaves a ``setsid`` double-forked descendant writing stamped lines is
+   stopped, and proven stopped, at its time limit, on its trigger's DELETE and when its lease is
+   taken by someone else (no line stamped after ``deliver`` returned; the other owner's lease is
+   left alone).
+4. **The instance routes in Flask's URL map** (``host_api.routing``): with Space A's token, path
+   tricks (encoded and double-encoded slashes, dot segments, NUL, overlong UTF-8, mixed-case
+   escapes, trailing slashes, absolute-form targets, HEAD/OPTIONS) against Space B's instances
+   and resources never answer with B's data.
+
+Real processes throughout: a zygote of the test's own (1, 2), deliveries run in the test process
+on real Postgres, Redis and sandbox children (3), a real ``takohost api`` server (4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import http.client
+import json
+import os
+import platform
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+
+from core import config
+from models import db as models_db
+from models import resources as res_models
+from services import redis_client, redis_keys, tokens
+from takohost.runtime import isolation
+from takohost.runtime.isolation import seccomp
+from tests.support import workflows
+
+MACHINE = platform.machine()
+
+# ---------------------------------------------------------------------------------------------
+# a zygote of the test's own (sections 1 and 2)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("attack-round")
+    os.chmod(directory, 0o1777)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def zygote(shared):
+    from workers import sandbox
+
+    z = sandbox.Zygote(policy=isolation.policy.Policy(test_shared_dir=str(shared), memory_mb=300))
+    z.start()
+    yield z
+    z.stop()
+
+
+def _job(source: str, params: dict) -> dict:
+    return {
+        "kind": "workflow",
+        "mainModule": "main.py",
+        "modules": {"main.py": textwrap.dedent(source)},
+        "className": "W",
+        "event": {"instanceId": "i", "params": params},
+        "vars": {},
+        "bindings": [],
+    }
+
+
+def _run(zygote, source: str, params: dict, timeout: float = 30) -> dict:
+    with zygote.spawn(_job(source, params)) as handle:
+        answer = handle.recv(timeout=timeout)
+        handle.kill_and_wait()
+    assert answer.get("op") == "run_returned", answer
+    return answer["output"]
+
+
+SYSCALLS = """
+import ctypes, errno, mmap, os, signal, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def call(nr, *args):
+    ctypes.set_errno(0)
+    result = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in (args or (0, 0, 0, 0, 0, 0))])
+    if result >= 0:
+        if result == 0 and nr in CLONES and os.getpid() != 1:
+            os._exit(0)  # a clone that was allowed: the child leaves at once
+        return "ALLOWED"
+    return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+
+CLONES = set()
+
+def int80():
+    # i386 ABI: mov eax, 20 (getpid); int 0x80; ret
+    code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    code.write(bytes.fromhex("b814000000cd80c3"))
+    function = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(code)))
+    pid = os.fork()
+    if pid == 0:
+        function()
+        os._exit(7)  # the other ABI's call returned: not killed
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return signal.Signals(os.WTERMSIG(status)).name
+    return f"exit {os.WEXITSTATUS(status)}"
+
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        p = event["params"]
+        CLONES.add(p["clone"])
+        found = {"plain": {}, "x32": {}, "thread": {}, "clone": {}, "numbers": {}}
+        for name, nr in p["denied"].items():
+            found["plain"][name] = call(nr)
+            found["x32"][name] = call(nr | 0x40000000)
+        def in_thread():
+            for name, nr in p["denied"].items():
+                found["thread"][name] = call(nr)
+        t = threading.Thread(target=in_thread)
+        t.start()
+        t.join()
+        for name, flag in p["clone_flags"].items():
+            found["clone"][name] = call(p["clone"], flag | signal.SIGCHLD, 0, 0, 0, 0)
+        for nr in p["numbers"]:
+            found["numbers"][str(nr)] = call(nr)
+        found["clone3"] = call(p["clone3"])
+        with open("/proc/self/status") as f:
+            found["status"] = {k: v.strip() for k, v in (l.split(":", 1) for l in f if l.startswith("Seccomp"))}
+        if p["int80"]:
+            found["int80"] = int80()
+        return found
+"""
+
+
+def test_every_denied_system_call_is_refused_by_the_real_kernel(zygote):
+    """The packed, binary-searched filter as the kernel runs it: each call the policy denies (and
+    its x32 twin) is EPERM, in the first thread and in a later one; clone's namespace flags EPERM;
+    clone3 ENOSYS; numbers the filter does not know reach the kernel (ENOSYS), at and above the
+    x32 bit they are EPERM; the i386 ABI kills the process."""
+    denied = seccomp.DENIED_CALLS[MACHINE]
+    flags = {name: getattr(isolation.syscalls, name) for name in dir(isolation.syscalls)
+             if name.startswith("CLONE_NEW") and name != "CLONE_NEW_ANY"}
+    numbers = [511, 1023, 4095, 0x3FFFFFFF, 0x40000000, 0x40000000 + 512, 0x7FFFFFFF]
+    found = _run(zygote, SYSCALLS, {
+        "denied": denied, "clone": seccomp.CLONE[MACHINE], "clone3": seccomp.CLONE3,
+        "clone_flags": flags, "numbers": numbers, "int80": MACHINE == "x86_64",
+    })
+    assert found["plain"] == {name: "EPERM" for name in denied}, found["plain"]
+    assert found["thread"] == {name: "EPERM" for name in denied}, found["thread"]
+    if MACHINE == "x86_64":
+        assert found["x32"] == {name: "EPERM" for name in denied}, found["x32"]
+        assert found["int80"] == "SIGSYS", found["int80"]
+    assert len(flags) >= 7 and found["clone"] == {name: "EPERM" for name in flags}, found["clone"]
+    assert found["clone3"] == "ENOSYS"
+    assert found["numbers"] == {
+        "511": "ENOSYS", "1023": "ENOSYS", "4095": "ENOSYS", str(0x3FFFFFFF): "ENOSYS",
+        str(0x40000000): "EPERM", str(0x40000000 + 512): "EPERM", str(0x7FFFFFFF): "EPERM",
+    }, found["numbers"]
+    assert found["status"]["Seccomp"] == "2" and found["status"]["Seccomp_filters"] == "1", found["status"]
+
+
+CGROUP_PROBE = """
+import ctypes, errno, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+MAGIC = {0x27E0EB: "cgroup", 0x63677270: "cgroup2", 0x62656572: "sysfs"}
+
+def err(exc):
+    return errno.errorcode.get(exc.errno, str(exc.errno)) if isinstance(exc, OSError) else repr(exc)
+
+def try_open(path, flags):
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        return err(exc)
+    os.close(fd)
+    return "OPENED"
+
+def fs_type(fd):
+    buf = ctypes.create_string_buffer(256)
+    if libc.fstatfs(fd, buf) != 0:
+        return None
+    return MAGIC.get(ctypes.c_long.from_buffer(buf).value)
+
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        p = event["params"]
+        found = {}
+        with open("/proc/self/cgroup") as f:
+            found["cgroup"] = f.read().splitlines()
+        with open("/proc/self/mountinfo") as f:
+            found["cgroup mounts"] = [l for l in f if "cgroup" in l or "sysfs" in l]
+        found["fds"] = {}
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                found["fds"][name] = [os.readlink(f"/proc/self/fd/{name}"), fs_type(int(name))]
+            except OSError as exc:
+                found["fds"][name] = err(exc)
+        found["opens"] = {}
+        for path in p["paths"]:
+            flags = os.O_WRONLY if path.endswith(("procs", "limit_in_bytes", "max")) else os.O_RDONLY
+            found["opens"][path] = try_open(path, flags)
+            found["opens"]["/proc/1/root" + path] = try_open("/proc/1/root" + path, flags)
+        found["mounts"] = {}
+        os.makedirs("/tmp/cg", exist_ok=True)
+        for fstype, options in (("cgroup", b"memory"), ("cgroup2", None), ("sysfs", None)):
+            ctypes.set_errno(0)
+            r = libc.mount(fstype.encode(), b"/tmp/cg", fstype.encode(), 0, options)
+            found["mounts"][fstype] = "MOUNTED" if r == 0 else errno.errorcode.get(ctypes.get_errno())
+        found["uid"] = os.getuid()
+        open(p["ready"], "w").close()
+        deadline = time.time() + 20
+        while not os.path.exists(p["go"]) and time.time() < deadline:
+            time.sleep(0.01)
+        return found
+"""
+
+
+def _memory_cgroup_of(pid: int) -> str:
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = [line.rstrip("\n").split(":", 2) for line in f]
+    [path] = [p for _, controllers, p in lines if "memory" in controllers.split(",")]
+    return path
+
+
+def _memory_root() -> str:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] == "cgroup" and "memory" in fields[sep + 3].split(","):
+                return fields[4]
+    raise AssertionError("no cgroup v1 memory hierarchy")
+
+
+def test_a_context_cannot_reach_its_own_or_another_contexts_memory_cgroup(zygote, shared):
+    """Two contexts at once, each told the host's paths of both memory cgroups (its own and the
+    other's: its limit file, ``cgroup.procs``, the zygote's directory): neither finds a cgroup or
+    sysfs mount, descriptor or path, nor mounts one; the host sees each in its own ``ctx-<n>``
+    with the policy's limit, unchanged after the attempts, and nothing of the cgroup writable by
+    the context's identity."""
+    if os.geteuid() != 0:
+        pytest.fail("this attack needs a root host (per-context cgroups)")
+    root = _memory_root()
+    handles, paths = [], []
+    try:
+        for n in range(2):
+            ready, go = shared / f"cg-ready-{n}", shared / f"cg-go-{n}"
+            handle = zygote.spawn(_job("import time\nclass W:\n  def __init__(s, e): pass\n"
+                                       "  def run(s, e, st):\n    time.sleep(30)\n", {}))
+            handles.append(handle)
+            paths.append(root + _memory_cgroup_of(handle.pid))
+        probes = []
+        for n, host_dir in enumerate(paths):
+            ready, go = shared / f"cg-ready-{n}", shared / f"cg-go-{n}"
+            targets = []
+            for directory in (*paths, os.path.dirname(host_dir)):
+                targets += [directory, f"{directory}/cgroup.procs", f"{directory}/memory.limit_in_bytes",
+                            f"{directory}/memory.memsw.limit_in_bytes", f"{directory}/tasks"]
+            targets += ["/sys/fs/cgroup", "/sys/fs/cgroup/memory/cgroup.procs", "/sys/fs/cgroup/unified"]
+            probes.append((ready, go, zygote.spawn(_job(CGROUP_PROBE, {
+                "paths": targets, "ready": str(ready), "go": str(go)}))))
+        for ready, go, handle in probes:
+            # ready: every attempt below was made; the context waits for "go", still alive
+            workflows.wait_until(ready.exists, timeout=20, message="the probe ready")
+            own = root + _memory_cgroup_of(handle.pid)
+            assert os.path.basename(own).startswith("ctx-") and own not in paths, own
+            assert os.path.dirname(own) == os.path.dirname(paths[0]), (own, paths)
+            with open(f"{own}/memory.limit_in_bytes") as f:
+                assert int(f.read()) == 300 << 20, "the context changed its limit"
+            for name in ("", "/cgroup.procs", "/memory.limit_in_bytes"):
+                st = os.stat(own + name)
+                assert st.st_uid == 0 and not st.st_mode & 0o022, (name, oct(st.st_mode))
+            go.write_text("go")
+            answer = handle.recv(timeout=20)
+            assert answer.get("op") == "run_returned", answer
+            found = answer["output"]
+            assert found["uid"] != 0
+            assert all(line.endswith(":/") for line in found["cgroup"]), found["cgroup"]
+            assert found["cgroup mounts"] == [], found["cgroup mounts"]
+            # (the descriptor listdir used is closed by the time it is read: ENOENT/EBADF)
+            fds = {k: v for k, v in found["fds"].items() if isinstance(v, list)}
+            assert len(fds) >= 4 and all(v[1] is None for v in fds.values()), json.dumps(found["fds"])
+            assert all(v in ("ENOENT", "EBADF") for v in found["fds"].values() if not isinstance(v, list)), found
+            assert set(found["opens"].values()) == {"ENOENT"}, found["opens"]
+            assert found["mounts"] == {"cgroup": "EPERM", "cgroup2": "EPERM", "sysfs": "EPERM"}, found["mounts"]
+            handle.kill_and_wait()
+            handle.close()
+        for directory in paths:
+            with open(f"{directory}/memory.limit_in_bytes") as f:
+                assert int(f.read()) == 300 << 20
+    finally:
+        for handle in handles:
+            handle.kill_and_wait()
+            handle.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# one real API server and a private database and Redis namespace (sections 3 and 4)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    with workflows.private_stack(workers=0, beat=False, lease_ttl_ms=3000) as s:
+        yield s
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. cron deliveries: a hanging handler with a detached descendant, stopped and proven stopped
+
+STUBBORN = """
+import os, signal, time
+def scheduled(event, env, ctx):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGALRM, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        fd = os.open(env.OUT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        n = 0
+        while True:
+            n += 1
+            os.write(fd, f"{n} {time.monotonic_ns()}\\n".encode())
+            time.sleep(0.0002)
+    os.waitpid(first, 0)
+    while True:  # the handler hangs, whatever it is told
+        try:
+            time.sleep(3600)
+        except BaseException:
+            pass
+"""
+
+
+def _stamps(path) -> list[int]:
+    with open(path) as f:
+        return [int(line.split()[1]) for line in f.read().splitlines() if len(line.split()) == 2]
+
+
+def _stubborn_match(stack, out, minute: str) -> tuple[int, str]:
+    from tests.integration.test_cron_support import at, create_stack, decide
+
+    cron = create_stack(stack.db_url, space=stack.space, cron="*/5 * * * *", source=STUBBORN,
+                        variables={"OUT": str(out)}, now=at(minute) - dt.timedelta(seconds=30))
+    [(match_pk, _)] = decide(stack.db_url, now=at(minute) + dt.timedelta(milliseconds=100),
+                             triggers=[cron.trigger_uid])
+    return match_pk, cron.trigger_uid
+
+
+def _when_writing(out, action) -> threading.Thread:
+    """Run ``action()`` in a thread once the descendant has written a few hundred bytes."""
+
+    def run() -> None:
+        workflows.wait_until(lambda: out.exists() and out.stat().st_size > 500, timeout=30, interval=0.01,
+                             message="the descendant writing")
+        action()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _assert_proven_stopped(out, returned_ns: int) -> None:
+    size = out.stat().st_size
+    stamps = _stamps(out)
+    assert len(stamps) > 20, "the descendant never ran"
+    assert max(stamps) < returned_ns, "a line was written after deliver returned"
+    time.sleep(0.5)
+    assert out.stat().st_size == size, "the detached descendant still writes"
+
+
+def test_a_stubborn_handler_is_stopped_at_its_time_limit(stack, zygote, shared):
+    from tests.integration.test_cron_support import deliveries_of
+    from workers import cron_tasks
+
+    out = shared / "limit.log"
+    match_pk, _ = _stubborn_match(stack, out, "2031-03-01T10:05:00Z")
+    settings = dataclasses.replace(config.load_settings(), scheduled_timeout_s=2.0)
+    assert cron_tasks.deliver(match_pk, settings=settings, zygote=zygote) == "failed"
+    _assert_proven_stopped(out, time.monotonic_ns())
+    [delivery] = deliveries_of(stack.db_url, match_pk)
+    assert (delivery.outcome, delivery.error) == ("failed", "the scheduled handler did not finish within 2 s; it was stopped")
+    client = redis_client.client(settings.redis_url)
+    assert client.exists(redis_keys.delivery_lease_key(settings.namespace, match_pk)) == 0
+
+
+def test_a_stubborn_handler_is_stopped_when_its_trigger_is_deleted(stack, zygote, shared):
+    from services import cron_runs
+    from tests.integration.test_cron_support import deliveries_of
+    from workers import cron_tasks
+
+    out = shared / "delete.log"
+    match_pk, trigger_uid = _stubborn_match(stack, out, "2031-03-01T10:10:00Z")
+    settings = dataclasses.replace(config.load_settings(), scheduled_timeout_s=60.0)
+
+    def delete() -> None:
+        with models_db.session_scope(stack.db_url) as session:
+            session.get(res_models.Resource, trigger_uid).phase = "deleting"  # a DELETE was accepted
+
+    thread = _when_writing(out, delete)
+    started = time.monotonic()
+    assert cron_tasks.deliver(match_pk, settings=settings, zygote=zygote) == "failed"
+    _assert_proven_stopped(out, time.monotonic_ns())
+    thread.join(1)
+    assert time.monotonic() - started < 20
+    [delivery] = deliveries_of(stack.db_url, match_pk)
+    assert (delivery.outcome, delivery.error) == ("failed", cron_runs.STOPPED_BY_DELETE)
+    assert cron_tasks.deliveries_stopped(trigger_uid, now=dt.datetime.now(dt.UTC), settings=settings)
+
+
+def test_a_stubborn_handler_is_stopped_when_another_owner_takes_its_lease(stack, zygote, shared):
+    """The lease is taken over (as by another worker after a partition): the heartbeat sees it
+    lost and the handler, its ignored signals and its detached descendant stop within a beat;
+    deliver leaves the new owner's lease alone."""
+    from tests.integration.test_cron_support import deliveries_of, matches_of
+    from workers import cron_tasks
+
+    out = shared / "lease.log"
+    match_pk, trigger_uid = _stubborn_match(stack, out, "2031-03-01T10:15:00Z")
+    settings = dataclasses.replace(config.load_settings(), scheduled_timeout_s=60.0)
+    client = redis_client.client(settings.redis_url)
+    key = redis_keys.delivery_lease_key(settings.namespace, match_pk)
+    other = f"other-worker:{uuid.uuid4().hex}"
+    taken: list[int] = []
+
+    def take_over() -> None:
+        assert client.get(key) is not None
+        client.set(key, other, px=60_000)
+        taken.append(time.monotonic_ns())
+
+    thread = _when_writing(out, take_over)
+    assert cron_tasks.deliver(match_pk, settings=settings, zygote=zygote) == "error"
+    _assert_proven_stopped(out, time.monotonic_ns())
+    thread.join(1)
+    assert taken, "the lease was never taken over"
+    assert (max(_stamps(out)) - taken[0]) / 1e9 < settings.lease_ttl_ms / 1000, "stopped later than a lease TTL"
+    assert client.get(key) == other.encode(), "deliver released or overwrote the new owner's lease"
+    [delivery] = deliveries_of(stack.db_url, match_pk)
+    assert delivery.outcome == "unknown", delivery.outcome
+    assert [m.state for m in matches_of(stack.db_url, trigger_uid)] == ["pending"]
+    client.delete(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. path tricks on the instance routes, with Space A's token against Space B's ids
+
+WORKFLOW = """
+class W:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        return step.wait_for_event("never", timeout_seconds=3600)
+"""
+
+
+@pytest.fixture(scope="module")
+def two_spaces(stack):
+    """Space A (the stack's) and Space B, each with a workflow; B has one instance."""
+    b_space = f"s{uuid.uuid4().hex[:12]}"
+    with models_db.session_scope(stack.db_url) as session:
+        b_token = tokens.create_token_txn(session, space=b_space)
+    a_wf = workflows.deploy(stack.db_url, space=stack.space, source=WORKFLOW, class_name="W").workflow
+    b_wf = workflows.deploy(stack.db_url, space=b_space, source=WORKFLOW, class_name="W").workflow
+    b = workflows.HttpInstances(stack.api_url, b_token, b_space, b_wf)
+    b_id = f"victim-{uuid.uuid4().hex[:8]}"
+    code, body = b.call("POST", body={"id": b_id, "params": {"secret": "B-SECRET"}})
+    assert code == 201, body
+    a = workflows.HttpInstances(stack.api_url, stack.token, stack.space, a_wf)
+    code, body = a.call("POST", body={"id": "mine", "params": {}})
+    assert code == 201, body
+    return {"A": stack.space, "B": b_space, "wa": a_wf, "wb": b_wf, "ib": b_id, "a": a, "b": b}
+
+
+def _raw(stack, method: str, target: str, token: str, body: bytes | None = None) -> tuple[int, bytes, str]:
+    """One request with the request target sent byte for byte."""
+    host, port = stack.api_url.rsplit("//", 1)[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        conn.putrequest(method, target, skip_host=False, skip_accept_encoding=True)
+        for name, value in {**headers, "Content-Length": str(len(body or b""))}.items():
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        response = conn.getresponse()
+        return response.status, response.read(), response.getheader("Content-Type") or ""
+    finally:
+        conn.close()
+
+
+def _tricks(s: dict, port: int) -> list[str]:
+    A, B, wa, wb, ib = s["A"], s["B"], s["wa"], s["wb"], s["ib"]
+    b_path = f"{B}/resources/{wb}/instances/{ib}"
+    a_prefix = f"/v2/spaces/{A}/resources/{wa}/instances"
+    up = "../../../../"
+    targets = [
+        f"/v2/spaces/{b_path}",  # B's own path: the token is A's
+        f"/v2/spaces/{A}/resources/{wb}/instances/{ib}",  # A's Space, B's workflow
+        f"/v2/spaces/{A}/resources/{wb}/instances/{ib}/",
+        f"/v2/spaces/{b_path}/",
+        f"/v2/spaces/{A}//resources/{wb}/instances/{ib}",
+        f"/v2/spaces//{b_path}",
+        f"{a_prefix}/{up}{b_path}",
+        f"{a_prefix}/{up.replace('/', '%2F')}{b_path.replace('/', '%2F')}",
+        f"{a_prefix}/{up.replace('/', '%2f')}{b_path.replace('/', '%2f')}",
+        f"{a_prefix}/{up.replace('/', '%252F')}{b_path.replace('/', '%252F')}",
+        f"{a_prefix}/{up.replace('.', '%2E').replace('/', '%2F')}{b_path.replace('/', '%2F')}",
+        f"{a_prefix}/{up.replace('.', '%2e')}{b_path}",
+        f"{a_prefix}/{up.replace('.', '%252E')}{b_path}",
+        f"{a_prefix}/{up.replace('../', '%C0%AE%C0%AE%C0%AF')}{b_path.replace('/', '%C0%AF')}",
+        f"{a_prefix}/{up.replace('../', '%E0%80%AE%E0%80%AE%E0%80%AF')}{b_path}",
+        f"{a_prefix}/{up.replace('/', '%5C')}{b_path.replace('/', '%5C')}",
+        f"/v2/spaces/{A}/../{b_path}",
+        f"/v2/spaces/{A}/%2E%2E/{b_path}",
+        f"/v2/spaces/{A}%2F..%2F{b_path}",
+        f"/v2/spaces/{A}%2F%2E%2E%2F{B}/resources/{wb}/instances/{ib}",
+        f"/v2/spaces/{A}%00/resources/{wb}/instances/{ib}",
+        f"/v2/spaces/{A}%00{B}/resources/{wb}/instances/{ib}",
+        f"/v2/spaces/{A}/resources/{wb}%00/instances/{ib}",
+        f"/v2/spaces/{A}/resources/{wa}%00{wb}/instances/{ib}",
+        f"/v2/spaces/{A}/resources/{wb}/instances/{ib}%00",
+        f"/v2/spaces/{''.join(f'%{c:02X}' for c in B.encode())}/resources/{wb}/instances/{ib}",
+        f"/v2/spaces/{A}/resources/{''.join(f'%{c:02x}' for c in wb.encode())}/instances/{ib}",
+        f"/V2/SPACES/{b_path}",
+        f"/v2/spaces/{A};/../{b_path}",
+        f"{a_prefix}/x?/../../{b_path}",
+        f"{a_prefix}/x#/{up}{b_path}",
+        f"http://127.0.0.1:{port}/v2/spaces/{b_path}",
+        f"http://127.0.0.1:{port}/v2/spaces/{A}/resources/{wb}/instances/{ib}",
+        f"http://127.0.0.1:{port}{a_prefix}/{up}{b_path}",
+        f"http://{A}@127.0.0.1:{port}/v2/spaces/{b_path}",
+        f"//127.0.0.1:{port}/v2/spaces/{b_path}",
+    ]
+    return targets
+
+
+REFUSED = {400, 401, 403, 404, 405}
+
+
+def test_space_a_reaches_no_instance_of_space_b_through_path_tricks(stack, two_spaces):
+    s = two_spaces
+    port = int(stack.api_url.rsplit(":", 1)[1])
+    token = stack.token
+    # the controls: B's token reaches its instance by the plain path; A's own instance is reachable
+    code, _ = s["b"].call("GET", "/" + s["ib"])
+    assert code == 200
+    assert s["a"].call("GET", "/mine")[0] == 200
+    # the same spellings reach A's own instance: the refusals below are the Space check's, not
+    # requests the server could not route
+    A, wa = s["A"], s["wa"]
+    for target in (f"http://127.0.0.1:{port}/v2/spaces/{A}/resources/{wa}/instances/mine",
+                   f"/v2/spaces/{''.join(f'%{c:02X}' for c in A.encode())}/resources/{wa}/instances/mine",
+                   f"/v2/spaces/{A}/resources/{''.join(f'%{c:02x}' for c in wa.encode())}/instances/%6D%69ne"):
+        code, body, _ = _raw(stack, "GET", target, token)
+        assert code == 200 and b'"mine"' in body, (target, code, body[:300])
+    answered = {}
+    for target in _tricks(s, port):
+        for suffix in ("", "/events", "/history", "/logs", "/progress"):
+            path, _, query = target.partition("?")
+            full = path + suffix + (f"?{query}" if query else "")
+            for method in ("GET", "HEAD", "OPTIONS"):
+                code, body, kind = _raw(stack, method, full, token)
+                answered[(method, full)] = code
+                assert code in REFUSED, (method, full, code, body[:300])
+                if body:
+                    assert kind.startswith("application/json"), (method, full, kind, body[:200])
+                assert b"B-SECRET" not in body and b'"status"' not in body, (method, full, body[:300])
+        for action, payload in (("/events", {"type": "never", "payload": {"x": 1}}), ("/terminate", {})):
+            path = target.partition("?")[0].partition("#")[0] + action
+            code, body, _ = _raw(stack, "POST", path, token, json.dumps(payload).encode())
+            assert code in REFUSED, ("POST", path, code, body[:300])
+    assert len(answered) > 300
+    # B's instance is untouched: not terminated, no event in its inbox
+    code, status = s["b"].call("GET", "/" + s["ib"])
+    assert code == 200 and status["status"] not in ("terminated", "complete", "errored"), status
+    code, inbox = s["b"].call("GET", f"/{s['ib']}/events")
+    assert code == 200 and "never" not in json.dumps(inbox), inbox
+
+
+def test_space_a_reaches_no_resource_of_space_b_through_path_tricks(stack, two_spaces):
+    s = two_spaces
+    A, B, wb = s["A"], s["B"], s["wb"]
+    token = stack.token
+    targets = [
+        f"/v2/spaces/{B}/resources/{wb}",
+        f"/v2/spaces/{A}/resources/{wb}",
+        f"/v2/spaces/{A}/resources/{wb}/",
+        f"/v2/spaces/{A}/resources/..%2F..%2F{B}%2Fresources%2F{wb}",
+        f"/v2/spaces/{A}/resources/..%252F..%252F{B}%252Fresources%252F{wb}",
+        f"/v2/spaces/{A}/resources/%2E%2E/%2E%2E/{B}/resources/{wb}",
+        f"/v2/spaces/{A}/../{B}/resources/{wb}",
+        f"/v2/spaces/{A}%2F..%2F{B}/resources/{wb}",
+        f"/v2/spaces/{A}%00/resources/{wb}",
+        f"/v2/spaces/{A}/resources/{wb}%00",
+        f"/v2/spaces/{A}/resources/{wb}/runs",
+        f"/v2/spaces/{A}/resources/{wb}/instances",
+        f"/v2/spaces/{A}/resources/{wb}%2Finstances",
+        f"/v2/spaces/{A}/resources/{wb}/instances/",
+        f"/v2/spaces/{B}/resources/{wb}/instances",
+        f"/v2/spaces/{B}/resources",
+        f"/v2/spaces/{B}/usage",
+        f"/v2/spaces/{A}%2F..%2F{B}/usage",
+        f"/v2/spaces/{A}/resources/{wb}/check",
+    ]
+    for target in targets:
+        for method in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            code, body, _ = _raw(stack, method, target, token)
+            assert code in REFUSED, (method, target, code, body[:300])
+            assert b'"spec"' not in body and b'"className"' not in body, (method, target, body[:300])
+        code, body, _ = _raw(stack, "PUT", target, token, b'{"spec": {}}')
+        assert code in REFUSED | {409, 422}, ("PUT", target, code, body[:300])
+        code, body, _ = _raw(stack, "POST", target, token, b'{"id": "x"}')
+        assert code in REFUSED, ("POST", target, code, body[:300])
+    code, body, _ = _raw(stack, "GET", f"/v2/spaces/{A}/resources", token)
+    assert code == 200 and wb.encode() not in body and B.encode() not in body, body[:300]
+    code, listed = s["b"].call("GET")
+    assert code == 200 and s["ib"] in json.dumps(listed), listed
