@@ -17,8 +17,10 @@ logs' ``services.tenant_logs``), as the instance aggregate's composed reads do.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Collection, Sequence
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -190,3 +192,163 @@ def next_due_at_txn(session: orm.Session) -> dt.datetime | None:
     return session.scalar(sa.select(sa.func.min(_SCHEDULE.next_due_at)))
 
 
+# -- deliveries (services.cron_runs, workers.cron_tasks) -------------------------------------------
+
+
+def lock_pending_match_txn(session: orm.Session, *, match_pk: int) -> sa.Row | None:
+    """Match ``match_pk``'s ``trigger_uid, space, worker_uid, cron, scheduled_time``, locked
+    ``FOR UPDATE``; None when it is gone or no longer ``pending``."""
+    return session.execute(
+        sa.select(_MATCH.trigger_uid, _MATCH.space, _MATCH.worker_uid, _MATCH.cron, _MATCH.scheduled_time)
+        .where(_MATCH.pk == match_pk, _MATCH.state == "pending")
+        .with_for_update()
+    ).one_or_none()
+
+
+def close_unfinished_deliveries_txn(
+    session: orm.Session, *, match_pk: int, now: dt.datetime, error: str
+) -> None:
+    """Finish every unfinished delivery of match ``match_pk`` as ``unknown`` with ``error`` at ``now``."""
+    session.execute(
+        sa.update(_DELIVERY)
+        .where(_DELIVERY.match_pk == match_pk, _DELIVERY.finished_at.is_(None))
+        .values(finished_at=now, outcome="unknown", error=error)
+    )
+
+
+def match_space_txn(session: orm.Session, *, match_pk: int) -> str | None:
+    """The Space of recorded match ``match_pk`` (``None``: no such match), for the delivery's
+    fair-share slot (``workers.sandbox.lease.LeaseStore.admit_delivery``)."""
+    return session.scalar(sa.select(_MATCH.space).where(_MATCH.pk == match_pk))
+
+
+def insert_delivery_txn(
+    session: orm.Session, *, match_pk: int, worker_id: str, version_uid: str | None, now: dt.datetime
+) -> int:
+    """Insert the running ``cron_deliveries`` row of ``match_pk`` (by Celery worker process
+    ``worker_id``, WorkerVersion ``version_uid``, started at ``now``); returns its pk."""
+    return session.scalars(
+        sa.insert(_DELIVERY)
+        .values(match_pk=match_pk, worker_id=worker_id, version_uid=version_uid, started_at=now)
+        .returning(_DELIVERY.pk)
+    ).one()
+
+
+def note_started_txn(
+    session: orm.Session, *, delivery_pk: int, workflow_uid: str, instance_id: str, now: dt.datetime
+) -> None:
+    """Record that delivery ``delivery_pk``'s handler created instance ``instance_id`` of the
+    DurableWorkflow ``workflow_uid`` (a ``create`` binding call answered with its id): the
+    ledger's ``deliveries[].instances`` (docs/spec/cron-trigger.md#cr-runs)."""
+    session.execute(
+        sa.insert(_RUN_INSTANCE).values(
+            delivery_pk=delivery_pk, workflow_uid=workflow_uid, instance_id=instance_id, created_at=now
+        )
+    )
+
+
+def started_instances_txn(session: orm.Session, *, delivery_pks: list[int]) -> dict[int, list[dict]]:
+    """``{delivery_pk: [{"workflow": uid, "id": instance id}, …]}`` in creation order, for the
+    deliveries in ``delivery_pks`` that created any instance (no query when there are none)."""
+    started: dict[int, list[dict]] = {}
+    if not delivery_pks:
+        return started
+    rows = session.execute(
+        sa.select(_RUN_INSTANCE.delivery_pk, _RUN_INSTANCE.workflow_uid, _RUN_INSTANCE.instance_id)
+        .where(_RUN_INSTANCE.delivery_pk.in_(delivery_pks))
+        .order_by(_RUN_INSTANCE.pk)
+    )
+    for delivery_pk, workflow_uid, instance_id in rows:
+        started.setdefault(delivery_pk, []).append({"workflow": workflow_uid, "id": instance_id})
+    return started
+
+
+def running_deliveries_txn(session: orm.Session, *, trigger_uid: str) -> list[tuple[int, int]]:
+    """``(match_pk, delivery_pk)`` of every unfinished delivery of ``trigger_uid``'s matches."""
+    return [
+        (match_pk, delivery_pk)
+        for match_pk, delivery_pk in session.execute(
+            sa.select(_DELIVERY.match_pk, _DELIVERY.pk)
+            .join(_MATCH, _MATCH.pk == _DELIVERY.match_pk)
+            .where(_MATCH.trigger_uid == trigger_uid, _DELIVERY.finished_at.is_(None))
+        )
+    ]
+
+
+def finish_delivery_txn(
+    session: orm.Session, *, delivery_pk: int, outcome: str, error: str | None, now: dt.datetime
+) -> bool:
+    """Record ``outcome`` (``ok`` or ``failed``, + ``error`` text) at ``now`` and mark the match ``done``.
+
+    A real outcome replaces an ``unknown`` that a sweep guessed meanwhile. A failure is never
+    retried (docs/spec/cron-trigger.md: "その失敗だけを理由に同じ一致分の中で再試行しません"). Returns False when the
+    delivery row does not exist (or already has a real outcome). Raises ``ValueError`` for
+    another ``outcome``.
+    """
+    if outcome not in ("ok", "failed"):
+        raise ValueError(f"outcome must be ok or failed, not {outcome!r}")
+    match_pk = session.scalar(
+        sa.update(_DELIVERY)
+        .where(
+            _DELIVERY.pk == delivery_pk,
+            sa.or_(_DELIVERY.finished_at.is_(None), _DELIVERY.outcome == "unknown"),
+        )
+        .values(finished_at=now, outcome=outcome, error=error)
+        .returning(_DELIVERY.match_pk)
+    )
+    if match_pk is None:
+        return False
+    session.execute(sa.update(_MATCH).where(_MATCH.pk == match_pk).values(state="done"))
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingMatch:
+    """A ``pending`` match as the sweep sees it: its unfinished deliveries and last dispatch."""
+
+    pk: int
+    dispatched_at: dt.datetime | None
+    unfinished_delivery_pks: tuple[int, ...]
+
+
+def pending_matches_txn(session: orm.Session, *, limit: int, after_pk: int = 0) -> list[PendingMatch]:
+    """Up to ``limit`` pending matches with ``pk > after_pk``, ascending, with unfinished deliveries."""
+    rows = session.execute(
+        sa.select(_MATCH.pk, _MATCH.dispatched_at)
+        .where(_MATCH.state == "pending", _MATCH.pk > after_pk)
+        .order_by(_MATCH.pk)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return []
+    unfinished: dict[int, list[int]] = {}
+    for delivery_pk, match_pk in session.execute(
+        sa.select(_DELIVERY.pk, _DELIVERY.match_pk).where(
+            _DELIVERY.match_pk.in_([pk for pk, _ in rows]), _DELIVERY.finished_at.is_(None)
+        )
+    ):
+        unfinished.setdefault(match_pk, []).append(delivery_pk)
+    return [PendingMatch(pk, at, tuple(unfinished.get(pk, ()))) for pk, at in rows]
+
+
+def mark_vanished_txn(session: orm.Session, *, delivery_pks: list[int], now: dt.datetime, error: str) -> int:
+    """Finish still-unfinished deliveries ``delivery_pks`` as ``unknown`` with ``error`` at ``now``;
+    returns how many (no statement when there are none)."""
+    if not delivery_pks:
+        return 0
+    result = session.execute(
+        sa.update(_DELIVERY)
+        .where(_DELIVERY.pk.in_(delivery_pks), _DELIVERY.finished_at.is_(None))
+        .values(finished_at=now, outcome="unknown", error=error)
+    )
+    return cast("sa.CursorResult[Any]", result).rowcount or 0
+
+
+def note_dispatched_txn(session: orm.Session, *, match_pks: list[int], now: dt.datetime) -> None:
+    """Set ``dispatched_at = now`` on still-pending matches ``match_pks`` (none: no statement)."""
+    if match_pks:
+        session.execute(
+            sa.update(_MATCH)
+            .where(_MATCH.pk.in_(match_pks), _MATCH.state == "pending")
+            .values(dispatched_at=now)
+        )

@@ -4,7 +4,9 @@ A recorded match (``cron_matches``) is ``pending`` until one delivery finishes `
 ``failed``, then ``done``; a delivery whose worker vanished is finished as ``unknown`` and the
 match is delivered again with the identical event (CB-03). Skipped matches (``cron_skips``)
 are listed with their reason and never delivered. Helpers ending in ``_txn`` run in the
-caller's transaction and never commit.
+caller's transaction and never commit. The aggregate's statements (the claim's, a delivery's
+start, finish and links, the sweep's) are ``models.cron_sql``'s; the runs ledger's page is read
+here.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import orm
 
 from core import cron
 from models import cron as cron_models
+from models import cron_sql
 from models import resources as res_models
 from models.errors import DomainError
 
@@ -75,24 +78,10 @@ def claim_match_txn(session: orm.Session, *, match_pk: int, now: dt.datetime) ->
     The caller holds the match's delivery lease, so every earlier unfinished delivery belongs to
     a vanished worker: it is finished ``unknown`` (:data:`VANISHED`) here. Locks the match row.
     """
-    match = session.execute(
-        sa.select(
-            cron_models.CronMatch.trigger_uid,
-            cron_models.CronMatch.space,
-            cron_models.CronMatch.worker_uid,
-            cron_models.CronMatch.cron,
-            cron_models.CronMatch.scheduled_time,
-        )
-        .where(cron_models.CronMatch.pk == match_pk, cron_models.CronMatch.state == "pending")
-        .with_for_update()
-    ).one_or_none()
+    match = cron_sql.lock_pending_match_txn(session, match_pk=match_pk)
     if match is None:
         return None
-    session.execute(
-        sa.update(cron_models.CronDelivery)
-        .where(cron_models.CronDelivery.match_pk == match_pk, cron_models.CronDelivery.finished_at.is_(None))
-        .values(finished_at=now, outcome="unknown", error=VANISHED)
-    )
+    cron_sql.close_unfinished_deliveries_txn(session, match_pk=match_pk, now=now, error=VANISHED)
     return MatchToDeliver(
         pk=match_pk,
         trigger_uid=match.trigger_uid,
@@ -100,12 +89,6 @@ def claim_match_txn(session: orm.Session, *, match_pk: int, now: dt.datetime) ->
         worker_uid=match.worker_uid,
         event=event_of(match),
     )
-
-
-def match_space_txn(session: orm.Session, *, match_pk: int) -> str | None:
-    """The Space of recorded match ``match_pk`` (``None``: no such match), for the delivery's
-    fair-share slot (``workers.sandbox.lease.LeaseStore.admit_delivery``)."""
-    return session.scalar(sa.select(cron_models.CronMatch.space).where(cron_models.CronMatch.pk == match_pk))
 
 
 def trigger_stopping_txn(session: orm.Session, *, trigger_uid: str, lock: bool = False) -> bool:
@@ -140,149 +123,6 @@ def version_spec_txn(session: orm.Session, version_uid: str) -> dict | None:
     return session.scalar(
         sa.select(res_models.Resource.spec).where(res_models.is_live("WorkerVersion", uid=version_uid))
     )
-
-
-def insert_delivery_txn(
-    session: orm.Session, *, match_pk: int, worker_id: str, version_uid: str | None, now: dt.datetime
-) -> int:
-    """Insert the running ``cron_deliveries`` row of ``match_pk``; returns its pk."""
-    return session.scalars(
-        sa.insert(cron_models.CronDelivery)
-        .values(match_pk=match_pk, worker_id=worker_id, version_uid=version_uid, started_at=now)
-        .returning(cron_models.CronDelivery.pk)
-    ).one()
-
-
-def note_started_txn(
-    session: orm.Session, *, delivery_pk: int, workflow_uid: str, instance_id: str, now: dt.datetime
-) -> None:
-    """Record that delivery ``delivery_pk``'s handler created instance ``instance_id`` of the
-    DurableWorkflow ``workflow_uid`` (a ``create`` binding call answered with its id): the
-    ledger's ``deliveries[].instances`` (docs/spec/cron-trigger.md#cr-runs)."""
-    session.execute(
-        sa.insert(cron_models.CronRunInstance).values(
-            delivery_pk=delivery_pk, workflow_uid=workflow_uid, instance_id=instance_id, created_at=now
-        )
-    )
-
-
-def started_instances_txn(session: orm.Session, *, delivery_pks: list[int]) -> dict[int, list[dict]]:
-    """``{delivery_pk: [{"workflow": uid, "id": instance id}, …]}`` in creation order, for the
-    deliveries in ``delivery_pks`` that created any instance (no query when there are none)."""
-    started: dict[int, list[dict]] = {}
-    if not delivery_pks:
-        return started
-    rows = session.execute(
-        sa.select(
-            cron_models.CronRunInstance.delivery_pk,
-            cron_models.CronRunInstance.workflow_uid,
-            cron_models.CronRunInstance.instance_id,
-        )
-        .where(cron_models.CronRunInstance.delivery_pk.in_(delivery_pks))
-        .order_by(cron_models.CronRunInstance.pk)
-    )
-    for delivery_pk, workflow_uid, instance_id in rows:
-        started.setdefault(delivery_pk, []).append({"workflow": workflow_uid, "id": instance_id})
-    return started
-
-
-def running_deliveries_txn(session: orm.Session, *, trigger_uid: str) -> list[tuple[int, int]]:
-    """``(match_pk, delivery_pk)`` of every unfinished delivery of ``trigger_uid``'s matches."""
-    return [
-        (match_pk, delivery_pk)
-        for match_pk, delivery_pk in session.execute(
-            sa.select(cron_models.CronDelivery.match_pk, cron_models.CronDelivery.pk)
-            .join(cron_models.CronMatch, cron_models.CronMatch.pk == cron_models.CronDelivery.match_pk)
-            .where(
-                cron_models.CronMatch.trigger_uid == trigger_uid,
-                cron_models.CronDelivery.finished_at.is_(None),
-            )
-        )
-    ]
-
-
-def finish_delivery_txn(
-    session: orm.Session, *, delivery_pk: int, outcome: str, error: str | None, now: dt.datetime
-) -> bool:
-    """Record ``outcome`` (``ok`` or ``failed``, + ``error`` text) and mark the match ``done``.
-
-    A real outcome replaces an ``unknown`` that a sweep guessed meanwhile. A failure is never
-    retried (docs/spec/cron-trigger.md: "その失敗だけを理由に同じ一致分の中で再試行しません"). Returns False when the
-    delivery row does not exist.
-    """
-    if outcome not in ("ok", "failed"):
-        raise ValueError(f"outcome must be ok or failed, not {outcome!r}")
-    match_pk = session.scalar(
-        sa.update(cron_models.CronDelivery)
-        .where(
-            cron_models.CronDelivery.pk == delivery_pk,
-            sa.or_(
-                cron_models.CronDelivery.finished_at.is_(None), cron_models.CronDelivery.outcome == "unknown"
-            ),
-        )
-        .values(finished_at=now, outcome=outcome, error=error)
-        .returning(cron_models.CronDelivery.match_pk)
-    )
-    if match_pk is None:
-        return False
-    session.execute(
-        sa.update(cron_models.CronMatch).where(cron_models.CronMatch.pk == match_pk).values(state="done")
-    )
-    return True
-
-
-@dataclasses.dataclass(frozen=True)
-class PendingMatch:
-    """A ``pending`` match as the sweep sees it: its unfinished deliveries and last dispatch."""
-
-    pk: int
-    dispatched_at: dt.datetime | None
-    unfinished_delivery_pks: tuple[int, ...]
-
-
-def pending_matches_txn(session: orm.Session, *, limit: int, after_pk: int = 0) -> list[PendingMatch]:
-    """Up to ``limit`` pending matches with ``pk > after_pk``, ascending, with unfinished deliveries."""
-    rows = session.execute(
-        sa.select(cron_models.CronMatch.pk, cron_models.CronMatch.dispatched_at)
-        .where(cron_models.CronMatch.state == "pending", cron_models.CronMatch.pk > after_pk)
-        .order_by(cron_models.CronMatch.pk)
-        .limit(limit)
-    ).all()
-    if not rows:
-        return []
-    unfinished: dict[int, list[int]] = {}
-    for delivery_pk, match_pk in session.execute(
-        sa.select(cron_models.CronDelivery.pk, cron_models.CronDelivery.match_pk).where(
-            cron_models.CronDelivery.match_pk.in_([pk for pk, _ in rows]),
-            cron_models.CronDelivery.finished_at.is_(None),
-        )
-    ):
-        unfinished.setdefault(match_pk, []).append(delivery_pk)
-    return [PendingMatch(pk, at, tuple(unfinished.get(pk, ()))) for pk, at in rows]
-
-
-def mark_vanished_txn(
-    session: orm.Session, *, delivery_pks: list[int], now: dt.datetime, error: str = VANISHED
-) -> int:
-    """Finish still-unfinished deliveries ``delivery_pks`` as ``unknown`` with ``error``; returns how many."""
-    if not delivery_pks:
-        return 0
-    result = session.execute(
-        sa.update(cron_models.CronDelivery)
-        .where(cron_models.CronDelivery.pk.in_(delivery_pks), cron_models.CronDelivery.finished_at.is_(None))
-        .values(finished_at=now, outcome="unknown", error=error)
-    )
-    return cast("sa.CursorResult[Any]", result).rowcount or 0
-
-
-def note_dispatched_txn(session: orm.Session, *, match_pks: list[int], now: dt.datetime) -> None:
-    """Set ``dispatched_at = now`` on still-pending matches ``match_pks``."""
-    if match_pks:
-        session.execute(
-            sa.update(cron_models.CronMatch)
-            .where(cron_models.CronMatch.pk.in_(match_pks), cron_models.CronMatch.state == "pending")
-            .values(dispatched_at=now)
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,7 +191,7 @@ def _render(session: orm.Session, page: Sequence[Any]) -> list[dict]:
                 .order_by(cron_models.CronDelivery.started_at, cron_models.CronDelivery.pk)
             )
         )
-        started = started_instances_txn(session, delivery_pks=[d.pk for d in rows])
+        started = cron_sql.started_instances_txn(session, delivery_pks=[d.pk for d in rows])
         for d in rows:
             deliveries.setdefault(d.match_pk, []).append(_delivery(d, started.get(d.pk)))
     runs: list[dict] = []

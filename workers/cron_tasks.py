@@ -31,6 +31,7 @@ import socket
 import time
 
 from core import config
+from models import cron_sql
 from models import db as models_db
 from models.base import utcnow
 from services import cron_runs, dispatch, redis_client, redis_keys
@@ -121,7 +122,7 @@ def deliver(
     space = None
     if settings.space_max_contexts > 0:
         with models_db.session_scope(settings.database_url) as session:
-            space = cron_runs.match_space_txn(session, match_pk=match_pk)
+            space = cron_sql.match_space_txn(session, match_pk=match_pk)
         if space is None:
             return "done"
     leases = lease_mod.store_for_settings(settings)
@@ -168,11 +169,11 @@ def deliver(
             metrics.inc("takohost_lease_losses_total", kind="cron")
         with models_db.session_scope(settings.database_url) as session:
             if run.outcome in ("ok", "failed"):
-                cron_runs.finish_delivery_txn(
+                cron_sql.finish_delivery_txn(
                     session, delivery_pk=job.delivery_pk, outcome=run.outcome, error=run.error, now=utcnow()
                 )
             else:
-                cron_runs.mark_vanished_txn(
+                cron_sql.mark_vanished_txn(
                     session,
                     delivery_pks=[job.delivery_pk],
                     now=utcnow(),
@@ -196,7 +197,7 @@ def _start(match_pk: int, *, settings: config.Settings) -> DeliveryJob | str:
             cron_runs.deployment_spec_txn(session, worker_uid=match.worker_uid),
             load=functools.partial(cron_runs.version_spec_txn, session),
         )
-        delivery_pk = cron_runs.insert_delivery_txn(
+        delivery_pk = cron_sql.insert_delivery_txn(
             session, match_pk=match_pk, worker_id=worker_id(), version_uid=version.uid, now=utcnow()
         )
     return DeliveryJob(
@@ -342,7 +343,7 @@ def _note_started(job: DeliveryJob, *, workflow_uid: str, answer: dict, settings
     is logged and the run goes on (the instance exists either way)."""
     try:
         with models_db.session_scope(settings.database_url) as session:
-            cron_runs.note_started_txn(
+            cron_sql.note_started_txn(
                 session,
                 delivery_pk=job.delivery_pk,
                 workflow_uid=workflow_uid,
@@ -393,7 +394,7 @@ def deliveries_stopped(
     """
     settings = settings or config.load_settings()
     with models_db.session_scope(settings.database_url) as session:
-        running = cron_runs.running_deliveries_txn(session, trigger_uid=trigger_uid)
+        running = cron_sql.running_deliveries_txn(session, trigger_uid=trigger_uid)
     if not running:
         return True
     held = redis_client.client(settings.redis_url).mget(
@@ -402,7 +403,7 @@ def deliveries_stopped(
     vanished = [d for (_, d), holder in zip(running, held, strict=True) if holder is None]
     if vanished:
         with models_db.session_scope(settings.database_url) as session:
-            cron_runs.mark_vanished_txn(session, delivery_pks=vanished, now=now)
+            cron_sql.mark_vanished_txn(session, delivery_pks=vanished, now=now, error=cron_runs.VANISHED)
     return len(vanished) == len(running)
 
 
@@ -420,7 +421,7 @@ def sweep(*, now: dt.datetime) -> int:
     after_pk = 0
     while True:
         with models_db.session_scope(settings.database_url) as session:
-            pending = cron_runs.pending_matches_txn(session, limit=SWEEP_BATCH, after_pk=after_pk)
+            pending = cron_sql.pending_matches_txn(session, limit=SWEEP_BATCH, after_pk=after_pk)
         if not pending:
             return dispatched
         after_pk = pending[-1].pk
@@ -437,8 +438,8 @@ def sweep(*, now: dt.datetime) -> int:
                 again.append(match.pk)
         if again:
             with models_db.session_scope(settings.database_url) as session:
-                cron_runs.mark_vanished_txn(session, delivery_pks=vanished, now=now)
-                cron_runs.note_dispatched_txn(session, match_pks=again, now=now)
+                cron_sql.mark_vanished_txn(session, delivery_pks=vanished, now=now, error=cron_runs.VANISHED)
+                cron_sql.note_dispatched_txn(session, match_pks=again, now=now)
             started = time.perf_counter()
             sent = dispatch.deliver_cron_matches(again)
             log.info(
