@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 from beat import cron_recorder
 from core import cron
 from models import cron as cron_models
+from models import cron_sql
 from models import db as models_db
 from tests.integration.test_cron_support import at, create_stack, decide, matches_of, skips_of
 
@@ -154,3 +156,20 @@ def test_observed_next_match_moves_on_after_each_match(db_url: str, space_token:
     decide(db_url, now=at("2030-03-04T10:23:00Z"), triggers=[stack.trigger_uid],
            previous_tick=at("2030-03-04T10:02:00Z"))
     assert observed()[0]["nextMatchAt"] == "2030-03-04T10:25:00Z"
+
+
+def test_a_tick_moves_only_forward_and_returns_the_one_before(db_url: str) -> None:
+    """``cron_sql.note_tick_txn``: the first tick of a name inserts its row (None before), a later
+    one moves it, an earlier one (a beat whose clock is behind) leaves it; each returns the tick
+    stored before it."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    first = dt.datetime(2030, 3, 4, 10, 0, tzinfo=dt.UTC)
+    steps = [(first, "a", None), (first + dt.timedelta(seconds=5), "b", first)]
+    steps.append((first + dt.timedelta(seconds=1), "c", first + dt.timedelta(seconds=5)))
+    for now, beat_id, previous in steps:
+        with models_db.session_scope(db_url) as session:
+            assert cron_sql.note_tick_txn(session, name=name, now=now, beat_id=beat_id) == previous
+    with models_db.session_scope(db_url) as session:
+        row = session.get(cron_models.BeatTick, name)
+        assert row is not None and (row.last_tick_at, row.beat_id) == (first + dt.timedelta(seconds=5), "b")
+        session.delete(row)
