@@ -25,6 +25,7 @@ on real Postgres, Redis and sandbox children (3), a real ``takohost api`` server
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import http.client
@@ -632,3 +633,105 @@ def test_space_a_reaches_no_resource_of_space_b_through_path_tricks(stack, two_s
     assert code == 200 and wb.encode() not in body and B.encode() not in body, body[:300]
     code, listed = s["b"].call("GET")
     assert code == 200 and s["ib"] in json.dumps(listed), listed
+
+
+# ---------------------------------------------------------------------------------------------
+# 2b. cgroup v2: the freezer cgroup and the memory cgroup are in the same hierarchy
+
+
+def _cgroup2_mount() -> str:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[fields.index("-") + 1] == "cgroup2":
+                return fields[4]
+    raise AssertionError("this machine mounts no cgroup2 hierarchy")
+
+
+def test_on_cgroup_v2_a_context_stays_in_its_memory_cgroup_and_its_freezer_freezes_it(tmp_path):
+    """On a cgroup v2 host (a delegated subtree with ``memory`` enabled) the zygote found its
+    memory cgroups and its freezer cgroups in the one v2 hierarchy, and a process is in exactly
+    one cgroup of a hierarchy: the child joined its memory ``ctx-<n>`` and then its freezer
+    ``ctx-<n>``, which took it out of its memory cgroup — no memory limit for the context's
+    processes together, only ``RLIMIT_AS`` per process (64 × 1 GiB). A real ``Forker`` on this
+    machine's cgroup2 mount, where only the memory controller is missing (it is v1's here: no
+    limit files to write): the child must end up in its memory cgroup, and the freezer descriptor
+    the host stops it by must freeze that same cgroup."""
+    from takohost.runtime.isolation import cgroups, forking, mounts
+    from takohost.runtime.isolation import policy as policy_module
+
+    if os.geteuid() != 0:
+        pytest.fail("this attack needs a root host (per-context cgroups)")
+    base = os.path.join(_cgroup2_mount(), f"takohost-attack-{uuid.uuid4().hex[:8]}")
+    root = tmp_path / "root"
+    root.mkdir()
+    report = tmp_path / "report.json"
+
+    def memory_find(policy):
+        os.makedirs(f"{base}/memory", exist_ok=True)
+        memory = cgroups.MemoryCgroup(f"{base}/memory", version=2, limit_bytes=policy.memory_mb << 20)
+        memory.settings = ()  # (this machine's v2 hierarchy has no memory controller to limit)
+        return memory
+
+    def freezer_find():
+        os.makedirs(f"{base}/freezer", exist_ok=True)
+        return cgroups.Freezer(f"{base}/freezer", version=2)
+
+    def check() -> dict:
+        cgroups.MemoryCgroup.find = classmethod(lambda cls, policy: memory_find(policy))  # type: ignore[method-assign]
+        cgroups.Freezer.find = classmethod(lambda cls: freezer_find())  # type: ignore[method-assign]
+        layout = mounts.Layout.compute(policy_module.Policy())
+        forker = forking.Forker(layout, root=str(root))
+        ready_r, ready_w = os.pipe()
+        child = forker.fork()
+        if child == 0:
+            try:
+                os.close(ready_r)
+                forker.enter()
+                os.write(ready_w, b"x")
+                time.sleep(30)
+            finally:
+                os._exit(0)
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"x"
+        with open(f"/proc/{child}/cgroup") as f:
+            [member] = [line.rstrip("\n").split(":", 2)[2] for line in f if line.startswith("0::")]
+        found = {"member": os.path.join(_cgroup2_mount(), member.lstrip("/")),
+                 "memory": forker.memory_of.get(child, "")}
+        fd = forker.freezer_fd(child)
+        found["frozen"] = fd >= 0 and cgroups.freeze(fd, timeout=2.0)
+        if fd >= 0:
+            found["freezer is memory"] = os.fstat(fd).st_ino == os.stat(found["memory"]).st_ino
+            with open(f"/proc/{child}/stat") as f:
+                found["state"] = f.read().rsplit(")", 1)[1].split()[0]
+            cgroups.kill_frozen(fd)
+            cgroups.thaw(fd)
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        forker.release(child)
+        forker.close()
+        return found
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            report.write_text(json.dumps(check()))
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            report.write_text(json.dumps({"error": repr(exc)}))
+            os._exit(1)
+    try:
+        _, status = os.waitpid(pid, 0)
+        found = json.loads(report.read_text())
+        assert os.waitstatus_to_exitcode(status) == 0, found
+        assert found["memory"] and found["member"] == found["memory"], f"the context left its memory cgroup: {found}"
+        assert found["frozen"] and found["freezer is memory"] and found["state"] in ("S", "D", "T"), found
+    finally:
+        for directory in (f"{base}/memory", f"{base}/freezer", base):
+            for name in os.listdir(directory) if os.path.isdir(directory) else ():
+                if name.startswith(("ctx-", "takohost-")):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.join(directory, name))
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        assert not os.path.exists(base), os.listdir(base)

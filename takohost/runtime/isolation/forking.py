@@ -53,6 +53,9 @@ class Forker:
         self.memory: cgroups.MemoryCgroup | None = None
         self.uids: uids.UidPool | None = None
         self.freezer: cgroups.Freezer | None = None
+        #: cgroup v2 with both: a context's memory cgroup is also its freezer cgroup (no
+        #: :attr:`freezer` of its own; see the constructor).
+        self.freeze_memory = False
         #: child pid → its uid (root hosts), until :meth:`release`.
         self.children: dict[int, int] = {}
         #: child pid → (path, directory descriptor) of its freezer cgroup, until :meth:`release`.
@@ -96,6 +99,13 @@ class Forker:
         )
         self.memory = cgroups.MemoryCgroup.find(layout.policy)
         self.freezer = cgroups.Freezer.find()
+        if self.memory is not None and self.freezer is not None and self.memory.version == self.freezer.version == 2:
+            # One cgroup v2 hierarchy, where a process is in one cgroup only: joining a freezer
+            # cgroup of its own would take the child out of its memory cgroup (no limit for its
+            # processes together). There each context's memory cgroup is the one it is frozen by.
+            self.freezer.close()
+            self.freezer = None
+            self.freeze_memory = True
         if self.as_root:
             self.uids = uids.UidPool(layout.policy.uid_base)
         identity.prepare()
@@ -116,6 +126,8 @@ class Forker:
             uid = self.uids.take() if self.uids is not None else -1
             frozen = self.freezer.make() if self.freezer is not None else ("", -1)
             memory = self.memory.make() if self.memory is not None else ""
+            if self.freeze_memory:
+                frozen = (memory, os.open(memory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         except BaseException:
             self._forget(uid, frozen, memory)
             raise
@@ -129,7 +141,9 @@ class Forker:
             self._forget(uid, frozen, memory)
             raise
         if pid == 0:
-            self.uid, self.freezer_path, self.memory_path = uid, frozen[0], memory
+            # (a memory cgroup that is the freezer's too is joined once)
+            self.uid, self.memory_path = uid, memory
+            self.freezer_path = "" if self.freeze_memory else frozen[0]
             # The zygote holds the slots and the cgroups (the child closes their descriptors).
             self.uids = self.freezer = self.memory = None
             self.children, self.frozen_by, self.memory_of = {}, {}, {}
