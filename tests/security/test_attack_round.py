@@ -315,9 +315,13 @@ def test_a_context_cannot_reach_its_own_or_another_contexts_memory_cgroup(zygote
 # one real API server and a private database and Redis namespace (sections 3 and 4)
 
 
+STEP_LIMIT_S = 3
+
+
 @pytest.fixture(scope="module")
 def stack():
-    with workflows.private_stack(workers=0, beat=False, lease_ttl_ms=3000) as s:
+    with workflows.private_stack(workers=1, worker_concurrency=2, beat=False, lease_ttl_ms=3000,
+                                 extra_env={"TAKOHOST_STEP_TIMEOUT_SECONDS": str(STEP_LIMIT_S)}) as s:
         yield s
 
 
@@ -385,6 +389,69 @@ def _assert_proven_stopped(out, returned_ns: int) -> None:
     assert max(stamps) < returned_ns, "a line was written after deliver returned"
     time.sleep(0.5)
     assert out.stat().st_size == size, "the detached descendant still writes"
+
+
+STUBBORN_WORKFLOW = """
+import os, signal, time
+class Stubborn:
+    def __init__(self, env): pass
+    def run(self, event, step):
+        path = event["params"]["file"]
+        def effect():
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGALRM):
+                signal.signal(sig, signal.SIG_IGN)
+            first = os.fork()
+            if first == 0:
+                os.setsid()
+                if os.fork() != 0:
+                    os._exit(0)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+                n = 0
+                while True:
+                    n += 1
+                    os.write(fd, f"{n} {time.monotonic_ns()}\\n".encode())
+                    time.sleep(0.0002)
+            os.waitpid(first, 0)
+            while True:
+                try:
+                    time.sleep(3600)
+                except BaseException:
+                    pass
+        return step.do("hang", effect, {"maxAttempts": 1})
+"""
+
+
+@pytest.fixture(scope="module")
+def stubborn(stack):
+    deployed = workflows.deploy(stack.db_url, space=stack.space, source=STUBBORN_WORKFLOW, class_name="Stubborn")
+    return stack.instances(deployed.workflow)
+
+
+def test_a_replay_context_whose_effect_hangs_is_stopped_before_terminate_answers(stack, stubborn, shared):
+    """AR-terminate on the shared heartbeat and session: the fence kills the context, and the
+    API answers only after the stop is proven — no line is stamped after its answer."""
+    out = shared / "terminate.log"
+    code, body = stubborn.call("POST", body={"id": "terminated-one", "params": {"file": str(out)}})
+    assert code == 201, body
+    workflows.wait_until(lambda: out.exists() and out.stat().st_size > 500, timeout=60, interval=0.02,
+                         message="the descendant writing")
+    code, body = stubborn.call("POST", "/terminated-one/terminate", body={})
+    answered = time.monotonic_ns()
+    assert code in (200, 202), body
+    _assert_proven_stopped(out, answered)
+    assert stubborn.status("terminated-one")["status"] == "terminated"
+
+
+def test_a_replay_context_whose_effect_hangs_is_stopped_at_the_attempt_time_limit(stack, stubborn, shared):
+    out = shared / "step-limit.log"
+    code, body = stubborn.call("POST", body={"id": "timed-out-one", "params": {"file": str(out)}})
+    assert code == 201, body
+    final = workflows.wait_until(
+        lambda: (st := stubborn.status("timed-out-one"))["status"] in ("errored", "complete", "terminated") and st,
+        timeout=STEP_LIMIT_S + 60, interval=0.02, message="the attempt over its limit")
+    seen = time.monotonic_ns()
+    _assert_proven_stopped(out, seen)
+    assert final["status"] == "errored" and "StepTimeout" in final["error"]["message"], final
 
 
 def test_a_stubborn_handler_is_stopped_at_its_time_limit(stack, zygote, shared):
@@ -466,7 +533,7 @@ WORKFLOW = """
 class W:
     def __init__(self, env): pass
     def run(self, event, step):
-        return step.wait_for_event("never", timeout_seconds=3600)
+        return step.wait_for_event("never", {"type": "never", "timeoutSeconds": 3600})
 """
 
 
