@@ -101,13 +101,15 @@ run without ``f`` gave CPU ratios b 0.95, d 1.02, e 1.50 and first-effect ratios
   had forked 0.8–1.5 ms, placing into the cgroups 0.12–0.16 ms, go → effect
   2.1 (b), 1.8 (d), 4.6 (e), 2.5 (f) ms; parent ↔ ``T`` round trip 7–48 µs; supervised calls
   continued per context 6 (d), 3 (e), 4 (f); the import's probes' 3 refused. Load averages (``uptime``) before: 7.14, 4.44, 4.04;
-  after: 2.85, 3.74, 3.83 (other sessions' work).
+  after: 2.85, 3.74, 3.83 (other sessions' work). A confirming run of this file (18:40 UTC, load
+  1.7–1.8): ratios to ``c`` (CPU with kworker, first effect) a 8.74, 13.68; b 0.80, 0.71; d 0.88,
+  0.88; e 1.23, 1.23; f 0.97, 0.88.
 
   Verdict. ``b`` meets both 1.3× targets and is **not sound**: the Version's import code runs with
   every capability of a user namespace and may create namespaces and mount (4). ``d`` meets them
   and keeps the product's filter for import code, but import code keeps ``CAP_SYS_ADMIN`` over
-  the template's own UTS and IPC namespaces (4). ``e`` keeps every guarantee of 1–4 and is over
-  the target (the second fork per context). ``f`` keeps every guarantee of 1–4 — fresh module
+  the template's own UTS and IPC namespaces (4). ``e`` keeps every guarantee of 1–4 and costs
+  1.23–1.50× the CPU over three runs — at the target or over it (the second fork per context). ``f`` keeps every guarantee of 1–4 — fresh module
   state for eligible Versions (1), per-context PID namespace, cgroups and stop proof (2),
   per-context egress namespace (3), no capability and the product's filter for import code and
   context code alike (4) — and meets both targets: **``f`` is the sound design**, at 0.98× the
