@@ -1,5 +1,5 @@
 """Imports paid once per Version? A measured design study of a per-Version *template* process
-(issue 26 item 3): what a context whose main module imports ``requests`` costs today, what it
+(docs/performance.md, imports paid once per Version): what a context whose main module imports ``requests`` costs today, what it
 costs forked from a template that imported it once, and which of the sandbox's guarantees each
 template design keeps.
 
@@ -123,9 +123,9 @@ Soundness, guarantee by guarantee (man pages: fork(2), clone(2), unshare(2), set
 user_namespaces(7), pid_namespaces(7), mount_namespaces(7), capabilities(7), seccomp(2),
 seccomp_unotify(2), cgroups(7), proc(5), signal(7), setitimer(2), timer_create(2)):
 
-1. Fresh module state per context (seed 000). The argument: a context's module state must be the
+1. Fresh module state per context (docs/spec/durable-workflow.md#dw-replay). The argument: a context's module state must be the
    state a fresh evaluation of the Version's modules produces. Module and constructor code are
-   deterministic by the seed, so evaluating them once and copying the resulting memory (fork(2)
+   deterministic by the Form (docs/spec/durable-workflow.md#dw-replay), so evaluating them once and copying the resulting memory (fork(2)
    copies the address space, copy-on-write) gives every child the state a fresh evaluation would
    have produced — *provided the evaluation's whole state is in the forking thread's memory and
    nothing of the tenant's ran since*. Today's zygote already relies on this for the standard
@@ -143,13 +143,13 @@ seccomp_unotify(2), cgroups(7), proc(5), signal(7), setitimer(2), timer_create(2
    - timers (``alarm``, setitimer(2), timer_create(2)), memory and record locks, pending signals,
      aio are not inherited by fork(2): a fresh evaluation that armed ``signal.alarm`` would be
      interrupted, a template's child not. ``T`` reads both itimers (``import_timers_armed``);
-     POSIX timers are not read (a gap: none of the Version's own code may use them, by the seed).
+     POSIX timers are not read (a gap: none of the Version's own code may use them, by the Form's replay rule).
      Handlers and the signal mask are inherited like module state; ``T`` blocks every signal while
      it serves, so no tenant handler runs in it, and each child restores the mask.
    - values drawn at import (``random.random()``, ``secrets``, ``uuid4()``, ``time.time()`` in a
      global; a ``random.Random()`` instance — only the module-level generator is reseeded in a
      forked child, by ``os.register_at_fork``) are the same in every context of the Version, where
-     fresh evaluations would differ. The seed excludes them from the Version's own code; a
+     fresh evaluations would differ. The Form's replay rule excludes them from the Version's own code; a
      third-party package that derives a secret at import would share it across the Version's
      contexts (never across Versions or Spaces). ``requests`` does not.
    - pids: every context is PID 1 of its namespace; a template that were PID 1 too would hide the
@@ -165,7 +165,7 @@ seccomp_unotify(2), cgroups(7), proc(5), signal(7), setitimer(2), timer_create(2
      to the first toucher), not the context's — the context's limit no longer counts the
      Version's imported modules; the template's cgroup needs a limit of its own (it has one here).
    Verdict: **sound** for a Version whose import leaves one thread, no process, no descriptor and
-   no armed itimer (``eligible``: true for ``requests``), under the seed's determinism; values
+   no armed itimer (``eligible``: true for ``requests``), under the Form's determinism rule; values
    drawn at import are shared by the Version's contexts.
 2. Per-context PID namespace and the stop proof: **kept** in every template variant. ``C`` (``e``:
    its PID 1) is PID 1 of a PID namespace of its own. The parent places ``C`` into its own freezer
