@@ -359,10 +359,10 @@ def _stamps(path) -> list[int]:
         return [int(line.split()[1]) for line in f.read().splitlines() if len(line.split()) == 2]
 
 
-def _stubborn_match(stack, out, minute: str) -> tuple[int, str]:
+def _stubborn_match(stack, out, minute: str, source: str = STUBBORN) -> tuple[int, str]:
     from tests.integration.test_cron_support import at, create_stack, decide
 
-    cron = create_stack(stack.db_url, space=stack.space, cron="*/5 * * * *", source=STUBBORN,
+    cron = create_stack(stack.db_url, space=stack.space, cron="*/5 * * * *", source=source,
                         variables={"OUT": str(out)}, now=at(minute) - dt.timedelta(seconds=30))
     [(match_pk, _)] = decide(stack.db_url, now=at(minute) + dt.timedelta(milliseconds=100),
                              triggers=[cron.trigger_uid])
@@ -503,6 +503,25 @@ def test_a_stubborn_handler_is_stopped_at_its_time_limit(stack, zygote, shared):
     assert (delivery.outcome, delivery.error) == ("failed", "the scheduled handler did not finish within 2 s; it was stopped")
     client = redis_client.client(settings.redis_url)
     assert client.exists(redis_keys.delivery_lease_key(settings.namespace, match_pk)) == 0
+
+
+def test_a_handler_that_exits_leaving_its_descendant_is_a_failed_run_with_the_descendant_dead(stack, zygote, shared):
+    """The handler (PID 1 of its context) exits at once once its detached writer runs: the run
+    fails, and the writer — left to the kernel's tear-down of the namespace — is already dead
+    when deliver returns."""
+    from tests.integration.test_cron_support import deliveries_of
+    from workers import cron_tasks
+
+    out = shared / "exit.log"
+    exiting = STUBBORN.replace("    while True:  # the handler hangs", "    while not os.path.exists(env.OUT) or os.path.getsize(env.OUT) < 2000:\n"
+                               "        time.sleep(0.001)\n    os._exit(0)\n    while True:  # the handler hangs")
+    assert "os._exit(0)\n    while True:  # the handler hangs" in exiting
+    match_pk, _ = _stubborn_match(stack, out, "2031-03-01T10:20:00Z", source=exiting)
+    settings = dataclasses.replace(config.load_settings(), scheduled_timeout_s=60.0)
+    assert cron_tasks.deliver(match_pk, settings=settings, zygote=zygote) == "failed"
+    _assert_proven_stopped(out, time.monotonic_ns())
+    [delivery] = deliveries_of(stack.db_url, match_pk)
+    assert delivery.outcome == "failed" and "exited without a result" in delivery.error, delivery.error
 
 
 def test_a_stubborn_handler_is_stopped_when_its_trigger_is_deleted(stack, zygote, shared):
