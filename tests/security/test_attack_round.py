@@ -610,12 +610,13 @@ def two_spaces(stack):
     return {"A": stack.space, "B": b_space, "wa": a_wf, "wb": b_wf, "ib": b_id, "a": a, "b": b}
 
 
-def _raw(stack, method: str, target: str, token: str, body: bytes | None = None) -> tuple[int, bytes, str]:
+def _raw(stack, method: str, target: str, token: str, body: bytes | None = None,
+         extra: dict | None = None) -> tuple[int, bytes, str]:
     """One request with the request target sent byte for byte."""
     host, port = stack.api_url.rsplit("//", 1)[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        headers = {"Authorization": f"Bearer {token}"}
+        headers = {"Authorization": f"Bearer {token}", **(extra or {})}
         if body is not None:
             headers["Content-Type"] = "application/json"
         conn.putrequest(method, target, skip_host=False, skip_accept_encoding=True)
@@ -873,3 +874,43 @@ def test_on_cgroup_v2_a_context_stays_in_its_memory_cgroup_and_its_freezer_freez
             with contextlib.suppress(OSError):
                 os.rmdir(directory)
         assert not os.path.exists(base), os.listdir(base)
+
+
+def test_space_a_reaches_no_operation_or_cron_run_of_space_b(stack, two_spaces):
+    """The routes beside the instance tree (matched on the decoded path): B's Operation and its
+    cron trigger's runs, with A's token, by plain and tricked paths; B's token is the control."""
+    from tests.integration.test_cron_support import create_stack
+
+    s = two_spaces
+    A, B = s["A"], s["B"]
+    body = json.dumps({"form": workflows.FORM.format(f"ModuleWorker/{workflows.FORM_VERSIONS['ModuleWorker']}"),
+                       "name": f"r{uuid.uuid4().hex[:12]}", "spec": {}}).encode()
+    code, answer, _ = _raw(stack, "POST", f"/v2/spaces/{B}/resources", s["b"].token, body,
+                           {"Idempotency-Key": uuid.uuid4().hex})
+    assert code == 202, answer
+    op = json.loads(answer)["id"]
+    trigger = create_stack(stack.db_url, space=B, cron="*/5 * * * *").trigger_uid
+    controls = [f"/v2/spaces/{B}/operations/{op}", f"/v2/spaces/{B}/resources/{trigger}/runs"]
+    for target in controls:
+        code, answer, _ = _raw(stack, "GET", target, s["b"].token)
+        assert code == 200, (target, answer[:300])
+    targets = []
+    for own in controls:
+        rest = own.split(f"/v2/spaces/{B}/", 1)[1]
+        targets += [
+            own,
+            f"/v2/spaces/{A}/{rest}",
+            f"/v2/spaces/{A}/{rest}/",
+            f"/v2/spaces/{A}/../{B}/{rest}",
+            f"/v2/spaces/{A}/%2E%2E/{B}/{rest}",
+            f"/v2/spaces/{A}%2F..%2F{B}/{rest}",
+            f"/v2/spaces/{A}/resources/..%2F..%2F{B}%2F{rest.replace('/', '%2F')}",
+            f"/v2/spaces/{A}%00/{rest}",
+            f"/v2/spaces/{''.join(f'%{c:02X}' for c in B.encode())}/{rest}",
+        ]
+    targets.append(f"/v2/spaces/{A}/resources/{trigger}/runs/2031-03-01T10:05:00Z/logs")
+    for target in targets:
+        for method in ("GET", "HEAD", "OPTIONS"):
+            code, answer, _ = _raw(stack, method, target, stack.token)
+            assert code in REFUSED, (method, target, code, answer[:300])
+            assert b'"state"' not in answer and b'"runs"' not in answer, (method, target, answer[:300])
