@@ -718,6 +718,29 @@ def test_space_a_reaches_no_instance_of_space_b_through_path_tricks(stack, two_s
             code, body, _ = _raw(stack, "POST", path, token, json.dumps(payload).encode())
             assert code in REFUSED, ("POST", path, code, body[:300])
     assert len(answered) > 300
+    # headers some servers and proxies rewrite the path by (gunicorn once took SCRIPT_NAME from one)
+    A, B, wb, ib = s["A"], s["B"], s["wb"], s["ib"]
+    b_target = f"/v2/spaces/{B}/resources/{wb}/instances/{ib}"
+    for name, value, target in (
+        ("SCRIPT_NAME", f"/v2/spaces/{A}", f"/v2/spaces/{A}{b_target}"),
+        ("SCRIPT-NAME", f"/v2/spaces/{A}", f"/v2/spaces/{A}{b_target}"),
+        ("X-Original-URL", b_target, f"/v2/spaces/{A}/resources/{s['wa']}/instances/mine"),
+        ("X-Rewrite-URL", b_target, f"/v2/spaces/{A}/resources/{s['wa']}/instances/mine"),
+        ("X-Forwarded-Prefix", f"/v2/spaces/{A}", b_target),
+    ):
+        host, port_text = stack.api_url.rsplit("//", 1)[1].split(":")
+        conn = http.client.HTTPConnection(host, int(port_text), timeout=30)
+        try:
+            conn.putrequest("GET", target)
+            conn.putheader("Authorization", f"Bearer {token}")
+            conn.putheader(name, value)
+            conn.endheaders()
+            response = conn.getresponse()
+            code, body = response.status, response.read()
+        finally:
+            conn.close()
+        assert code in REFUSED or b'"mine"' in body, (name, target, code, body[:300])
+        assert ib.encode() not in body or code in REFUSED, (name, target, code, body[:300])
     # B's instance is untouched: not terminated, no event in its inbox
     code, status = s["b"].call("GET", "/" + s["ib"])
     assert code == 200 and status["status"] not in ("terminated", "complete", "errored"), status
