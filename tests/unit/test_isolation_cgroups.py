@@ -91,3 +91,39 @@ def test_find_gives_a_cgroup_with_the_policys_limit_or_none():
             assert found.limit_bytes == 128 << 20 and found.version in (1, 2)
         finally:
             found.close()
+
+
+def _v2_mount(path) -> list[str]:
+    """One ``/proc/self/mountinfo`` line of a cgroup2 mount at ``path``, split at blanks."""
+    return f"35 24 0:30 / {path} rw,nosuid shared:9 - cgroup2 cgroup2 rw".split()
+
+
+def test_on_cgroup_v2_the_zygotes_directory_enables_memory_for_its_contexts(tmp_path):
+    """A v2 directory's children get only the controllers it enables: without ``+memory`` in the
+    zygote directory's ``cgroup.subtree_control`` a context's ``ctx-<n>`` has no ``memory.max``."""
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")  # delegated to us
+    found = cgroups.MemoryCgroup._find_in(
+        policy.Policy(memory_mb=64), memberships=[["0", "", "/"]], mounts=[_v2_mount(tmp_path)]
+    )
+    assert found is not None and found.version == 2
+    assert found.directory == str(tmp_path / f"takohost-zygote-{os.getpid()}")
+    assert (tmp_path / f"takohost-zygote-{os.getpid()}" / "cgroup.subtree_control").read_text() == "+memory"
+
+
+def test_on_cgroup_v2_a_directory_that_cannot_enable_memory_is_not_used(tmp_path):
+    (tmp_path / "cgroup.subtree_control").write_text("memory\n")
+    zygote_dir = tmp_path / f"takohost-zygote-{os.getpid()}"
+    zygote_dir.mkdir()
+    (zygote_dir / "cgroup.subtree_control").mkdir()  # the write fails, as the kernel's EBUSY would
+    found = cgroups.MemoryCgroup._find_in(
+        policy.Policy(memory_mb=64), memberships=[["0", "", "/"]], mounts=[_v2_mount(tmp_path)]
+    )
+    assert found is None
+
+
+def test_on_cgroup_v2_without_memory_delegated_there_is_no_memory_cgroup(tmp_path):
+    (tmp_path / "cgroup.subtree_control").write_text("cpu pids\n")
+    found = cgroups.MemoryCgroup._find_in(
+        policy.Policy(memory_mb=64), memberships=[["0", "", "/"]], mounts=[_v2_mount(tmp_path)]
+    )
+    assert found is None and not (tmp_path / f"takohost-zygote-{os.getpid()}").exists()

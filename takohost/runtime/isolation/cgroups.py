@@ -7,6 +7,7 @@ Standard library only: this runs in the zygote, its children and the host's work
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -85,6 +86,16 @@ class MemoryCgroup(_ContextCgroups):
                 mounts = [line.split() for line in f]
         except OSError:
             return None
+        return cls._find_in(policy, memberships=memberships, mounts=mounts)
+
+    @classmethod
+    def _find_in(
+        cls, policy: policy_module.Policy, *, memberships: list[list[str]], mounts: list[list[str]]
+    ) -> MemoryCgroup | None:
+        """:meth:`find` over ``/proc/self/cgroup``'s lines split at ``:`` and
+        ``/proc/self/mountinfo``'s split at blanks. On cgroup v2 the zygote's directory also gets
+        ``+memory`` in its ``cgroup.subtree_control``, else its ``ctx-<n>`` would have no
+        ``memory.max`` (a v2 directory's children get only the controllers it enables)."""
         for mount in mounts:
             sep = mount.index("-")
             fstype, options = mount[sep + 1], mount[sep + 3].split(",")
@@ -115,6 +126,14 @@ class MemoryCgroup(_ContextCgroups):
                 pass
             except OSError:
                 continue
+            if version == 2:
+                try:
+                    with open(os.path.join(directory, "cgroup.subtree_control"), "w") as f:
+                        f.write("+memory")
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(directory)
+                    continue
             return cls(directory, version=version, limit_bytes=policy.memory_mb << 20)
         return None
 
