@@ -40,6 +40,9 @@ def readable(fd: int, timeout: float) -> bool:
     return bool(poller.poll(max(0.0, timeout) * 1000))
 
 
+_PING_FRAME = protocol.encode_frame({"op": "ping"})
+
+
 class ChildHandle:
     """One sandbox child, as returned by ``Zygote.spawn``.
 
@@ -91,8 +94,24 @@ class ChildHandle:
                 raise ChildGone(f"child {self.pid}: channel closed ({exc})") from None
 
     def ping(self) -> None:
-        """Send a ``ping`` (keeps the child's watchdog from firing). ``ChildGone`` if closed."""
-        self.send({"op": "ping"})
+        """Send a ``ping`` (keeps the child's watchdog from firing) without ever blocking the
+        caller, the heartbeat's one pinger thread: a child that stops reading its channel (tenant
+        code in one long C call) fills the socket's buffer, and then its pings are dropped — it
+        has unread ones already — instead of hanging the pings of every other run; so is a ping
+        while another thread is sending a frame. ``ChildGone`` if the channel is closed."""
+        if not self._send_lock.acquire(blocking=False):
+            return
+        try:
+            # One small frame is one buffer of a unix stream socket: queued whole or refused.
+            sent = self._sock.send(_PING_FRAME, socket.MSG_DONTWAIT)
+            if sent < len(_PING_FRAME):
+                self._sock.sendall(_PING_FRAME[sent:])
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            raise ChildGone(f"child {self.pid}: channel closed ({exc})") from None
+        finally:
+            self._send_lock.release()
 
     def recv(self, timeout: float | None = None) -> dict[str, Any]:
         """The child's next message (``timeout`` in seconds, ``None`` = wait forever).
