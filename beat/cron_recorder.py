@@ -24,9 +24,8 @@ from sqlalchemy import orm
 
 from beat import cron_plan
 from core import config, cron
-from models import cron_sql
+from models import cron_sql, resource_sql
 from models import db as models_db
-from models import resources as res_models
 from models.base import utcnow
 from services import dispatch
 from services.telemetry import metrics
@@ -236,12 +235,7 @@ def observe_next_match_txn(
     Operation holds right now (``SKIP LOCKED``) is left alone. Runs in the caller's
     transaction; returns how many triggers were written.
     """
-    table = res_models.Resource
-    rows = session.execute(
-        sa.select(table.uid, table.observed)
-        .where(table.uid.in_(list(moved)), table.deleted_at.is_(None))
-        .with_for_update(skip_locked=True)
-    ).all()
+    rows = resource_sql.lock_observed_txn(session, uids=moved)
     writes = []
     for uid, observed in rows:
         expression, decided_until = moved[uid]
@@ -253,8 +247,7 @@ def observe_next_match_txn(
             fresh["nextMatchAt"] = cron.format_rfc3339(upcoming)
         if fresh != observed:
             writes.append({"uid": uid, "observed": fresh, "observed_at": now})
-    if writes:
-        session.execute(sa.update(table), writes)
+    resource_sql.write_observed_txn(session, writes=writes)
     return len(writes)
 
 

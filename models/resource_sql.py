@@ -1,10 +1,36 @@
-"""Hand-written SQL over ``resources`` for hot paths, in psycopg's ``%(name)s`` style (through
-``Connection.exec_driver_sql``). The ORM models stay in ``models.resources``; a statement lives
-here when the ORM would load what the path does not need (a WorkerVersion's ``spec`` holds its
-modules' source).
+"""The resources-and-Operations aggregate's statements (docs/spec/http-api.md#api-res,
+docs/spec/http-api.md#api-op; docs/spec/architecture.md#ar-shape): every write of a resource, an
+Operation, a resource reference (``resource_refs``) and an Idempotency-Key record
+(``idempotency_keys``) is built here, as SQLAlchemy Core statements over ``models.resources`` or,
+where the write is the ORM unit of work of a row the caller keeps using in its transaction (a new
+resource or Operation it answers with; refs that flush with them), as a ``_txn`` function that
+performs it. Every ``_txn`` function runs in the caller's session and transaction and never
+commits. Hot-path reads are hand-written SQL in psycopg's ``%(name)s`` style (through
+``Connection.exec_driver_sql``): a statement lives here when the ORM would load what the path does
+not need (a WorkerVersion's ``spec`` holds its modules' source).
+
+Writes that stay outside: attribute writes on a resource or Operation the caller loaded and holds
+under its row lock (``SELECT … FOR UPDATE`` / ``FOR NO KEY UPDATE`` / key share) — the acceptance in
+``services.resources``, the reconcile in ``workers.operations_tasks`` and ``workers.version_check``,
+``services.operations.set_state`` — flush with the caller's unit of work.
 """
 
 from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+from sqlalchemy.dialects import postgresql
+
+from models import resources as res_models
+
+_RESOURCE = res_models.Resource
+_OPERATION = res_models.Operation
+_REF = res_models.ResourceRef
+_KEY = res_models.IdempotencyRecord
 
 #: What decides whether DurableWorkflow ``%(uid)s`` accepts new instances, in one statement: at
 #: most one row ``(class_name, deployment_uid, deployment_name, applied, versions)``. No row: no
@@ -30,3 +56,178 @@ SELECT wf.name, wf.class_name, dep.uid, dep.name, dep.applied,
      AND v.uid IN (SELECT e->'version'->>'resourceUid' FROM json_array_elements(dep.applied) e))
 FROM wf LEFT JOIN dep ON true
 """
+
+
+# -- resources ---------------------------------------------------------------------------------------
+
+
+def add_resource_txn(
+    session: orm.Session,
+    *,
+    uid: str,
+    space: str,
+    form: str,
+    name: str,
+    spec: dict,
+    operation_id: str,
+    worker_uid: str | None,
+    now: dt.datetime,
+) -> res_models.Resource:
+    """Add a new resource (generation 1, ``phase = "reconciling"``, empty ``observed`` and
+    ``output``, ``latest_operation_id = operation_id``) to ``session``; the row is inserted at the
+    caller's next flush, where ``uq_resources_live_name`` / ``uq_resources_live_deployment`` decide
+    a race (docs/spec/http-api.md#api-res). Returns the row (the caller keeps it in its unit of work)."""
+    resource = _RESOURCE(
+        uid=uid,
+        space=space,
+        form=form,
+        name=name,
+        generation=1,
+        spec=spec,
+        private_inputs=None,
+        observed={},
+        observed_at=None,
+        output={},
+        phase="reconciling",
+        latest_operation_id=operation_id,
+        worker_uid=worker_uid,
+        created_at=now,
+        updated_at=now,
+        deleted_at=None,
+    )
+    session.add(resource)
+    return resource
+
+
+def lock_observed_txn(session: orm.Session, *, uids: Collection[str]) -> Sequence[sa.Row]:
+    """``[(uid, observed)]`` of the live resources among ``uids``, each row locked ``FOR UPDATE
+    SKIP LOCKED`` (a row an Operation holds right now is left out), for
+    :func:`write_observed_txn` (docs/spec/cron-trigger.md#cr-observed)."""
+    return session.execute(
+        sa.select(_RESOURCE.uid, _RESOURCE.observed)
+        .where(_RESOURCE.uid.in_(list(uids)), _RESOURCE.deleted_at.is_(None))
+        .with_for_update(skip_locked=True)
+    ).all()
+
+
+def write_observed_txn(session: orm.Session, *, writes: Sequence[dict[str, Any]]) -> None:
+    """Set ``observed`` and ``observed_at`` of each resource of ``writes`` (``[{"uid", "observed",
+    "observed_at"}]``, rows the caller locked with :func:`lock_observed_txn`) in one bulk
+    ``UPDATE`` by primary key; nothing when ``writes`` is empty."""
+    if writes:
+        session.execute(sa.update(_RESOURCE), list(writes))
+
+
+# -- resource references -------------------------------------------------------------------------
+
+
+def replace_refs_txn(session: orm.Session, *, source_uid: str, refs: Iterable[tuple[str, str]]) -> None:
+    """Make ``resource_refs`` of ``source_uid`` exactly ``refs`` (``(target_uid, kind)`` pairs,
+    deduplicated here): the old rows are deleted at once, the new ones added to the session (they
+    flush with the caller's unit of work; docs/spec/http-api.md#api-res)."""
+    drop_refs_txn(session, source_uid=source_uid)
+    seen: set[tuple[str, str]] = set()
+    for target_uid, kind in refs:
+        if (target_uid, kind) not in seen:
+            seen.add((target_uid, kind))
+            session.add(_REF(source_uid=source_uid, target_uid=target_uid, kind=kind))
+
+
+def drop_refs_txn(session: orm.Session, *, source_uid: str) -> None:
+    """Delete every ``resource_refs`` row of ``source_uid`` (its references)."""
+    session.execute(sa.delete(_REF).where(_REF.source_uid == source_uid))
+
+
+# -- Operations ----------------------------------------------------------------------------------
+
+
+def add_operation_txn(
+    session: orm.Session,
+    *,
+    op_id: str,
+    space: str,
+    kind: str,
+    resource_uid: str,
+    generation: int,
+    state: str,
+    request: dict | None,
+    next_attempt_at: dt.datetime,
+    now: dt.datetime,
+) -> res_models.Operation:
+    """Add a new Operation (``attempts = 0``) to ``session``; it is inserted at the caller's next
+    flush, where ``uq_operations_active_resource`` decides a race (docs/spec/http-api.md#api-op).
+    Returns the row (the caller answers with it and moves it on in its unit of work)."""
+    op = _OPERATION(
+        id=op_id,
+        space=space,
+        kind=kind,
+        resource_uid=resource_uid,
+        generation=generation,
+        state=state,
+        request=request,
+        attempts=0,
+        next_attempt_at=next_attempt_at,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(op)
+    return op
+
+
+def redispatch_due_txn(
+    session: orm.Session, *, states: Collection[str], now: dt.datetime, next_attempt_at: dt.datetime
+) -> list[str]:
+    """Push ``next_attempt_at`` of every Operation in ``states`` whose ``next_attempt_at`` is at or
+    before ``now`` to ``next_attempt_at``, in one ``UPDATE … RETURNING`` (two beats re-dispatch an
+    Operation once per interval at most); returns their ids."""
+    table = _OPERATION.__table__
+    return list(
+        session.execute(
+            sa.update(table)
+            .where(table.c.state.in_(list(states)), table.c.next_attempt_at <= now)
+            .values(next_attempt_at=next_attempt_at)
+            .returning(table.c.id)
+        )
+        .scalars()
+        .all()
+    )
+
+
+# -- Idempotency-Key records -----------------------------------------------------------------------
+
+
+def claim_key_txn(
+    session: orm.Session,
+    *,
+    space: str,
+    key: str,
+    request_hash: str,
+    operation_id: str | None,
+    now: dt.datetime,
+) -> bool:
+    """Insert the record of ``key`` in ``space`` with ``INSERT … ON CONFLICT (space, key) DO NOTHING
+    RETURNING``: True when this transaction holds the key now, False when a committed record was
+    there (a concurrent holder makes this wait on the unique index until it commits or rolls back;
+    docs/spec/http-api.md#api-op)."""
+    table = _KEY.__table__
+    inserted = session.execute(
+        postgresql.insert(table)
+        .values(space=space, key=key, request_hash=request_hash, operation_id=operation_id, created_at=now)
+        .on_conflict_do_nothing(index_elements=["space", "key"])
+        .returning(table.c.key)
+    ).first()
+    return inserted is not None
+
+
+def store_response_txn(session: orm.Session, *, space: str, key: str, status: int, body: dict) -> None:
+    """Record the HTTP ``status`` and JSON ``body`` of a directly-answered call on the record of
+    ``key`` in ``space``, for replay (docs/spec/http-api.md#api-op)."""
+    session.execute(
+        sa.update(_KEY).where(_KEY.space == space, _KEY.key == key).values(response_status=status, response_body=body)
+    )
+
+
+def purge_keys_before_txn(session: orm.Session, *, before: dt.datetime) -> int:
+    """Delete the Idempotency-Key records created before ``before``; returns how many."""
+    result = session.execute(sa.delete(_KEY).where(_KEY.created_at < before))
+    return cast("sa.CursorResult[Any]", result).rowcount or 0

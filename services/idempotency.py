@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any, cast
 
-import sqlalchemy as sa
 from sqlalchemy import orm
-from sqlalchemy.dialects import postgresql
 
+from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 
@@ -49,14 +47,9 @@ def claim_txn(
     Raises:
         DomainError: ``idempotency_key_reused`` (422) when the key was used for another request.
     """
-    table = res_models.IdempotencyRecord.__table__
-    inserted = session.execute(
-        postgresql.insert(table)
-        .values(space=space, key=key, request_hash=request_hash, operation_id=operation_id, created_at=now)
-        .on_conflict_do_nothing(index_elements=["space", "key"])
-        .returning(table.c.key)
-    ).first()
-    if inserted is not None:
+    if resource_sql.claim_key_txn(
+        session, space=space, key=key, request_hash=request_hash, operation_id=operation_id, now=now
+    ):
         return Claim(new=True, record=None)
     record = session.get(res_models.IdempotencyRecord, (space, key), populate_existing=True)
     if record is None:  # the holder rolled back between our insert and read: rare; ask for a retry
@@ -73,18 +66,9 @@ def claim_txn(
 
 def store_response_txn(session: orm.Session, *, space: str, key: str, status: int, body: dict) -> None:
     """Remember the answer of a directly-answered call (e.g. ``send_event``) for replay."""
-    session.execute(
-        sa.update(res_models.IdempotencyRecord)
-        .where(res_models.IdempotencyRecord.space == space, res_models.IdempotencyRecord.key == key)
-        .values(response_status=status, response_body=body)
-    )
+    resource_sql.store_response_txn(session, space=space, key=key, status=status, body=body)
 
 
 def purge_expired_txn(session: orm.Session, *, now: dt.datetime) -> int:
     """Delete keys older than :data:`RETENTION`; returns how many."""
-    result = session.execute(
-        sa.delete(res_models.IdempotencyRecord).where(
-            res_models.IdempotencyRecord.created_at < now - RETENTION
-        )
-    )
-    return cast("sa.CursorResult[Any]", result).rowcount or 0
+    return resource_sql.purge_keys_before_txn(session, before=now - RETENTION)

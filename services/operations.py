@@ -21,11 +21,11 @@ import datetime as dt
 import logging
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy import orm
 
 from core import config
 from models import db as models_db
+from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import dispatch, idempotency
@@ -68,7 +68,8 @@ def redispatch_after(settings: config.Settings | None = None) -> dt.timedelta:
     return dt.timedelta(seconds=max(2 * settings.sweep_interval_s, 1.0))
 
 
-def new_operation(
+def add_operation_txn(
+    session: orm.Session,
     *,
     op_id: str,
     space: str,
@@ -78,19 +79,20 @@ def new_operation(
     request: dict | None,
     now: dt.datetime,
 ) -> res_models.Operation:
-    """A ``pending`` Operation row (not yet added to a session)."""
-    return res_models.Operation(
-        id=op_id,
+    """Add a ``pending`` Operation to ``session`` (inserted at its next flush, where
+    ``uq_operations_active_resource`` decides a race: docs/spec/http-api.md#api-op), due for the
+    sweep's re-dispatch :func:`redispatch_after` from ``now``; returns the row."""
+    return resource_sql.add_operation_txn(
+        session,
+        op_id=op_id,
         space=space,
         kind=kind,
         resource_uid=resource_uid,
         generation=generation,
         state=PENDING,
         request=request,
-        attempts=0,
         next_attempt_at=now + redispatch_after(),
-        created_at=now,
-        updated_at=now,
+        now=now,
     )
 
 
@@ -158,16 +160,8 @@ def sweep(*, now: dt.datetime) -> int:
     purges expired idempotency keys. Returns how many Operations were dispatched.
     """
     with models_db.session_scope() as session:
-        table = res_models.Operation.__table__
-        ids = (
-            session.execute(
-                sa.update(table)
-                .where(table.c.state.in_(UNFINISHED), table.c.next_attempt_at <= now)
-                .values(next_attempt_at=now + redispatch_after())
-                .returning(table.c.id)
-            )
-            .scalars()
-            .all()
+        ids = resource_sql.redispatch_due_txn(
+            session, states=UNFINISHED, now=now, next_attempt_at=now + redispatch_after()
         )
         idempotency.purge_expired_txn(session, now=now)
     for op_id in ids:

@@ -128,10 +128,10 @@ def accept_check_txn(
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="no_key_update")
     if resource.form != "WorkerVersion":
         raise DomainError("unsupported_form", f"only a WorkerVersion is checked, not a {resource.form}")
-    op = operations.new_operation(
+    op = operations.add_operation_txn(
+        session,
         op_id=op_id, space=space, kind=KIND, resource_uid=uid, generation=resource.generation, request=request, now=now
     )
-    session.add(op)
     acceptance.flush(session)
     return acceptance.Accepted(operation=op, new=True)
 

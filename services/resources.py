@@ -23,6 +23,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import acceptance, cron_schedules, forms, ids, operations, quotas, replay_checks
@@ -59,27 +60,20 @@ def accept_create_txn(
     if form == "WorkerVersion":
         quotas.charge_version_txn(session, space=space, spec=spec)
     uid = ids.new_id()
-    resource = res_models.Resource(
+    resource_sql.add_resource_txn(
+        session,
         uid=uid,
         space=space,
         form=form,
         name=name,
-        generation=1,
         spec=spec,
-        private_inputs=None,
-        observed={},
-        observed_at=None,
-        output={},
-        phase="reconciling",
-        latest_operation_id=op_id,
+        operation_id=op_id,
         worker_uid=spec["worker"]["resourceUid"] if "worker" in spec else None,
-        created_at=now,
-        updated_at=now,
-        deleted_at=None,
+        now=now,
     )
-    session.add(resource)
     acceptance.flush(session)
-    op = operations.new_operation(
+    op = operations.add_operation_txn(
+        session,
         op_id=op_id,
         space=space,
         kind="create",
@@ -88,7 +82,6 @@ def accept_create_txn(
         request={"spec": spec},
         now=now,
     )
-    session.add(op)
     acceptance.flush(session)
     replace_refs_txn(session, source_uid=uid, refs=refs)
     return Accepted(operation=op, new=True)
@@ -127,7 +120,8 @@ def accept_update_txn(
     if form == "WorkerDeployment":
         replay_checks.gate_txn(session, deployment=resource, spec=spec)
     generation = resource.generation + 1
-    op = operations.new_operation(
+    op = operations.add_operation_txn(
+        session,
         op_id=op_id,
         space=space,
         kind="update",
@@ -136,7 +130,6 @@ def accept_update_txn(
         request={"spec": spec},
         now=now,
     )
-    session.add(op)
     acceptance.flush(session)
     if form == "WorkerDeployment":
         # The applied allocation keeps serving until the reconcile finishes: keep its Versions
@@ -173,7 +166,8 @@ def accept_delete_txn(
         return replay
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="update")
     forms.check_delete_txn(session, resource=resource)
-    op = operations.new_operation(
+    op = operations.add_operation_txn(
+        session,
         op_id=op_id,
         space=space,
         kind="delete",
@@ -182,7 +176,6 @@ def accept_delete_txn(
         request=None,
         now=now,
     )
-    session.add(op)
     acceptance.flush(session)
     resource.phase = "deleting"
     resource.latest_operation_id = op_id
@@ -197,15 +190,9 @@ def accept_delete_txn(
 
 
 def replace_refs_txn(session: orm.Session, *, source_uid: str, refs: list[forms.Ref]) -> None:
-    """Make ``resource_refs`` of ``source_uid`` exactly ``refs`` (deduplicated)."""
-    session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == source_uid))
-    seen: set[tuple[str, str]] = set()
-    for ref in refs:
-        if (ref.target_uid, ref.kind) not in seen:
-            seen.add((ref.target_uid, ref.kind))
-            session.add(
-                res_models.ResourceRef(source_uid=source_uid, target_uid=ref.target_uid, kind=ref.kind)
-            )
+    """Make ``resource_refs`` of ``source_uid`` exactly ``refs`` (deduplicated;
+    ``models.resource_sql.replace_refs_txn``)."""
+    resource_sql.replace_refs_txn(session, source_uid=source_uid, refs=[(ref.target_uid, ref.kind) for ref in refs])
 
 
 # --- reading ------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from sqlalchemy import orm
 
 from core import config
 from models import db as models_db
+from models import resource_sql
 from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
@@ -319,7 +320,7 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
         resource.deleted_at, resource.updated_at = now, now
         if form == "WorkerVersion":
             quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
-        session.execute(sa.delete(res_models.ResourceRef).where(res_models.ResourceRef.source_uid == uid))
+        resource_sql.drop_refs_txn(session, source_uid=uid)
         operations.set_state(op, operations.SUCCEEDED, now=now)
         if form == "WorkerDeployment" and resource.worker_uid is not None:
             session.flush()

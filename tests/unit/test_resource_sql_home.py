@@ -1,0 +1,49 @@
+"""The resources-and-Operations aggregate's writes have one home (docs/spec/architecture.md#ar-shape):
+every statement that inserts, updates or deletes a resource, an Operation, a resource reference or
+an Idempotency-Key record is built in ``models/resource_sql.py``. This scan of the product code
+fails when such a write is built anywhere else again — in SQL text, with SQLAlchemy Core (also
+through a model's ``__table__``), or through the ORM (a new row built, or a row added to the
+session). Attribute writes on a row the caller loaded and holds under its lock are the caller's
+unit of work (``models/resource_sql.py``'s docstring) and are not looked for here."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+from tests.support import code_scan
+
+TABLES = r"(resources|operations|resource_refs|idempotency_keys)"
+MODEL = r"res_models\.(Resource|Operation|ResourceRef|IdempotencyRecord)\b"
+WRITES = re.compile(
+    rf"(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+{TABLES}\b"
+    rf"|(sa\.(update|delete|insert)|postgresql\.insert|session\.add|session\.merge)\(\s*{MODEL}"
+    rf"|{MODEL}(\(|\.__table__)"
+    r"|session\.add\(\s*(op|operation|resource|ref)\s*\)"
+)
+#: ``name = res_models.Resource`` (or another of the family's models): a local alias of a model.
+ALIAS = re.compile(rf"^[ \t]*(\w+)[ \t]*=[ \t]*{MODEL}[ \t]*$", re.MULTILINE)
+#: Where such writes belong.
+HOMES = {"models/resource_sql.py"}
+
+
+def resource_writes_outside(root: pathlib.Path) -> list[str]:
+    """``path:line: text`` of each resource, Operation, reference or Idempotency-Key write built
+    outside :data:`HOMES` in the tree at ``root``."""
+    found = []
+    for relative, code in code_scan.sources(root):
+        if relative in HOMES:
+            continue
+        matches = list(WRITES.finditer(code))
+        for alias in {m.group(1) for m in ALIAS.finditer(code)}:
+            through = re.compile(rf"(sa\.(update|delete|insert)|postgresql\.insert)\(\s*{alias}\b")
+            matches += through.finditer(code)
+        for match in sorted(matches, key=lambda m: m.start()):
+            line = code.count("\n", 0, match.start()) + 1
+            found.append(f"{relative}:{line}: {match.group(0)}")
+    return found
+
+
+def test_resource_writes_are_built_in_models_resource_sql_only():
+    found = resource_writes_outside(code_scan.ROOT)
+    assert found == [], "resource writes outside models/resource_sql.py:\n" + "\n".join(found)
