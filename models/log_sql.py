@@ -1,13 +1,30 @@
 """The SQL of tenant log lines (``models.tenant_logs``), once, in psycopg's ``%(name)s`` style.
 
-Written by the engine's log collector (``workers.tenant_logs``, raw psycopg on the context's
-connection) in batches: one statement numbers and inserts a batch (``unnest`` of parallel arrays)
-and trims the owner's oldest lines beyond the cap. An instance's batch is fenced like every write of a
-context (``epoch = %(epoch)s``): a stale context's lines are dropped. Reads for the API are the
-``SELECT_*`` statements, through ``Connection.exec_driver_sql``.
+The tenant log aggregate's store (docs/spec/architecture.md#ar-shape): every write of a log line
+and of the log quota's counters (``instances.log_bytes``, ``space_usage.log_bytes``) is a statement
+here, run by this module's functions (``tests/unit/test_log_sql_home.py`` keeps it so). The engine's
+log collector (``workers.tenant_logs``) writes through :func:`write_lines` and :func:`write_marker`,
+raw psycopg on the context's connection, in batches: one statement numbers and inserts a batch
+(``unnest`` of parallel arrays) and trims the owner's oldest lines beyond the cap. An instance's
+batch is fenced like every write of a context (``epoch = %(epoch)s``): a stale context's lines are
+dropped. Lines go with their owner by the foreign keys' cascade (retention's purge and a
+workflow's DELETE: ``instance_sql.DELETE_INSTANCES``), ``log_bytes`` with the instance row. Reads for
+the API are the ``SELECT_*`` statements, through the ``*_txn`` functions (``Connection.exec_driver_sql``);
+the console's own reads of the tail are ``services.console``'s page builders.
 """
 
 from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+#: One line to write: ``(logged_at aware UTC, step, attempt, stream, message, replayed)``.
+Line = tuple[dt.datetime, str | None, int | None, str, str, bool]
 
 #: What one stored line counts toward its Space's log quota beyond its UTF-8 bytes: roughly a row's
 #: own storage (header, columns, index entries), so that a flood of empty lines counts too.
@@ -160,6 +177,7 @@ WITH old AS (
 )
 SELECT 1 FROM up
 """
+
 #: One page of an instance's lines after ``seq`` ``%(after)s``, and the lowest stored ``seq``.
 SELECT_INSTANCE_PAGE = """
 SELECT seq, logged_at, epoch, step, attempt, stream, message, replayed,
@@ -181,3 +199,111 @@ FROM tenant_logs l JOIN d ON d.pk = l.delivery_pk
 WHERE (d.n, l.seq) > (%(d)s, %(after)s)
 ORDER BY d.n, l.seq LIMIT %(limit)s
 """
+
+
+# -- running the statements ------------------------------------------------------------------------
+#
+# The log collector's writes go through the two functions below on its context's (or delivery's)
+# autocommit psycopg connection: one statement per batch, the raw-psycopg hot path kept as measured.
+
+
+def write_lines(
+    conn: psycopg.Connection,
+    *,
+    lines: Sequence[Line],
+    skip: int,
+    cap: int,
+    limit: int,
+    instance_pk: int | None = None,
+    epoch: int | None = None,
+    delivery_pk: int | None = None,
+) -> tuple[int, bool]:
+    """Write one batch of an owner's log lines in one statement (:data:`INSERT_INSTANCE_LINES`
+    fenced by ``epoch``, or :data:`INSERT_DELIVERY_LINES` for ``delivery_pk``; exactly one owner).
+
+    ``lines`` are ``(logged_at aware UTC, step | None, attempt | None, stream, message, replayed)``,
+    oldest first; they are numbered after the owner's highest ``seq`` plus ``skip`` (lines the cap
+    ``cap`` removed before they were written), as many as fit in the Space's log quota ``limit``
+    (bytes; 0: none), and the lines beyond ``cap`` are trimmed (docs/spec/host-features.md#hf-observability).
+    A delivery's lines are never ``replayed``. Returns ``(inserted, accepted)``: how many lines
+    were written, and whether the instance's token held (``False``: fenced, nothing written).
+    Raises ``psycopg.Error`` when the statement fails.
+    """
+    params: dict[str, Any] = {
+        "ats": [line[0] for line in lines],
+        "steps": [None if line[1] is None else line[1].encode("utf-8") for line in lines],
+        "attempts": [line[2] for line in lines],
+        "streams": [line[3] for line in lines],
+        "messages": [line[4] for line in lines],
+        "replayed": [line[5] for line in lines],
+        "n": len(lines),
+        "skip": skip,
+        "cap": cap,
+        "limit": limit,
+    }
+    if instance_pk is not None:
+        params.update(pk=instance_pk, epoch=epoch)
+        row = conn.execute(INSERT_INSTANCE_LINES, params).fetchone()
+    else:
+        params.update(delivery=delivery_pk)
+        row = conn.execute(INSERT_DELIVERY_LINES, params).fetchone()
+    return (row[0], row[1]) if row else (0, False)
+
+
+def write_marker(
+    conn: psycopg.Connection,
+    *,
+    message: str,
+    at: dt.datetime,
+    seq: int | None,
+    instance_pk: int | None = None,
+    epoch: int | None = None,
+    delivery_pk: int | None = None,
+) -> int | None:
+    """Write an owner's one log-quota marker line (a ``host`` line kept whatever the quota):
+    rewrite line ``seq`` with ``message`` when it is given and still stored
+    (:data:`UPDATE_INSTANCE_MARKER` / :data:`UPDATE_DELIVERY_MARKER`), otherwise append a new one
+    at ``at`` (aware UTC; :data:`INSERT_INSTANCE_MARKER` / :data:`INSERT_DELIVERY_MARKER`), the
+    bytes moved to the quota's counters (docs/spec/host-features.md#hf-neighbours). An instance's
+    marker is fenced by ``epoch``. Returns the marker's ``seq`` (``None``: fenced, nothing
+    written). Raises ``psycopg.Error`` when a statement fails.
+    """
+    owner: dict[str, Any] = (
+        {"pk": instance_pk, "epoch": epoch} if instance_pk is not None else {"delivery": delivery_pk}
+    )
+    if seq is not None:
+        update = UPDATE_INSTANCE_MARKER if instance_pk is not None else UPDATE_DELIVERY_MARKER
+        if conn.execute(update, {**owner, "seq": seq, "message": message}).fetchone():
+            return seq
+    insert = INSERT_INSTANCE_MARKER if instance_pk is not None else INSERT_DELIVERY_MARKER
+    row = conn.execute(insert, {**owner, "at": at, "message": message}).fetchone()
+    return row[0] if row else None
+
+
+# -- the aggregate's reads (the API's pages; the console's tail is services.console's) -------------
+
+#: The lowest stored ``seq`` of an instance's lines (``NULL``: none stored).
+SELECT_INSTANCE_FIRST = "SELECT MIN(seq) FROM tenant_logs WHERE instance_pk = %(pk)s"
+
+
+def instance_page_txn(session: orm.Session, *, instance_pk: int, after: int, limit: int) -> list[sa.Row]:
+    """At most ``limit`` of an instance's lines after ``seq`` ``after``, in ``seq`` order
+    (:data:`SELECT_INSTANCE_PAGE`: rows ``seq, logged_at, epoch, step (bytes | None), attempt,
+    stream, message, replayed, first`` — ``first`` the lowest stored ``seq``), in the caller's
+    transaction."""
+    query = {"pk": instance_pk, "after": after, "limit": limit}
+    return list(session.connection().exec_driver_sql(SELECT_INSTANCE_PAGE, query).all())
+
+
+def first_instance_seq_txn(session: orm.Session, *, instance_pk: int) -> int | None:
+    """The lowest stored ``seq`` of an instance's lines (``None``: none stored), in the caller's
+    transaction; ``first - 1`` lines gave way to the cap."""
+    return session.connection().exec_driver_sql(SELECT_INSTANCE_FIRST, {"pk": instance_pk}).scalar()
+
+
+def match_page_txn(session: orm.Session, *, match_pk: int, delivery: int, after: int, limit: int) -> list[sa.Row]:
+    """At most ``limit`` lines of the deliveries of cron match ``match_pk`` after position
+    ``(delivery, after)`` (:data:`SELECT_MATCH_PAGE`: rows ``delivery_pk, n, seq, logged_at,
+    stream, message, first``), in the caller's transaction."""
+    query = {"match": match_pk, "d": delivery, "after": after, "limit": limit}
+    return list(session.connection().exec_driver_sql(SELECT_MATCH_PAGE, query).all())

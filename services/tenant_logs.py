@@ -76,12 +76,8 @@ def instance_logs(
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-        rows = (
-            session.connection()
-            .exec_driver_sql(log_sql.SELECT_INSTANCE_PAGE, {"pk": instance.pk, "after": after, "limit": size})
-            .all()
-        )
-        first = rows[0].first if rows else _first_instance_seq(session, instance.pk)
+        rows = log_sql.instance_page_txn(session, instance_pk=instance.pk, after=after, limit=size)
+        first = rows[0].first if rows else log_sql.first_instance_seq_txn(session, instance_pk=instance.pk)
     logs = [
         {
             "time": _time(row.logged_at),
@@ -100,12 +96,6 @@ def instance_logs(
         "nextPageToken": instance_pages.encode_token(last),
         "removedLines": max(0, (first or 1) - 1),
     }
-
-
-def _first_instance_seq(session: sa.orm.Session, instance_pk: int) -> int | None:
-    return session.connection().exec_driver_sql(
-        "SELECT MIN(seq) FROM tenant_logs WHERE instance_pk = %(pk)s", {"pk": instance_pk}
-    ).scalar()
 
 
 def parse_scheduled_time(text: str) -> dt.datetime:
@@ -181,13 +171,7 @@ def run_logs(
         )
         if match_pk is None:
             raise DomainError("not_found", "no recorded run of this trigger at that scheduledTime")
-        rows = (
-            session.connection()
-            .exec_driver_sql(
-                log_sql.SELECT_MATCH_PAGE, {"match": match_pk, "d": delivery, "after": after, "limit": size}
-            )
-            .all()
-        )
+        rows = log_sql.match_page_txn(session, match_pk=match_pk, delivery=delivery, after=after, limit=size)
     logs = [
         {"time": _time(row.logged_at), "delivery": row.n, "stream": row.stream, "message": row.message}
         for row in rows

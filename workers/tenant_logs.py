@@ -9,8 +9,8 @@ itself with the context's epoch and the step and attempt **the host** is running
 step nor write a ``host`` line. Lines are buffered and written in batches of up to
 :data:`BATCH_LINES`, at most :data:`FLUSH_SECONDS` after they arrived (the context waits on the
 child with :meth:`LogCollector.wait_timeout`), and before the context publishes a status. A write
-that fails drops its batch with a warning: logs never fail a context. Instance batches are fenced
-(``models.log_sql``).
+that fails drops its batch with a warning: logs never fail a context. Instance batches are fenced;
+the statements, and running them, are ``models.log_sql``'s (``write_lines``, ``write_marker``).
 
 Over the Space's log quota (``services.quotas``, ``logBytes``) a batch keeps the lines that fit
 and drops the rest; the collector counts them in **one** ``host`` line of its own,
@@ -91,7 +91,7 @@ class LogCollector:
         self._wall = wall
         self._started = wall()
         self._budget = tenant_logs.Budget(now=clock())
-        self._lines: list[tuple[dt.datetime, str | None, int | None, str, str, bool]] = []
+        self._lines: list[log_sql.Line] = []
         self._oldest = 0.0
         self._host_dropped = 0
         self._child_dropped = 0
@@ -238,46 +238,26 @@ class LogCollector:
                 exc_info=True,
             )
 
-    def _write(self, conn: psycopg.Connection, batch: list[tuple]) -> None:
+    def _write(self, conn: psycopg.Connection, batch: list[log_sql.Line]) -> None:
         if self.instance_pk is not None and self.epoch is None:
             return  # no token: nothing of this context may be stored
         cap = tenant_logs.MAX_STORED_LINES
         skip = max(0, len(batch) - cap)  # lines the cap would remove at once are not written at all
         batch = batch[skip:]
-        params: dict[str, Any] = {
-            "ats": [line[0] for line in batch],
-            "steps": [None if line[1] is None else line[1].encode("utf-8") for line in batch],
-            "attempts": [line[2] for line in batch],
-            "streams": [line[3] for line in batch],
-            "messages": [line[4] for line in batch],
-            "replayed": [line[5] for line in batch],
-            "n": len(batch),
-            "skip": skip,
-            "cap": cap,
-            "limit": self._log_quota,
-        }
         if self.instance_pk is not None:
-            params.update(pk=self.instance_pk, epoch=self.epoch)
-            row = conn.execute(log_sql.INSERT_INSTANCE_LINES, params).fetchone()
+            owner: dict[str, Any] = {"instance_pk": self.instance_pk, "epoch": self.epoch}
         else:
-            params.update(delivery=self.delivery_pk)
-            row = conn.execute(log_sql.INSERT_DELIVERY_LINES, params).fetchone()
-        inserted, accepted = (row[0], row[1]) if row else (0, False)
+            owner = {"delivery_pk": self.delivery_pk}
+        inserted, accepted = log_sql.write_lines(
+            conn, lines=batch, skip=skip, cap=cap, limit=self._log_quota, **owner
+        )
         self.written += inserted
         if accepted and inserted < len(batch):
             self.quota_dropped += len(batch) - inserted
-            self._write_marker(conn)
+            self._write_marker(conn, owner)
 
-    def _write_marker(self, conn: psycopg.Connection) -> None:
+    def _write_marker(self, conn: psycopg.Connection, owner: dict[str, Any]) -> None:
         """Write (or rewrite with the new count) this context's one log-quota marker line."""
-        owner: dict[str, Any] = (
-            {"pk": self.instance_pk, "epoch": self.epoch} if self.instance_pk is not None else {"delivery": self.delivery_pk}
+        self._marker_seq = log_sql.write_marker(
+            conn, message=quotas.dropped_text(self.quota_dropped), at=self._wall(), seq=self._marker_seq, **owner
         )
-        text = quotas.dropped_text(self.quota_dropped)
-        if self._marker_seq is not None:
-            update = log_sql.UPDATE_INSTANCE_MARKER if self.instance_pk is not None else log_sql.UPDATE_DELIVERY_MARKER
-            if conn.execute(update, {**owner, "seq": self._marker_seq, "message": text}).fetchone():
-                return
-        insert = log_sql.INSERT_INSTANCE_MARKER if self.instance_pk is not None else log_sql.INSERT_DELIVERY_MARKER
-        row = conn.execute(insert, {**owner, "at": self._wall(), "message": text}).fetchone()
-        self._marker_seq = row[0] if row else None
