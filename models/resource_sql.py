@@ -9,10 +9,12 @@ commits. Hot-path reads are hand-written SQL in psycopg's ``%(name)s`` style (th
 ``Connection.exec_driver_sql``): a statement lives here when the ORM would load what the path does
 not need (a WorkerVersion's ``spec`` holds its modules' source).
 
-Writes that stay outside: attribute writes on a resource or Operation the caller loaded and holds
-under its row lock (``SELECT … FOR UPDATE`` / ``FOR NO KEY UPDATE`` / key share) — the acceptance in
-``services.resources``, the reconcile in ``workers.operations_tasks`` and ``workers.version_check``,
-``services.operations.set_state`` — flush with the caller's unit of work.
+A change of a resource or Operation the caller loaded and holds under its row lock (``SELECT …
+FOR UPDATE`` / ``FOR NO KEY UPDATE`` / key share, taken by the caller: the acceptance in
+``services.acceptance``, the reconcile in ``workers.operations_tasks`` and ``workers.version_check``)
+is one of the row functions below (``accept_update``, ``settle``, ``write_state``, …): they set
+the row's columns and the change flushes with the caller's unit of work. The policy — which state
+may follow which, when a reconcile is re-dispatched — stays in ``services.operations``.
 """
 
 from __future__ import annotations
@@ -118,6 +120,65 @@ def write_observed_txn(session: orm.Session, *, writes: Sequence[dict[str, Any]]
         session.execute(sa.update(_RESOURCE), list(writes))
 
 
+def accept_update(
+    resource: res_models.Resource,
+    *,
+    spec: dict,
+    generation: int,
+    operation_id: str,
+    revalidate: bool,
+    now: dt.datetime,
+) -> None:
+    """Write an accepted ``PUT`` on ``resource`` (held ``FOR NO KEY UPDATE``): its new ``spec`` and
+    ``generation``, ``phase = "reconciling"``, ``latest_operation_id``; ``revalidate`` (a
+    WorkerVersion) also empties ``observed`` until the reconcile records the outcome
+    (docs/spec/http-api.md#api-res)."""
+    if revalidate:
+        resource.observed = {}
+    resource.spec = spec
+    resource.generation = generation
+    resource.phase = "reconciling"
+    resource.latest_operation_id = operation_id
+    resource.updated_at = now
+
+
+def accept_delete(resource: res_models.Resource, *, operation_id: str, now: dt.datetime) -> None:
+    """Write an accepted ``DELETE`` on ``resource`` (held ``FOR UPDATE``): ``phase = "deleting"``
+    and ``latest_operation_id`` (docs/spec/http-api.md#api-res)."""
+    resource.phase = "deleting"
+    resource.latest_operation_id = operation_id
+    resource.updated_at = now
+
+
+def settle(resource: res_models.Resource, *, phase: str, now: dt.datetime, observed: dict | None = None) -> None:
+    """Write a reconcile's outcome on ``resource``: ``phase`` (``idle`` or ``failed``),
+    ``observed_at = now`` and, unless None (kept), ``observed``."""
+    if observed is not None:
+        resource.observed = observed
+    resource.observed_at, resource.phase, resource.updated_at = now, phase, now
+
+
+def observe(resource: res_models.Resource, *, observed: dict, now: dt.datetime) -> None:
+    """Write a re-observation of ``resource``: ``observed`` and ``observed_at = now`` (phase kept)."""
+    resource.observed = observed
+    resource.observed_at = now
+
+
+def record_replay_check(version: res_models.Resource, *, check: dict) -> None:
+    """Keep ``check`` as the WorkerVersion's ``observed.replayCheck`` (replacing the last)."""
+    version.observed = {**(version.observed or {}), "replayCheck": check}
+
+
+def mark_failed(resource: res_models.Resource, *, now: dt.datetime) -> None:
+    """``phase = "failed"`` on ``resource`` (``observed`` kept)."""
+    resource.phase, resource.updated_at = "failed", now
+
+
+def mark_deleted(resource: res_models.Resource, *, now: dt.datetime) -> None:
+    """Mark ``resource`` deleted at ``now`` (its row is kept: an Operation still names it)."""
+    resource.deleted_at, resource.updated_at = now, now
+
+
 # -- resource references -------------------------------------------------------------------------
 
 
@@ -191,6 +252,45 @@ def redispatch_due_txn(
         .scalars()
         .all()
     )
+
+
+def write_state(
+    op: res_models.Operation,
+    *,
+    state: str,
+    effect: str | None,
+    error: dict | None,
+    finished: bool,
+    now: dt.datetime,
+) -> None:
+    """Write ``state``, ``effect`` and ``error`` (``{"code", "message"[, "details"]}`` or None) on
+    ``op`` (held ``FOR UPDATE``); ``finished`` also clears ``next_attempt_at`` (the sweep leaves it
+    alone). The transition's check is ``services.operations.check_transition``'s."""
+    op.state = state
+    op.effect = effect
+    op.error = error
+    op.updated_at = now
+    if finished:
+        op.next_attempt_at = None
+
+
+def postpone(op: res_models.Operation, *, next_attempt_at: dt.datetime, now: dt.datetime | None = None) -> None:
+    """Move ``op``'s sweep time to ``next_attempt_at`` (its reconcile is alive or retries later);
+    with ``now``, ``updated_at`` too."""
+    op.next_attempt_at = next_attempt_at
+    if now is not None:
+        op.updated_at = now
+
+
+def record_progress(op: res_models.Operation, *, progress: dict) -> None:
+    """Keep ``progress`` (``{"checked", "total", "totals"}``) as ``op.request["progress"]``."""
+    op.request = {**(op.request or {}), "progress": progress}
+
+
+def count_attempt(op: res_models.Operation) -> int:
+    """Add one to ``op.attempts`` (an unexpected failure of its reconcile); returns the new count."""
+    op.attempts = (op.attempts or 0) + 1
+    return op.attempts
 
 
 # -- Idempotency-Key records -----------------------------------------------------------------------

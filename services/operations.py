@@ -106,17 +106,14 @@ def set_state(
 ) -> None:
     """Move ``op`` (a row held by the caller's transaction) to ``target``; validates the move."""
     check_transition(op.state, target, effect=effect)
-    op.state = target
-    op.effect = effect
     recorded: dict[str, Any] | None = None
     if error is not None:
         recorded = {"code": error.code, "message": error.message}
         if error.details:
             recorded["details"] = error.details
-    op.error = recorded
-    op.updated_at = now
-    if target in (SUCCEEDED, FAILED):
-        op.next_attempt_at = None
+    resource_sql.write_state(
+        op, state=target, effect=effect, error=recorded, finished=target in (SUCCEEDED, FAILED), now=now
+    )
 
 
 def check_progress(op: res_models.Operation) -> dict | None:

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from models import instances as inst_models
+from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import acceptance, operations
@@ -176,9 +177,8 @@ def progress_txn(session: orm.Session, *, operation_id: str, progress: dict, now
     op = session.get(res_models.Operation, operation_id, with_for_update=True, populate_existing=True)
     if op is None or op.state != operations.RUNNING:
         return False
-    op.request = {**(op.request or {}), "progress": progress}
-    op.next_attempt_at = now + operations.redispatch_after()
-    op.updated_at = now
+    resource_sql.record_progress(op, progress=progress)
+    resource_sql.postpone(op, next_attempt_at=now + operations.redispatch_after(), now=now)
     return True
 
 
@@ -201,7 +201,7 @@ def summary(*, operation_id: str, terminal: int, results: list[dict[str, Any]], 
 
 def record_txn(session: orm.Session, *, version: res_models.Resource, check: dict) -> None:
     """Keep ``check`` (:func:`summary`) as the Version's ``observed.replayCheck`` (replacing the last)."""
-    version.observed = {**(version.observed or {}), "replayCheck": check}
+    resource_sql.record_replay_check(version, check=check)
 
 
 def gate_txn(session: orm.Session, *, deployment: res_models.Resource, spec: dict) -> None:

@@ -140,13 +140,10 @@ def accept_update_txn(
             for r in forms.references(form, {"versions": applied["versions"]})
             if r.target_uid not in {x.target_uid for x in refs}
         ]
-    if form == "WorkerVersion":
-        resource.observed = {}  # re-validating: unverified until the reconcile records the outcome (§3.2)
-    resource.spec = spec
-    resource.generation = generation
-    resource.phase = "reconciling"
-    resource.latest_operation_id = op_id
-    resource.updated_at = now
+    # A WorkerVersion is re-validating: unverified until the reconcile records the outcome (§3.2).
+    resource_sql.accept_update(
+        resource, spec=spec, generation=generation, operation_id=op_id, revalidate=form == "WorkerVersion", now=now
+    )
     replace_refs_txn(session, source_uid=uid, refs=refs)
     acceptance.flush(session)
     return Accepted(operation=op, new=True)
@@ -177,9 +174,7 @@ def accept_delete_txn(
         now=now,
     )
     acceptance.flush(session)
-    resource.phase = "deleting"
-    resource.latest_operation_id = op_id
-    resource.updated_at = now
+    resource_sql.accept_delete(resource, operation_id=op_id, now=now)
     if resource.form == "WorkerCronTrigger":
         # The match boundary is the acceptance (docs/spec/cron-trigger.md "解除前後の一致境界"): no match after it is
         # recorded, even while no worker is free to run the reconcile. ``phase = "deleting"`` is

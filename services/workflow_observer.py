@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from models import db as models_db
+from models import resource_sql, status_counts
 from models import resources as res_models
-from models import status_counts
 from services import forms
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,7 @@ def refresh(*, now: dt.datetime, force: bool = False) -> int:
             )
             stale = workflow.observed_at is None or (now - workflow.observed_at).total_seconds() >= MAX_AGE_S
             if observed != workflow.observed or stale:
-                workflow.observed = observed
-                workflow.observed_at = now
+                resource_sql.observe(workflow, observed=observed, now=now)
                 written += 1
     if written:
         log.info("re-observed DurableWorkflows", extra={"count": written})

@@ -216,7 +216,7 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
         if resource.form == "WorkerVersion" and op.kind != "delete" and not validate:
             return FORWARD
         operations.set_state(op, operations.RUNNING, now=now)
-        op.next_attempt_at = now + operations.redispatch_after()
+        resource_sql.postpone(op, next_attempt_at=now + operations.redispatch_after())
         form, kind, spec, uid, space = resource.form, op.kind, resource.spec, resource.uid, resource.space
     log.info("reconciling", extra={"operation": operation_id, "form": form, "kind": kind, "resource": uid})
     if kind == "delete":
@@ -247,8 +247,7 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
         op, resource = loaded
         now = utcnow()
         if refused is not None:  # nothing was installed: the Version is failed, like a bad import
-            resource.observed = {"validated": False, "error": refused.message}
-            resource.observed_at, resource.phase, resource.updated_at = now, "failed", now
+            resource_sql.settle(resource, phase="failed", observed={"validated": False, "error": refused.message}, now=now)
             if isinstance(refused, DomainError):  # a quota
                 error = refused
             else:
@@ -267,8 +266,7 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
                 size_bytes=layer.size_bytes,
             )
         if validation is not None and validation.error is not None:
-            resource.observed, resource.observed_at, resource.phase = validation.observed, now, "failed"
-            resource.updated_at = now
+            resource_sql.settle(resource, phase="failed", observed=validation.observed, now=now)
             operations.set_state(
                 op,
                 operations.FAILED,
@@ -277,20 +275,21 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
                 error=DomainError("validation_failed", validation.error),
             )
             return DONE
+        observed: dict | None = None  # another Form's observed is kept
         if validation is not None:
-            resource.observed = validation.observed
+            observed = validation.observed
         elif form == "WorkerDeployment":
-            resource.observed = {"versions": resource.spec["versions"]}
+            observed = {"versions": resource.spec["versions"]}
             resource_service.replace_refs_txn(
                 session, source_uid=resource.uid, refs=forms.references(form, resource.spec)
             )
         elif form == "DurableWorkflow":
-            resource.observed = workflow_observer.observe_workflow_txn(
+            observed = workflow_observer.observe_workflow_txn(
                 session, workflow=resource, ready=forms.workflow_ready_txn(session, workflow=resource)
             )
         elif form == "WorkerCronTrigger":
-            resource.observed = cron_schedules.register_schedule_txn(session, trigger=resource, now=now)
-        resource.observed_at, resource.phase, resource.updated_at = now, "idle", now
+            observed = cron_schedules.register_schedule_txn(session, trigger=resource, now=now)
+        resource_sql.settle(resource, phase="idle", observed=observed, now=now)
         operations.set_state(op, operations.SUCCEEDED, now=now)
         if form == "WorkerDeployment" and resource.worker_uid is not None:
             session.flush()
@@ -317,7 +316,7 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
         now = utcnow()
         if form == "WorkerCronTrigger":
             cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
-        resource.deleted_at, resource.updated_at = now, now
+        resource_sql.mark_deleted(resource, now=now)
         if form == "WorkerVersion":
             quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
         resource_sql.drop_refs_txn(session, source_uid=uid)
@@ -350,10 +349,10 @@ def observe_workflows_txn(session: orm.Session, *, worker_uid: str, now: dt.date
     for workflow in workflows:
         if workflow.observed_at is None and workflow.phase == "reconciling":
             continue  # its own create reconcile will observe it
-        workflow.observed = workflow_observer.observe_workflow_txn(
+        observed = workflow_observer.observe_workflow_txn(
             session, workflow=workflow, ready=forms.workflow_ready_txn(session, workflow=workflow)
         )
-        workflow.observed_at = now
+        resource_sql.observe(workflow, observed=observed, now=now)
     return len(workflows)
 
 
@@ -365,15 +364,13 @@ def _record_unexpected(operation_id: str, exc: Exception) -> str:
             return DONE
         op, resource = loaded
         now = utcnow()
-        op.attempts = (op.attempts or 0) + 1
-        if op.attempts < MAX_ATTEMPTS:
-            op.next_attempt_at = now + operations.redispatch_after()
-            op.updated_at = now
+        if resource_sql.count_attempt(op) < MAX_ATTEMPTS:
+            resource_sql.postpone(op, next_attempt_at=now + operations.redispatch_after(), now=now)
             return RETRY
         message = f"the host could not reconcile this Operation ({type(exc).__name__}); its effect is unknown"
         operations.set_state(
             op, operations.FAILED, now=now, effect="unknown", error=DomainError("internal_error", message)
         )
         if resource is not None and resource.deleted_at is None:
-            resource.phase, resource.updated_at = "failed", now
+            resource_sql.mark_failed(resource, now=now)
     return DONE

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from models import db as models_db
+from models import resource_sql
 from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
@@ -248,7 +249,7 @@ def run_operation(operation_id: str) -> str:
         assert resource is not None  # an Operation's resource row is never deleted, only marked
         check = replay_checks.summary(operation_id=operation_id, terminal=terminal, results=results, now=now)
         replay_checks.record_txn(session, version=resource, check=check)
-        op.request = {**(op.request or {}), "progress": {"checked": len(results), "total": len(targets), "totals": check["totals"]}}
+        resource_sql.record_progress(op, progress={"checked": len(results), "total": len(targets), "totals": check["totals"]})
         operations.set_state(op, operations.SUCCEEDED, now=now)
     log.info("replay check done", extra={"operation": operation_id, "version": version["uid"], "totals": check["totals"]})
     return "done"

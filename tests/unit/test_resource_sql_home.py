@@ -3,8 +3,7 @@ every statement that inserts, updates or deletes a resource, an Operation, a res
 an Idempotency-Key record is built in ``models/resource_sql.py``. This scan of the product code
 fails when such a write is built anywhere else again — in SQL text, with SQLAlchemy Core (also
 through a model's ``__table__``), or through the ORM (a new row built, or a row added to the
-session). Attribute writes on a row the caller loaded and holds under its lock are the caller's
-unit of work (``models/resource_sql.py``'s docstring) and are not looked for here."""
+session, or a column of a loaded row assigned: ``resource.phase = …``)."""
 
 from __future__ import annotations
 
@@ -21,6 +20,15 @@ WRITES = re.compile(
     rf"|{MODEL}(\(|\.__table__)"
     r"|session\.add\(\s*(op|operation|resource|ref)\s*\)"
 )
+#: An attribute write of a loaded resource or Operation row (``resource.phase = …``, ``op.state, … = …``):
+#: the row functions of ``models/resource_sql.py`` write those columns.
+ROW_WRITES = re.compile(
+    r"^[ \t]*(op|operation|resource|workflow|trigger|version|deployment|record)\."
+    r"(phase|observed|observed_at|spec|generation|latest_operation_id|deleted_at|private_inputs|output"
+    r"|state|effect|error|attempts|next_attempt_at|request|response_status|response_body)\b"
+    r"\s*(,\s*[\w.]+\s*)*=(?!=)",
+    re.MULTILINE,
+)
 #: ``name = res_models.Resource`` (or another of the family's models): a local alias of a model.
 ALIAS = re.compile(rf"^[ \t]*(\w+)[ \t]*=[ \t]*{MODEL}[ \t]*$", re.MULTILINE)
 #: Where such writes belong.
@@ -34,7 +42,7 @@ def resource_writes_outside(root: pathlib.Path) -> list[str]:
     for relative, code in code_scan.sources(root):
         if relative in HOMES:
             continue
-        matches = list(WRITES.finditer(code))
+        matches = [*WRITES.finditer(code), *ROW_WRITES.finditer(code)]
         for alias in {m.group(1) for m in ALIAS.finditer(code)}:
             through = re.compile(rf"(sa\.(update|delete|insert)|postgresql\.insert)\(\s*{alias}\b")
             matches += through.finditer(code)
