@@ -9,10 +9,10 @@ commits. Hot-path reads are hand-written SQL in psycopg's ``%(name)s`` style (th
 ``Connection.exec_driver_sql``): a statement lives here when the ORM would load what the path does
 not need (a WorkerVersion's ``spec`` holds its modules' source).
 
-A change of a resource or Operation the caller loaded and holds under its row lock (``SELECT …
-FOR UPDATE`` / ``FOR NO KEY UPDATE`` / key share, taken by the caller: the acceptance in
-``services.acceptance``, the reconcile in ``workers.operations_tasks`` and ``workers.version_check``)
-is one of the row functions below (``accept_update``, ``settle``, ``write_state``, …): they set
+The row locks the acceptance and the reconcile take are here too (:data:`LOCK_RESOURCE`,
+:func:`lock_operation_txn`, :func:`lock_operated_txn`). A change of a resource or Operation the
+caller loaded and holds under such a lock (the acceptance in ``services.resources``, the reconcile
+in ``workers.operations_tasks`` and ``workers.version_check``) is one of the row functions below (``accept_update``, ``settle``, ``write_state``, …): they set
 the row's columns and the change flushes with the caller's unit of work. The policy — which state
 may follow which, when a reconcile is re-dispatched — stays in ``services.operations``.
 """
@@ -179,6 +179,28 @@ def mark_deleted(resource: res_models.Resource, *, now: dt.datetime) -> None:
     resource.deleted_at, resource.updated_at = now, now
 
 
+#: Row locks on one resource, ``:uid``: ``FOR UPDATE`` (a delete's acceptance) and ``FOR NO KEY
+#: UPDATE`` (an update's acceptance; the compatibility checks of one Worker: it conflicts with
+#: itself but not with the ``FOR KEY SHARE`` of plain references).
+LOCK_RESOURCE = {
+    "update": sa.text("SELECT 1 FROM resources WHERE uid = :uid FOR UPDATE"),
+    "no_key_update": sa.text("SELECT 1 FROM resources WHERE uid = :uid FOR NO KEY UPDATE"),
+}
+
+
+def lock_resource_txn(session: orm.Session, *, uid: str, mode: str) -> None:
+    """Lock the row of resource ``uid`` in ``mode`` (a key of :data:`LOCK_RESOURCE`) until the
+    caller's transaction ends; nothing when there is no such row."""
+    session.execute(LOCK_RESOURCE[mode], {"uid": uid})
+
+
+def lock_operated_txn(session: orm.Session, *, uid: str) -> res_models.Resource | None:
+    """The resource ``uid`` read afresh under ``FOR KEY SHARE`` (an Operation's reconcile: its
+    resource is neither deleted nor re-keyed meanwhile, while plain writes of the row go on);
+    None when there is no such row."""
+    return session.get(_RESOURCE, uid, with_for_update={"key_share": True}, populate_existing=True)
+
+
 # -- resource references -------------------------------------------------------------------------
 
 
@@ -252,6 +274,13 @@ def redispatch_due_txn(
         .scalars()
         .all()
     )
+
+
+def lock_operation_txn(session: orm.Session, *, operation_id: str, refresh: bool) -> res_models.Operation | None:
+    """The Operation ``operation_id`` locked ``FOR UPDATE`` (its reconcile's single runner), read
+    afresh when ``refresh`` (else a row already in the session is kept as it is); None when there
+    is no such Operation."""
+    return session.get(_OPERATION, operation_id, with_for_update=True, populate_existing=refresh)
 
 
 def write_state(

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import orm
 
+from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import idempotency, ids
@@ -80,8 +81,7 @@ def live_txn(session: orm.Session, *, space: str, uid: str, lock: str) -> res_mo
     Raises:
         DomainError: ``not_found``.
     """
-    mode = "UPDATE" if lock == "update" else "NO KEY UPDATE"
-    session.execute(sa.text(f"SELECT 1 FROM resources WHERE uid = :uid FOR {mode}"), {"uid": uid})
+    resource_sql.lock_resource_txn(session, uid=uid, mode="update" if lock == "update" else "no_key_update")
     resource = session.scalar(
         sa.select(res_models.Resource)
         .where(

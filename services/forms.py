@@ -214,9 +214,7 @@ def _lock_worker_txn(session: orm.Session, worker_uid: str) -> None:
     ``FOR NO KEY UPDATE`` conflicts with itself but not with the ``FOR KEY SHARE`` of plain
     references, so creating Versions of the Worker is never blocked by it.
     """
-    session.execute(
-        sa.text("SELECT uid FROM resources WHERE uid = :uid FOR NO KEY UPDATE"), {"uid": worker_uid}
-    )
+    resource_sql.lock_resource_txn(session, uid=worker_uid, mode="no_key_update")
 
 
 def _check_allocation_txn(

@@ -174,7 +174,7 @@ def targets_txn(session: orm.Session, *, version: res_models.Resource, terminal:
 def progress_txn(session: orm.Session, *, operation_id: str, progress: dict, now: dt.datetime) -> bool:
     """Record ``progress`` (``{"checked", "total", "totals"}``) on the running Operation and push its
     sweep time forward (the reconcile is alive); False when the Operation is no longer running."""
-    op = session.get(res_models.Operation, operation_id, with_for_update=True, populate_existing=True)
+    op = resource_sql.lock_operation_txn(session, operation_id=operation_id, refresh=True)
     if op is None or op.state != operations.RUNNING:
         return False
     resource_sql.record_progress(op, progress=progress)

@@ -208,7 +208,7 @@ def operation_lock(engine: sa.Engine, operation_id: str) -> Iterator[bool]:
 def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
     now = utcnow()
     with models_db.session_scope() as session:
-        op = session.get(res_models.Operation, operation_id, with_for_update=True)
+        op = resource_sql.lock_operation_txn(session, operation_id=operation_id, refresh=False)
         if op is None or op.state not in operations.UNFINISHED:
             return DONE
         resource = session.get(res_models.Resource, op.resource_uid)
@@ -331,12 +331,10 @@ def _running_txn(
     session: orm.Session, operation_id: str
 ) -> tuple[res_models.Operation, res_models.Resource] | None:
     """The Operation (locked) and its resource, or None when it is no longer unfinished."""
-    op = session.get(res_models.Operation, operation_id, with_for_update=True, populate_existing=True)
+    op = resource_sql.lock_operation_txn(session, operation_id=operation_id, refresh=True)
     if op is None or op.state not in operations.UNFINISHED:
         return None
-    resource = session.get(
-        res_models.Resource, op.resource_uid, with_for_update={"key_share": True}, populate_existing=True
-    )
+    resource = resource_sql.lock_operated_txn(session, uid=op.resource_uid)
     assert resource is not None  # an Operation's resource row is never deleted, only marked
     return op, resource
 

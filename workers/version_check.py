@@ -242,10 +242,10 @@ def run_operation(operation_id: str) -> str:
                     return "done"
     now = utcnow()
     with models_db.session_scope() as session:
-        op = session.get(res_models.Operation, operation_id, with_for_update=True, populate_existing=True)
+        op = resource_sql.lock_operation_txn(session, operation_id=operation_id, refresh=True)
         if op is None or op.state not in operations.UNFINISHED:
             return "done"
-        resource = session.get(res_models.Resource, op.resource_uid, with_for_update={"key_share": True}, populate_existing=True)
+        resource = resource_sql.lock_operated_txn(session, uid=op.resource_uid)
         assert resource is not None  # an Operation's resource row is never deleted, only marked
         check = replay_checks.summary(operation_id=operation_id, terminal=terminal, results=results, now=now)
         replay_checks.record_txn(session, version=resource, check=check)
