@@ -18,18 +18,16 @@ import itertools
 import logging
 import os
 import queue
-import select
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import weakref
 from typing import Any
 
 from core import units
 from takohost.runtime import protocol
+from workers import owned_process
 from workers.egress import config as egress_config
 
 __all__ = ["EgressProxy", "EgressUnavailable", "Session", "get_egress_proxy"]
@@ -75,17 +73,13 @@ class Session:
         return self.records()
 
 
-class EgressProxy:
+class EgressProxy(owned_process.OwnedProcess):
     """Client (and, in the starting process, owner) of one egress proxy process."""
 
     def __init__(self, *, python: str | None = None, environ: dict[str, str] | None = None) -> None:
         self._python = python or sys.executable
         self._environ = dict(os.environ if environ is None else environ)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._owner_pid: int | None = None
-        self._dir: str | None = None
-        self._control_w: int | None = None
-        self.socket_path: str | None = None
+        self._init_owned()
         self._reset_client()
         _INSTANCES.add(self)
 
@@ -95,20 +89,11 @@ class EgressProxy:
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
 
-    @property
-    def running(self) -> bool:
-        """True if started and, in the owning process, the proxy has not exited."""
-        if self._proc is None:
-            return False
-        if os.getpid() != self._owner_pid:
-            return True
-        return self._proc.poll() is None
-
     def start(self, timeout: float = 10.0) -> None:
         """Start the proxy and wait until it listens. Raises :class:`EgressUnavailable` (with
         the configuration error, e.g. a bad ``TAKOHOST_EGRESS_RULES_FILE``)."""
-        self._dir = tempfile.mkdtemp(prefix="takohost-egress-")
-        self.socket_path = os.path.join(self._dir, "egress.sock")
+        self._make_dir(prefix="takohost-egress-", socket_name="egress.sock")
+        assert self.socket_path is not None
         control_r, control_w = os.pipe()
         ready_r, ready_w = os.pipe()
         command = [
@@ -125,7 +110,7 @@ class EgressProxy:
             str(ready_w),
         ]
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 command,
                 env=self._environ,
                 close_fds=True,
@@ -138,38 +123,19 @@ class EgressProxy:
         finally:
             os.close(control_r)
             os.close(ready_w)
-        self._owner_pid = os.getpid()
-        self._control_w = control_w
-        try:
-            poller = select.poll()
-            poller.register(ready_r, select.POLLIN)
-            answer = os.read(ready_r, 4096) if poller.poll(timeout * 1000) else b""
-        finally:
-            os.close(ready_r)
+        self._owned(proc, control_w=control_w)
+        answer = self._await_ready(ready_r, timeout)
         if not answer.startswith(b"ready"):
             self.stop()
             if answer.startswith(b"error "):
                 raise EgressUnavailable(answer[6:].decode(errors="replace").strip())
             raise EgressUnavailable("the egress proxy did not start (see its stderr)")
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the proxy (owner process only; elsewhere just drop this process's connection)."""
+    def _drop_client(self) -> None:
         with self._lock:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
-        if os.getpid() != self._owner_pid or self._proc is None:
-            return
-        if self._control_w is not None:
-            os.close(self._control_w)
-            self._control_w = None
-        try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
 
     def open(self, *, space: str, fds: list[int]) -> Session:
         """Hand the proxy one context's listeners (``fds``, from the child's ``hello``; the caller

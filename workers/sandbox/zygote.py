@@ -17,21 +17,20 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
 from typing import Any
 
 from takohost.runtime import boot, isolation, protocol
+from workers import owned_process
 from workers.egress import config as egress_config
 from workers.packages import config as package_config
 from workers.packages import layers as package_layers
-from workers.sandbox.child import ChildGone, ChildHandle, readable
+from workers.sandbox.child import ChildGone, ChildHandle
 
 __all__ = ["Zygote", "ZygoteUnavailable", "get_zygote"]
 
@@ -52,7 +51,7 @@ def _packages_dir() -> str | None:
         return None
 
 
-class Zygote:
+class Zygote(owned_process.OwnedProcess):
     """Client (and, in the starting process, owner) of one fork-server process.
 
     ``python`` is the interpreter to run (default ``sys.executable``); ``child_stderr`` keeps the
@@ -75,11 +74,7 @@ class Zygote:
             # Every context sees the layers directory read-only; a job names its Version's layer.
             policy = dataclasses.replace(policy, packages_dir=_packages_dir())
         self.policy = policy
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._owner_pid: int | None = None
-        self._dir: str | None = None
-        self._control_w: int | None = None
-        self.socket_path: str | None = None
+        self._init_owned()
         self._reset_client()
         _INSTANCES.add(self)
 
@@ -93,21 +88,11 @@ class Zygote:
         """The zygote's pid (``None`` before ``start``)."""
         return self._proc.pid if self._proc is not None else None
 
-    @property
-    def running(self) -> bool:
-        """True if started and, in the owning process, the zygote has not exited."""
-        if self._proc is None:
-            return False
-        if os.getpid() != self._owner_pid:
-            return True  # not our child: spawn will tell
-        return self._proc.poll() is None
-
     def start(self, timeout: float = 10.0) -> None:
         """Start the zygote and wait until it listens (``ZygoteUnavailable`` after ``timeout``)."""
         if self._proc is not None:
             raise RuntimeError("this Zygote was already started")
-        self._dir = tempfile.mkdtemp(prefix="takohost-zygote-")
-        self.socket_path = os.path.join(self._dir, "zygote.sock")
+        self._make_dir(prefix="takohost-zygote-", socket_name="zygote.sock")
         control_r, control_w = os.pipe()
         ready_r, ready_w = os.pipe()
         # The interpreter runs as "takohost-sandbox" with the boot script read from a descriptor:
@@ -137,7 +122,7 @@ class Zygote:
             })
         ).encode()
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 command,
                 executable=self._python,
                 env=env,
@@ -148,54 +133,35 @@ class Zygote:
                 cwd="/",
                 start_new_session=True,
             )
-            assert self._proc.stdin is not None  # stdin=PIPE
+            assert proc.stdin is not None  # stdin=PIPE
             try:
-                self._proc.stdin.write(settings)  # far below a pipe's buffer: never blocks
-                self._proc.stdin.close()
+                proc.stdin.write(settings)  # far below a pipe's buffer: never blocks
+                proc.stdin.close()
             except OSError:
                 pass  # it died at once: the ready pipe says so
         finally:
             os.close(control_r)
             os.close(ready_w)
             os.close(boot_fd)
-        self._owner_pid = os.getpid()
-        self._control_w = control_w
-        try:
-            answer = os.read(ready_r, 4096) if readable(ready_r, timeout) else b""
-        finally:
-            os.close(ready_r)
+        self._owned(proc, control_w=control_w)
+        answer = self._await_ready(ready_r, timeout)
         if not answer.startswith(b"ready"):
             self.stop()
             if answer.startswith(b"error "):
                 raise ZygoteUnavailable(answer[6:].decode(errors="replace").strip())
-            status = self._proc.poll()
+            status = proc.poll()
             if status is not None:
                 raise ZygoteUnavailable(
                     f"the zygote exited with status {status} while starting (see its stderr)"
                 )
             raise ZygoteUnavailable(f"the zygote did not become ready within {timeout} s")
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the zygote (owner process only; elsewhere just drop this process's connection).
-
-        Closing the control pipe makes the zygote kill every child group and exit.
-        """
+    def _drop_client(self) -> None:
+        # (stop: closing the control pipe makes the zygote kill every child group and exit.)
         with self._lock:
             if self._client is not None:
                 self._client.close()
                 self._client = None
-        if os.getpid() != self._owner_pid or self._proc is None:
-            return
-        if self._control_w is not None:
-            os.close(self._control_w)
-            self._control_w = None
-        try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
 
     def _connection(self) -> socket.socket:
         if self._client is None or self._client_pid != os.getpid():

@@ -1,0 +1,87 @@
+"""workers.owned_process: the owner's side of a helper process (the zygote, the egress proxy) —
+started with a control and a ready pipe, it exits when the control pipe closes; only the owner
+reaps it and removes its directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from workers import owned_process
+
+# A helper: answers on its ready pipe, then exits once its control pipe is closed.
+HELPER = """
+import os, sys
+control, ready = int(sys.argv[1]), int(sys.argv[2])
+os.write(ready, sys.argv[3].encode())
+os.close(ready)
+os.read(control, 1)
+"""
+
+
+class Helper(owned_process.OwnedProcess):
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.dropped = 0
+        self._init_owned()
+
+    def start(self, timeout: float = 10.0) -> bytes:
+        self._make_dir(prefix="takohost-test-helper-", socket_name="helper.sock")
+        control_r, control_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", HELPER, str(control_r), str(ready_w), self.answer],
+                pass_fds=(control_r, ready_w),
+                start_new_session=True,
+            )
+        finally:
+            os.close(control_r)
+            os.close(ready_w)
+        self._owned(proc, control_w=control_w)
+        return self._await_ready(ready_r, timeout)
+
+    def _drop_client(self) -> None:
+        self.dropped += 1
+
+
+def test_the_owner_starts_hears_ready_and_stops_reaps_and_cleans_up():
+    helper = Helper("ready")
+    assert not helper.running and helper.socket_path is None
+    assert helper.start() == b"ready"
+    assert helper.running
+    directory = os.path.dirname(helper.socket_path or "")
+    assert os.path.isdir(directory)
+    proc = helper._proc
+    helper.stop()
+    assert helper.dropped == 1
+    assert proc is not None and proc.returncode == 0  # it exited by itself once the pipe closed
+    assert not helper.running and not os.path.exists(directory)
+
+
+def test_a_forked_process_only_drops_its_connection():
+    helper = Helper("ready")
+    helper.start()
+    try:
+        pid = os.fork()
+        if pid == 0:  # a forked worker: the helper is not its child
+            code = 0
+            try:
+                helper.stop()
+                code = 0 if helper.dropped == 1 and helper.running else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert helper._proc is not None and helper._proc.poll() is None  # still running for its owner
+    finally:
+        helper.stop()
+
+
+def test_no_answer_within_the_timeout_is_an_empty_answer():
+    read_end, write_end = os.pipe()
+    try:
+        assert owned_process.OwnedProcess._await_ready(read_end, 0.05) == b""
+    finally:
+        os.close(write_end)
