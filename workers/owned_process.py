@@ -11,6 +11,7 @@ own connection (docs/spec/architecture.md#ar-operating).
 
 from __future__ import annotations
 
+import abc
 import os
 import select
 import shutil
@@ -18,7 +19,7 @@ import subprocess
 import tempfile
 
 
-class OwnedProcess:
+class OwnedProcess(abc.ABC):
     """The owner's bookkeeping of one helper process. Subclasses call :meth:`_init_owned` in
     ``__init__``, :meth:`_make_dir` and :meth:`_owned` when they start it, read its answer with
     :meth:`_await_ready`, and implement :meth:`_drop_client` (close this process's connection).
@@ -70,9 +71,9 @@ class OwnedProcess:
         finally:
             os.close(ready_r)
 
+    @abc.abstractmethod
     def _drop_client(self) -> None:
-        """Close this process's connection to the helper (subclasses)."""
-        raise NotImplementedError
+        """Close this process's connection to the helper."""
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the helper (owner process only; elsewhere just drop this process's connection):

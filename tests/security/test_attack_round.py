@@ -804,63 +804,6 @@ def test_an_idempotency_key_of_space_b_replays_nothing_to_space_a(stack, two_spa
     assert a_row is not None and b_row is not None and a_row.pk != b_row.pk
 
 
-SPREAD = """
-import contextlib, os, select, signal, time
-class W:
-    def __init__(self, env): pass
-    def run(self, event, step):
-        p = event["params"]
-        with open("/proc/self/status") as f:
-            vm = [l.split()[1] for l in f if l.startswith("VmSize")][0]
-        ready_r, ready_w = os.pipe()
-        children = []
-        for index in range(p["processes"]):
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    hoard = bytearray(p["each_mib"] << 20)
-                    hoard[:: 1 << 12] = b"x" * len(hoard[:: 1 << 12])
-                    os.write(ready_w, bytes([index]))
-                    time.sleep(30)
-                finally:
-                    os._exit(0)
-            children.append(pid)
-        os.close(ready_w)
-        wrote = set()
-        deadline = time.time() + 6
-        while len(wrote) < len(children) and time.time() < deadline:
-            if not select.select([ready_r], [], [], 0.5)[0]:
-                continue
-            data = os.read(ready_r, 64)
-            if not data:
-                break
-            wrote.update(data)
-        time.sleep(0.5)
-        alive = set()
-        for index, pid in enumerate(children):
-            with contextlib.suppress(OSError):
-                if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                    alive.add(index)
-        for pid in children:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, 0)
-        return {"held_mib": len(wrote & alive) * p["each_mib"], "touched": len(wrote), "vm_kib": int(vm)}
-"""
-
-
-def test_the_zygote_made_memory_cgroup_caps_a_contexts_processes_together(zygote):
-    """The limit the zygote wrote before the fork holds for the context's processes together:
-    five processes of 100 MiB each (each under the per-process 300 MiB address-space limit) never
-    hold more than the context's 300 MiB at once."""
-    found = _run(zygote, SPREAD, {"processes": 5, "each_mib": 100}, timeout=60)
-    print(f"memory spread in a 300 MiB context: {found}")
-    assert found["vm_kib"] + (100 << 10) < 300 << 10, f"the per-process limit alone would stop it: {found}"
-    assert found["held_mib"] <= 300, f"one context held {found['held_mib']} MiB at once: {found}"
-    assert found["touched"] >= 2, found
-
-
 # ---------------------------------------------------------------------------------------------
 # 2b. cgroup v2: the freezer cgroup and the memory cgroup are in the same hierarchy
 
