@@ -18,7 +18,15 @@ from typing import Any, Protocol
 from takohost import errors
 from takohost.domain import documents, identifiers
 
-__all__ = ["TYPE_ERROR_NAME", "Env", "Requester", "WorkflowBinding", "WorkflowInstance", "make_env"]
+__all__ = [
+    "TYPE_ERROR_NAME",
+    "Env",
+    "Requester",
+    "WorkflowBinding",
+    "WorkflowInstance",
+    "check_document_argument",
+    "make_env",
+]
 
 #: The ``binding_error`` name the parent sends when the host found the arguments invalid
 #: (HTTP ``invalid_request``); the caller gets a ``TypeError`` (docs/spec/host-limits.md#hl-decisions), not an SDK error.
@@ -59,8 +67,10 @@ def make_env(*, variables: dict[str, Any], bindings: list[str], channel: Request
     return Env(attributes)
 
 
-def _document_argument(value: object, *, what: str) -> None:
-    """Raise ``InvalidParams`` / ``DocumentTooLarge`` unless ``value`` is a document or ``None``."""
+def check_document_argument(value: object, *, what: str) -> None:
+    """Raise ``InvalidParams`` / ``DocumentTooLarge`` unless ``value`` is a document or ``None``
+    (docs/spec/durable-workflow.md#dw-doc; ``what`` names the argument in the message: ``"params"``,
+    ``"payload"``). The test kit (``takohost.testing``) checks its ``params`` and payloads with it too."""
     try:
         documents.canonical_document(value, allow_none=True)
     except documents.InvalidDocument as exc:
@@ -91,7 +101,7 @@ class WorkflowBinding:
         if id is not None:
             args["id"] = identifiers.validate_scalar_string(id, what="instance id")
         if params is not None:
-            _document_argument(params, what="params")
+            check_document_argument(params, what="params")
             args["params"] = params
         value = _call(self._channel, binding=self._name, call="create", args=args)
         return WorkflowInstance(self._name, _instance_id(value, self._channel), self._channel)
@@ -136,7 +146,7 @@ class WorkflowInstance:
             "type": identifiers.validate_scalar_string(type, what="event type"),
         }
         if payload is not None:
-            _document_argument(payload, what="payload")
+            check_document_argument(payload, what="payload")
             args["payload"] = payload
         _call(self._channel, binding=self._binding, call="send_event", args=args)
 

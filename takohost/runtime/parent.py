@@ -25,6 +25,7 @@ __all__ = [
     "output_problem",
     "record_after_attempt",
     "recorded_answer",
+    "settled_answer",
     "run_failure",
     "step_request",
     "wait_timeout_message",
@@ -114,6 +115,16 @@ def record_after_attempt(
     return decide.StepRecord(
         name=name, kind="do", state="failed", attempts=decision.attempt, error={"message": outcome.message}
     )
+
+
+def settled_answer(outcome: decide.AttemptSucceeded | decide.AttemptFailedFinal) -> dict:
+    """The frame that answers the child after an attempt settled its step: ``{"op": "resolve",
+    "result"}`` for a success, ``{"op": "raise", "error": "step_failed", "message"}`` for the final
+    failure (``PROTOCOL.md``; the same frame a later context replays from
+    :func:`record_after_attempt`'s record)."""
+    if isinstance(outcome, decide.AttemptSucceeded):
+        return {"op": "resolve", "result": outcome.result}
+    return {"op": "raise", "error": "step_failed", "message": outcome.message}
 
 
 def wait_timeout_message(decision: decide.TryWait) -> str:

@@ -271,12 +271,9 @@ class Replay:
         decision = decide.decide(
             request, self.by_name.get(request.name), now=_NOW, known_steps=len(self.by_name), lifetime_ends_at=self.lifetime
         )
-        if isinstance(decision, decide.Resolve):
-            return {"op": "resolve", "result": decision.result}
-        if isinstance(decision, decide.Raise):
-            return {"op": "raise", "error": decision.error, "message": decision.message}
-        if isinstance(decision, decide.RejectArgs):
-            return {"op": "reject_args"}
+        answer = parent.recorded_answer(decision)
+        if answer is not None:
+            return answer
         if isinstance(decision, decide.EndInstance):
             index = self.asked.index(request.name) + 1
             expected = next((s for s in self.steps if s.name == request.name), None)

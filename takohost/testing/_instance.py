@@ -17,7 +17,7 @@ import datetime as dt
 from typing import Any
 
 from takohost import errors
-from takohost.domain import commits, decide, deepjson, documents, history, identifiers, replay_order
+from takohost.domain import commits, decide, deepjson, history, identifiers, replay_order
 from takohost.domain import inbox as inbox_rules
 from takohost.runtime import bindings as runtime_bindings
 from takohost.runtime import parent, protocol, tracebacks
@@ -82,7 +82,7 @@ class Instance:
     ) -> None:
         self.workflow = workflow
         self.id = identifiers.validate_scalar_string(instance_id, what="instance id")
-        _check_document(params, what="params")
+        runtime_bindings.check_document_argument(params, what="params")
         self.params = None if params is None else documents_copy(params)
         if now.tzinfo is None:
             raise ValueError("now must be an aware datetime (UTC)")
@@ -177,7 +177,7 @@ class Instance:
         event_type = identifiers.validate_scalar_string(type, what="event type")
         has_payload = payload is not _ABSENT
         if has_payload:
-            _check_document(payload, what="payload")
+            runtime_bindings.check_document_argument(payload, what="payload")
             payload = documents_copy(payload)
         if self.done:
             raise errors.InstanceTerminal(f"the instance is {self.status}; it takes no more events")
@@ -505,10 +505,7 @@ class _Context:
             raise _Stop
         assert isinstance(outcome, decide.AttemptSucceeded | decide.AttemptFailedFinal)
         self.steps[name] = parent.record_after_attempt(name, decision=decision, outcome=outcome)
-        if isinstance(outcome, decide.AttemptSucceeded):
-            self._send({"op": "resolve", "result": outcome.result})
-        else:
-            self._send({"op": "raise", "error": "step_failed", "message": outcome.message})
+        self._send(parent.settled_answer(outcome))
 
     def _wait(self, name: str, decision: decide.TryWait) -> None:
         instance = self.instance
@@ -548,15 +545,6 @@ class _Context:
         details = {"traceback": frames} if frames else None
         self.instance._terminal(status="errored", error=parent.errored_error(reason, message), details=details)
         raise _Stop
-
-
-def _check_document(value: object, *, what: str) -> None:
-    try:
-        documents.canonical_document(value, allow_none=True)
-    except documents.InvalidDocument as exc:
-        raise errors.InvalidParams(f"{what} is not a document: {exc}") from None
-    except documents.DocumentTooLargeError as exc:
-        raise errors.DocumentTooLarge(f"{what}: {exc}") from None
 
 
 def documents_copy(value: Any) -> Any:

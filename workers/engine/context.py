@@ -562,10 +562,7 @@ class ReplayContext:
             raise _Stop("restart")
         assert isinstance(outcome, decide.AttemptSucceeded | decide.AttemptFailedFinal)
         self.steps[name] = parent.record_after_attempt(name, decision=decision, outcome=outcome)
-        if isinstance(outcome, decide.AttemptSucceeded):
-            self._send({"op": "resolve", "result": outcome.result})
-        else:
-            self._send({"op": "raise", "error": "step_failed", "message": outcome.message})
+        self._send(parent.settled_answer(outcome))
 
     def _log_attempt(self, name: str, attempt: int, outcome: decide.Outcome) -> None:
         """A failed attempt's error and traceback as a host log line; the tag ends here."""
