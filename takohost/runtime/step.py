@@ -222,6 +222,32 @@ class Context:
             return _RUN_EFFECT
         self.channel.fatal(f"unexpected answer {op!r} to step.{kind}")
 
+    def ask_do(self, name: str, request: dict[str, Any], args_error: TypeError | None) -> Any:
+        """Ask the parent about ``step.do(name)`` (``request``: ``_do_request``'s): eagerly, without
+        waiting, when the grant allows it (PROTOCOL.md "Eager first attempts"), else by a request
+        whose answer :meth:`settle` turns into the value, a raised error or ``_RUN_EFFECT``. Returns
+        ``_RUN_EFFECT`` when the caller runs the effect now and reports it (:meth:`report_effect`)."""
+        if self.ask(name, effect=args_error is None):
+            self.channel.send({**request, "eager": True})
+            return _RUN_EFFECT
+        reply = self.channel.request(request)
+        return self.settle(reply, kind="do", name=name, args_error=args_error, may_run_effect=True)
+
+    def report_effect(self, name: str, outcome: dict[str, Any]) -> Any:
+        """Send the attempt's ``effect_result`` (``outcome``) and settle ``step.do(name)`` with the
+        answer: its value, or the raised ``StepFailed`` (a retry stops the child)."""
+        reply = self.channel.request(outcome)
+        return self.settle(reply, kind="do", name=name, args_error=None, may_run_effect=False)
+
+    def ask_without_effect(
+        self, kind: str, name: str, request: dict[str, Any], args_error: TypeError | None
+    ) -> Any:
+        """Ask the parent about a step that runs no effect here (``kind`` sleep or wait) and settle
+        it with the answer (a value, a raised error, or the child is stopped)."""
+        self.ask(name, effect=False)
+        reply = self.channel.request(request)
+        return self.settle(reply, kind=kind, name=name, args_error=args_error, may_run_effect=False)
+
     def genuine_step_failed(self, exc: BaseException) -> tuple[str, str] | None:
         """``(message, step name)`` if ``exc`` is a ``StepFailed`` object raised by this context."""
         entry = self.raised.get(id(exc))
@@ -277,22 +303,14 @@ class Step:
         context.begin("do", name)
         try:
             step_name = _validated_name(name)
-            request, args_error = _do_request(step_name, effect, retry_policy)
-            if context.ask(step_name, effect=args_error is None):
-                context.channel.send({**request, "eager": True})
-            else:
-                reply = context.channel.request(request)
-                result = context.settle(
-                    reply, kind="do", name=step_name, args_error=args_error, may_run_effect=True
-                )
-                if result is not _RUN_EFFECT:
-                    return result
+            result = context.ask_do(step_name, *_do_request(step_name, effect, retry_policy))
+            if result is not _RUN_EFFECT:
+                return result
             try:
                 outcome = effect_result_message(step_name, value=effect())
             except BaseException as exc:  # noqa: BLE001 - whatever the effect raises fails the attempt
                 outcome = effect_result_message(step_name, error=exc)
-            reply = context.channel.request(outcome)
-            return context.settle(reply, kind="do", name=step_name, args_error=None, may_run_effect=False)
+            return context.report_effect(step_name, outcome)
         finally:
             context.end()
 
@@ -317,10 +335,7 @@ class Step:
         context.begin(method, name)
         try:
             step_name = _validated_name(name)
-            request, args_error = build(step_name)
-            context.ask(step_name, effect=False)
-            reply = context.channel.request(request)
-            return context.settle(reply, kind=kind, name=step_name, args_error=args_error, may_run_effect=False)
+            return context.ask_without_effect(kind, step_name, *build(step_name))
         finally:
             context.end()
 
@@ -364,25 +379,17 @@ class AsyncStep:
     async def _simple(
         self, kind: str, name: str, request: dict[str, Any], args_error: TypeError | None
     ) -> Any:
-        context = self._context
         try:
-            context.ask(name, effect=False)
-            reply = context.channel.request(request)
-            return context.settle(reply, kind=kind, name=name, args_error=args_error, may_run_effect=False)
+            return self._context.ask_without_effect(kind, name, request, args_error)
         finally:
-            context.end()
+            self._context.end()
 
     async def _do(self, name: str, effect: Any, retry_policy: Any) -> Any:
         context = self._context
         try:
-            request, args_error = _do_request(name, effect, retry_policy)
-            if context.ask(name, effect=args_error is None):
-                context.channel.send({**request, "eager": True})
-            else:
-                reply = context.channel.request(request)
-                result = context.settle(reply, kind="do", name=name, args_error=args_error, may_run_effect=True)
-                if result is not _RUN_EFFECT:
-                    return result
+            result = context.ask_do(name, *_do_request(name, effect, retry_policy))
+            if result is not _RUN_EFFECT:
+                return result
             try:
                 value = effect()
                 if inspect.isawaitable(value):
@@ -392,7 +399,6 @@ class AsyncStep:
                 context.mismatch(f"step.do({name!r}) was cancelled while its effect ran")
             except BaseException as exc:  # noqa: BLE001 - whatever the effect raises fails the attempt
                 outcome = effect_result_message(name, error=exc)
-            reply = context.channel.request(outcome)
-            return context.settle(reply, kind="do", name=name, args_error=None, may_run_effect=False)
+            return context.report_effect(name, outcome)
         finally:
             context.end()
