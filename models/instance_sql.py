@@ -3,9 +3,9 @@ statement once, in psycopg's ``%(name)s`` style, for the engine's store (``worke
 raw psycopg) and the instance services (``services.instances``, ``instance_events`` and
 ``instance_stop``, on their session's connection). Every write of an instance's state and history
 is here — create, the contexts' commits, ``send_event``, terminate and the DELETE purge's fence —
-and every history row is a ``takohost.domain.history`` record stored by :func:`document` (except
-``ContextStarted``, whose epoch the statement itself takes); the timers' firing, the sweep's mark
-and the purge of whole instances too. Names, ids and event types are bytea UTF-8 (pass
+and every history row is a ``takohost.domain.history`` record stored by :func:`document` (the
+text of ``ContextStarted``, whose epoch the statement itself takes, is written to match); the
+timers' firing, the sweep's mark and the purge of whole instances too. Names, ids and event types are bytea UTF-8 (pass
 ``str.encode()``), documents ``json`` text. Reads the services and the sweep compose (filters,
 pages, counts) stay SQLAlchemy Core beside the models they touch (``models.instances``).
 
@@ -290,7 +290,10 @@ SELECT_SPACE = "SELECT space FROM instances WHERE pk = %(pk)s"
 SELECT_EPOCH = "SELECT epoch FROM instances WHERE pk = %(pk)s"
 SELECT_EPOCHS = "SELECT pk, epoch FROM instances WHERE pk = ANY(%(pks)s)"
 
-#: Take the fencing token (``epoch + 1``, ``running``) and append ``ContextStarted``.
+#: Take the fencing token (``epoch + 1``, ``running``) and append ``ContextStarted``. Its epoch is
+#: only known here, so the statement writes the attributes' text itself, byte for byte what
+#: :func:`document` makes of ``history.context_started(version, epoch).attributes`` (compact, keys in
+#: the builder's order), from ``version_json``, the versionUid's JSON text (:func:`json_value`).
 START_CONTEXT = """
 WITH f AS (
   UPDATE instances SET epoch = epoch + 1, status = 'running', version_uid = %(version)s,
@@ -303,7 +306,8 @@ WITH f AS (
 ), h AS (
   INSERT INTO history_events (instance_pk, event_id, event_type, attributes, event_timestamp)
   SELECT %(pk)s, f.e0, 'ContextStarted',
-         json_build_object('versionUid', %(version)s::text, 'epoch', f.epoch), f.last_event_at FROM f
+         ('{"versionUid":' || %(version_json)s::text || ',"epoch":' || f.epoch || '}')::json, f.last_event_at
+  FROM f
 )
 SELECT epoch, step_count FROM f
 """
@@ -363,6 +367,12 @@ TIMER_CANCEL_CTE = """c AS (
 def document(value: Any) -> str | None:
     """A document's text for a ``json`` column (``deepjson.dumps_stored``); ``None`` → SQL NULL."""
     return None if value is None else deepjson.dumps_stored(value)
+
+
+def json_value(value: Any) -> str:
+    """The JSON text of one value inside a stored document, as :func:`document` writes it (``None``
+    → ``null``): for statements that write a document's text around a value only they know."""
+    return deepjson.dumps_stored(value)
 
 
 def commit_sets(commit: commits.Commit) -> str:

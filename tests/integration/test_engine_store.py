@@ -263,3 +263,30 @@ def test_the_services_store_their_history_rows_as_the_builders_give_them(db_url,
     ]
     assert rows == [(i + 1, e.event_type, instance_sql.document(e.attributes)) for i, e in enumerate(built)]
     assert counters == (4, 0)
+
+
+@pytest.mark.parametrize("with_version", [True, False])
+def test_context_started_is_stored_as_the_builder_gives_it(db_url, space_token, monkeypatch, with_version):
+    """``ContextStarted`` (its epoch taken by ``START_CONTEXT`` itself) is stored as the compact
+    text of ``history.context_started`` (``instance_sql.document``), like every other history row
+    — also with a null ``versionUid`` (a context that only ends the lifetime); the statement used
+    to store ``json_build_object``'s ``{"versionUid" : "…", "epoch" : 1}`` with blanks. The served
+    history is unchanged."""
+    monkeypatch.setattr(dispatch, "run_context", lambda pk, **_: None)
+    deployed = workflows.deploy(db_url, space=space_token[0], source=SOURCE, class_name="W")
+    version = deployed.version if with_version else None
+    conn, cs = _contexts(db_url, deployed, "c", now=utcnow())
+    assert cs.start(version_uid=version, now=utcnow())  # a second context: epoch 2
+    rows = conn.execute(
+        "SELECT event_type, attributes::text FROM history_events WHERE instance_pk = %s"
+        " AND event_type = 'ContextStarted' ORDER BY event_id",
+        [cs.pk],
+    ).fetchall()
+    conn.close()
+    built = [history.context_started(deployed.version, 1), history.context_started(version, 2)]
+    assert rows == [(e.event_type, instance_sql.document(e.attributes)) for e in built]
+    served = instance_history.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="c")["events"]
+    assert [e["attributes"] for e in served if e["eventType"] == "ContextStarted"] == [
+        {"versionUid": deployed.version, "epoch": 1},
+        {"versionUid": version, "epoch": 2},
+    ]

@@ -178,7 +178,8 @@ class ContextStore:
         ``ContextStarted`` (its ``versionUid`` null when no Version can run it: the lifetime still
         ends it). False when the instance is not runnable now."""
         row = self.start_conn.execute(
-            instance_sql.START_CONTEXT, {"pk": self.pk, "version": version_uid, "now": now}
+            instance_sql.START_CONTEXT,
+            {"pk": self.pk, "version": version_uid, "version_json": instance_sql.json_value(version_uid), "now": now},
         ).fetchone()
         if row is None:
             return False
