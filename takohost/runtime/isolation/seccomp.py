@@ -24,6 +24,20 @@ __all__ = ["DENIED_CALLS", "Filter", "assemble", "install", "program"]
 
 #: ``AUDIT_ARCH_*`` of each machine: the ``arch`` field a call of this machine's ABI carries.
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+#: The denied calls added since Linux 5.1, which numbers every new call alike on each
+#: architecture (424 on; :data:`CLONE3` too): one table for both machines.
+_UNIFIED_CALLS = {
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "mount_setattr": 442,
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+}
 DENIED_CALLS = {
     "x86_64": {
         "add_key": 248,
@@ -48,16 +62,7 @@ DENIED_CALLS = {
         "delete_module": 176,
         "open_by_handle_at": 304,
         "name_to_handle_at": 303,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "mount_setattr": 442,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
+        **_UNIFIED_CALLS,
         "acct": 163,
         "swapon": 167,
         "swapoff": 168,
@@ -93,16 +98,7 @@ DENIED_CALLS = {
         "delete_module": 106,
         "open_by_handle_at": 265,
         "name_to_handle_at": 264,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "mount_setattr": 442,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
+        **_UNIFIED_CALLS,
         "acct": 89,
         "swapon": 224,
         "swapoff": 225,
