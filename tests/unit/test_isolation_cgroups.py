@@ -127,3 +127,13 @@ def test_on_cgroup_v2_without_memory_delegated_there_is_no_memory_cgroup(tmp_pat
         policy.Policy(memory_mb=64), memberships=[["0", "", "/"]], mounts=[_v2_mount(tmp_path)]
     )
     assert found is None and not (tmp_path / f"takohost-zygote-{os.getpid()}").exists()
+
+
+def test_a_zygotes_own_directory_is_made_private_or_taken_as_it_is_or_none(tmp_path):
+    """Both cgroup kinds' ``takohost-<kind>-<pid>`` directory: made with mode 0700, an existing
+    one taken as it is (a second ``find`` in the same zygote), ``None`` where it cannot be made."""
+    directory = cgroups._own_directory(str(tmp_path), "takohost-zygote")
+    assert directory == str(tmp_path / f"takohost-zygote-{os.getpid()}")
+    assert os.stat(directory).st_mode & 0o777 == 0o700
+    assert cgroups._own_directory(str(tmp_path), "takohost-zygote") == directory
+    assert cgroups._own_directory(str(tmp_path / "missing"), "takohost-freezer") is None

@@ -79,13 +79,10 @@ class MemoryCgroup(_ContextCgroups):
     def find(cls, policy: policy_module.Policy) -> MemoryCgroup | None:
         """A usable parent for per-context cgroups, or ``None`` (no error: the caller falls back
         to per-process limits)."""
-        try:
-            with open("/proc/self/cgroup") as f:
-                memberships = [line.rstrip("\n").split(":", 2) for line in f]
-            with open("/proc/self/mountinfo") as f:
-                mounts = [line.split() for line in f]
-        except OSError:
+        tables = _read_tables()
+        if tables is None:
             return None
+        memberships, mounts = tables
         return cls._find_in(policy, memberships=memberships, mounts=mounts)
 
     @classmethod
@@ -119,12 +116,8 @@ class MemoryCgroup(_ContextCgroups):
                             continue
                 except OSError:
                     continue
-            directory = os.path.join(base, f"takohost-zygote-{os.getpid()}")
-            try:
-                os.mkdir(directory, 0o700)
-            except FileExistsError:
-                pass
-            except OSError:
+            directory = _own_directory(base, "takohost-zygote")
+            if directory is None:
                 continue
             if version == 2:
                 try:
@@ -160,16 +153,40 @@ class MemoryCgroup(_ContextCgroups):
 
 
 
-def _hierarchies() -> list[tuple[str, list[str], str, str]]:
-    """``(fstype, options, mount point, this process's cgroup path in it)`` of every mounted
-    cgroup hierarchy this process belongs to (v1 ``cgroup`` and v2 ``cgroup2``)."""
+def _own_directory(base: str, prefix: str) -> str | None:
+    """This zygote's directory ``<base>/<prefix>-<pid>`` (mode 0700), made unless it is there
+    already: its path, or ``None`` when it cannot be made."""
+    directory = os.path.join(base, f"{prefix}-{os.getpid()}")
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    return directory
+
+
+def _read_tables() -> tuple[list[list[str]], list[list[str]]] | None:
+    """This process's ``/proc/self/cgroup`` lines split at ``:`` (``[hierarchy id, controllers,
+    path]``) and ``/proc/self/mountinfo``'s split at blanks, or ``None`` when either cannot be
+    read."""
     try:
         with open("/proc/self/cgroup") as f:
             memberships = [line.rstrip("\n").split(":", 2) for line in f]
         with open("/proc/self/mountinfo") as f:
             mounts = [line.split() for line in f]
     except OSError:
+        return None
+    return memberships, mounts
+
+
+def _hierarchies() -> list[tuple[str, list[str], str, str]]:
+    """``(fstype, options, mount point, this process's cgroup path in it)`` of every mounted
+    cgroup hierarchy this process belongs to (v1 ``cgroup`` and v2 ``cgroup2``)."""
+    tables = _read_tables()
+    if tables is None:
         return []
+    memberships, mounts = tables
     found = []
     for mount in mounts:
         sep = mount.index("-")
@@ -210,13 +227,10 @@ class Freezer(_ContextCgroups):
         for fstype, options, mount_point, own in candidates:
             if fstype == "cgroup" and "freezer" not in options:
                 continue
-            _clean_stale(os.path.join(mount_point, own.lstrip("/")))
-            directory = os.path.join(mount_point, own.lstrip("/"), f"takohost-freezer-{os.getpid()}")
-            try:
-                os.mkdir(directory, 0o700)
-            except FileExistsError:
-                pass
-            except OSError:
+            base = os.path.join(mount_point, own.lstrip("/"))
+            _clean_stale(base)
+            directory = _own_directory(base, "takohost-freezer")
+            if directory is None:
                 continue
             state = "freezer.state" if fstype == "cgroup" else "cgroup.freeze"
             if fstype == "cgroup" or os.path.exists(os.path.join(directory, state)):
