@@ -6,7 +6,10 @@ the reconcile is dispatched only after the accepting transaction committed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import flask
+import marshmallow as ma
 
 from host_api import apidoc, db, query, schemas
 from host_api import body as request_body
@@ -25,7 +28,35 @@ FORM = {
 }
 
 
-def _accepted(space: str, accepted: resources.Accepted) -> flask.Response:
+def _mutation(
+    summary: str,
+    *,
+    errors: tuple[str, ...],
+    body: type[ma.Schema] | None = None,
+    body_required: bool = True,
+) -> Callable[[apidoc.F], apidoc.F]:
+    """``apidoc.operation`` of a mutation: ``202`` with the Operation (:func:`_accept`), a
+    required ``Idempotency-Key``, the mutation errors of every such route and then ``errors``."""
+    return apidoc.operation(
+        summary,
+        apidoc.ACCEPTED,
+        parameters=(apidoc.IDEMPOTENCY_KEY,),
+        body=body,
+        body_required=body_required,
+        errors=(*apidoc.MUTATION_ERRORS, *errors),
+    )
+
+
+def _accept(
+    space: str, *, key: str, parsed: object, accept: Callable[..., resources.Accepted], **fields: object
+) -> flask.Response:
+    """Accept a mutation in one transaction and answer ``202``: ``accept`` (an ``accept_*_txn``)
+    with the session, ``space``, the Idempotency-Key ``key``, the fingerprint of the request
+    (``parsed``: what its body parsed to, ``None`` for none), now and ``fields``; the reconcile
+    is dispatched after the commit."""
+    fingerprint = request_body.request_fingerprint(parsed)
+    with db.session() as session:
+        accepted = accept(session, space=space, key=key, request_hash=fingerprint, now=utcnow(), **fields)
     op = accepted.operation
     if accepted.new or op.state in operations.UNFINISHED:
         dispatch.reconcile_operation(op.id)
@@ -36,32 +67,21 @@ def _accepted(space: str, accepted: resources.Accepted) -> flask.Response:
 
 
 @bp.post("/v2/spaces/<space>/resources")
-@apidoc.operation(
+@_mutation(
     "create a resource of one of the five Forms (docs/spec/http-api.md#api-res)",
-    apidoc.ACCEPTED,
-    parameters=(apidoc.IDEMPOTENCY_KEY,),
     body=schemas.CreateResourceBody,
-    errors=(*apidoc.MUTATION_ERRORS, "invalid_spec", "unsupported_form", "reference_not_found",
-            "name_conflict", "dependency_conflict", "quota_exceeded"),
+    errors=("invalid_spec", "unsupported_form", "reference_not_found", "name_conflict",
+            "dependency_conflict", "quota_exceeded"),
 )
 def create_resource(space: str) -> flask.Response:
     """``POST …/resources`` ``{"form", "name", "spec", "privateInputs"?}`` → ``202`` Operation."""
     key = request_body.idempotency_key(required=True)
     body = request_body.json_object_body()
-    fingerprint = request_body.request_fingerprint(body)
     request = schemas.validate_create(body)
-    with db.session() as session:
-        accepted = resources.accept_create_txn(
-            session,
-            space=space,
-            key=key,
-            request_hash=fingerprint,
-            form=request.form,
-            name=request.name,
-            spec=request.spec,
-            now=utcnow(),
-        )
-    return _accepted(space, accepted)
+    return _accept(
+        space, key=key, parsed=body, accept=resources.accept_create_txn,
+        form=request.form, name=request.name, spec=request.spec,
+    )
 
 
 @bp.get("/v2/spaces/<space>/resources")
@@ -109,60 +129,37 @@ def get_resource(space: str, uid: str) -> flask.Response:
 
 
 @bp.put("/v2/spaces/<space>/resources/<uid>")
-@apidoc.operation(
+@_mutation(
     "replace the spec (whole replacement); a new generation and Operation",
-    apidoc.ACCEPTED,
-    parameters=(apidoc.IDEMPOTENCY_KEY,),
     body=schemas.UpdateResourceBody,
-    errors=(*apidoc.MUTATION_ERRORS, "invalid_spec", "immutable_field", "reference_not_found",
-            "dependency_conflict", "replay_check_failed"),
+    errors=("invalid_spec", "immutable_field", "reference_not_found", "dependency_conflict",
+            "replay_check_failed"),
 )
 def update_resource(space: str, uid: str) -> flask.Response:
     """``PUT …/resources/{uid}`` ``{"spec", "privateInputs"?}`` → ``202`` Operation."""
     key = request_body.idempotency_key(required=True)
     body = request_body.json_object_body()
-    fingerprint = request_body.request_fingerprint(body)
-    with db.session() as session:
-        accepted = resources.accept_update_txn(
-            session,
-            space=space,
-            uid=uid,
-            key=key,
-            request_hash=fingerprint,
-            body=body,
-            validate=lambda b, form: schemas.validate_update(b, form=form),
-            now=utcnow(),
-        )
-    return _accepted(space, accepted)
+    return _accept(
+        space, key=key, parsed=body, accept=resources.accept_update_txn,
+        uid=uid, body=body, validate=lambda b, form: schemas.validate_update(b, form=form),
+    )
 
 
 @bp.delete("/v2/spaces/<space>/resources/<uid>")
-@apidoc.operation(
-    "delete the resource",
-    apidoc.ACCEPTED,
-    parameters=(apidoc.IDEMPOTENCY_KEY,),
-    errors=(*apidoc.MUTATION_ERRORS, "dependency_conflict"),
-)
+@_mutation("delete the resource", errors=("dependency_conflict",))
 def delete_resource(space: str, uid: str) -> flask.Response:
     """``DELETE …/resources/{uid}`` → ``202`` Operation (the body, if any, is ignored)."""
     key = request_body.idempotency_key(required=True)
-    fingerprint = request_body.request_fingerprint(None)
-    with db.session() as session:
-        accepted = resources.accept_delete_txn(
-            session, space=space, uid=uid, key=key, request_hash=fingerprint, now=utcnow()
-        )
-    return _accepted(space, accepted)
+    return _accept(space, key=key, parsed=None, accept=resources.accept_delete_txn, uid=uid)
 
 
 @bp.post("/v2/spaces/<space>/resources/<uid>/check")
-@apidoc.operation(
+@_mutation(
     "replay a WorkerVersion against the live instances of its Worker's DurableWorkflows "
     "(an Operation of kind check; the outcome is the Version's observed.replayCheck)",
-    apidoc.ACCEPTED,
-    parameters=(apidoc.IDEMPOTENCY_KEY,),
     body=schemas.ReplayCheckBody,
     body_required=False,
-    errors=(*apidoc.MUTATION_ERRORS, "invalid_request", "unsupported_form"),
+    errors=("invalid_request", "unsupported_form"),
 )
 def check_version(space: str, uid: str) -> flask.Response:
     """``POST …/resources/{versionUid}/check`` ``{"terminal"?: N}`` → ``202`` Operation of kind
@@ -171,13 +168,10 @@ def check_version(space: str, uid: str) -> flask.Response:
     body = request_body.json_body(required=False)
     if body is not None and not isinstance(body, dict):
         raise DomainError("invalid_request", "the request body must be a JSON object")
-    fingerprint = request_body.request_fingerprint(body)
-    with db.session() as session:
-        accepted = replay_checks.accept_check_txn(
-            session, space=space, uid=uid, key=key, request_hash=fingerprint,
-            request=replay_checks.parse_request(body), now=utcnow(),
-        )
-    return _accepted(space, accepted)
+    return _accept(
+        space, key=key, parsed=body, accept=replay_checks.accept_check_txn,
+        uid=uid, request=replay_checks.parse_request(body),
+    )
 
 
 @bp.get("/v2/spaces/<space>/operations/<op_id>")
