@@ -240,12 +240,10 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
         validation = sandbox_validation.validate_spec(
             spec, space=space, packages=None if layer is None else layer.name
         )
-    with models_db.session_scope() as session:
-        loaded = _running_txn(session, operation_id)
-        if loaded is None:
+    with _running(operation_id) as held:
+        if held is None:
             return DONE
-        op, resource = loaded
-        now = utcnow()
+        session, op, resource, now = held
         if refused is not None:  # nothing was installed: the Version is failed, like a bad import
             resource_sql.settle(resource, phase="failed", observed={"validated": False, "error": refused.message}, now=now)
             if isinstance(refused, DomainError):  # a quota
@@ -290,10 +288,7 @@ def _reconcile_locked(operation_id: str, *, validate: bool) -> str:
         elif form == "WorkerCronTrigger":
             observed = cron_schedules.register_schedule_txn(session, trigger=resource, now=now)
         resource_sql.settle(resource, phase="idle", observed=observed, now=now)
-        operations.set_state(op, operations.SUCCEEDED, now=now)
-        if form == "WorkerDeployment" and resource.worker_uid is not None:
-            session.flush()
-            observe_workflows_txn(session, worker_uid=resource.worker_uid, now=now)
+        _succeed_txn(session, op, resource, now=now)
     return DONE
 
 
@@ -301,42 +296,52 @@ def _apply_delete(operation_id: str, *, form: str, uid: str) -> str:
     if (form == "DurableWorkflow" and not instance_stop.purge_workflow(uid, now=utcnow())) or (
         form == "WorkerCronTrigger" and not cron_tasks.deliveries_stopped(uid, now=utcnow())
     ):
-        with models_db.session_scope() as session:
-            loaded = _running_txn(session, operation_id)
-            if loaded is not None:
-                now = utcnow()
-                operations.set_state(loaded[0], operations.RUNNING, now=now)
-                loaded[0].next_attempt_at = now + operations.redispatch_after()
+        with _running(operation_id) as held:
+            if held is not None:
+                _, op, _, now = held
+                operations.set_state(op, operations.RUNNING, now=now)
+                resource_sql.postpone(op, next_attempt_at=now + operations.redispatch_after())
         return RETRY
-    with models_db.session_scope() as session:
-        loaded = _running_txn(session, operation_id)
-        if loaded is None:
+    with _running(operation_id) as held:
+        if held is None:
             return DONE
-        op, resource = loaded
-        now = utcnow()
+        session, op, resource, now = held
         if form == "WorkerCronTrigger":
             cron_schedules.unregister_schedule_txn(session, trigger_uid=uid, now=now)
         resource_sql.mark_deleted(resource, now=now)
         if form == "WorkerVersion":
             quotas.release_version_txn(session, space=resource.space, spec=resource.spec)
         resource_sql.drop_refs_txn(session, source_uid=uid)
-        operations.set_state(op, operations.SUCCEEDED, now=now)
-        if form == "WorkerDeployment" and resource.worker_uid is not None:
-            session.flush()
-            observe_workflows_txn(session, worker_uid=resource.worker_uid, now=now)
+        _succeed_txn(session, op, resource, now=now)
     return DONE
 
 
-def _running_txn(
-    session: orm.Session, operation_id: str
-) -> tuple[res_models.Operation, res_models.Resource] | None:
-    """The Operation (locked) and its resource, or None when it is no longer unfinished."""
-    op = resource_sql.lock_operation_txn(session, operation_id=operation_id, refresh=True)
-    if op is None or op.state not in operations.UNFINISHED:
-        return None
-    resource = resource_sql.lock_operated_txn(session, uid=op.resource_uid)
-    assert resource is not None  # an Operation's resource row is never deleted, only marked
-    return op, resource
+@contextlib.contextmanager
+def _running(
+    operation_id: str,
+) -> Iterator[tuple[orm.Session, res_models.Operation, res_models.Resource, dt.datetime] | None]:
+    """A transaction holding the Operation (locked afresh) and its resource: ``(session, op,
+    resource, now)``, or None (nothing held) when the Operation is no longer unfinished. It
+    commits when the ``with`` block ends normally."""
+    with models_db.session_scope() as session:
+        op = resource_sql.lock_operation_txn(session, operation_id=operation_id, refresh=True)
+        if op is None or op.state not in operations.UNFINISHED:
+            yield None
+            return
+        resource = resource_sql.lock_operated_txn(session, uid=op.resource_uid)
+        assert resource is not None  # an Operation's resource row is never deleted, only marked
+        yield session, op, resource, utcnow()
+
+
+def _succeed_txn(
+    session: orm.Session, op: res_models.Operation, resource: res_models.Resource, *, now: dt.datetime
+) -> None:
+    """``op`` succeeded; a WorkerDeployment's change (applied or deleted) re-observes every
+    DurableWorkflow of its Worker (``ready``)."""
+    operations.set_state(op, operations.SUCCEEDED, now=now)
+    if resource.form == "WorkerDeployment" and resource.worker_uid is not None:
+        session.flush()
+        observe_workflows_txn(session, worker_uid=resource.worker_uid, now=now)
 
 
 def observe_workflows_txn(session: orm.Session, *, worker_uid: str, now: dt.datetime) -> int:
@@ -356,12 +361,10 @@ def observe_workflows_txn(session: orm.Session, *, worker_uid: str, now: dt.date
 
 def _record_unexpected(operation_id: str, exc: Exception) -> str:
     """Count an unexpected failure; fail the Operation with ``effect: unknown`` after MAX_ATTEMPTS."""
-    with models_db.session_scope() as session:
-        loaded = _running_txn(session, operation_id)
-        if loaded is None:
+    with _running(operation_id) as held:
+        if held is None:
             return DONE
-        op, resource = loaded
-        now = utcnow()
+        _, op, resource, now = held
         if resource_sql.count_attempt(op) < MAX_ATTEMPTS:
             resource_sql.postpone(op, next_attempt_at=now + operations.redispatch_after(), now=now)
             return RETRY

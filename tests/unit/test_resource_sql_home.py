@@ -20,10 +20,11 @@ WRITES = re.compile(
     rf"|{MODEL}(\(|\.__table__)"
     r"|session\.add\(\s*(op|operation|resource|ref)\s*\)"
 )
-#: An attribute write of a loaded resource or Operation row (``resource.phase = …``, ``op.state, … = …``):
-#: the row functions of ``models/resource_sql.py`` write those columns.
+#: An attribute write of a loaded resource or Operation row (``resource.phase = …``, ``op.state, … = …``,
+#: also through an item of a tuple: ``loaded[0].next_attempt_at = …``): the row functions of
+#: ``models/resource_sql.py`` write those columns.
 ROW_WRITES = re.compile(
-    r"^[ \t]*(op|operation|resource|workflow|trigger|version|deployment|record)\."
+    r"^[ \t]*(op|operation|resource|workflow|trigger|version|deployment|record|\w+\[\d+\])\."
     r"(phase|observed|observed_at|spec|generation|latest_operation_id|deleted_at|private_inputs|output"
     r"|state|effect|error|attempts|next_attempt_at|request|response_status|response_body)\b"
     r"\s*(,\s*[\w.]+\s*)*=(?!=)",
