@@ -84,8 +84,9 @@ def _store(variant: str, url: str, pk: int, lifetime: dt.datetime):
 
 
 def run(variant: str, url: str, steps: int) -> dict:
-    from takohost.domain import decide
+    from takohost.domain import decide, retry
 
+    first_attempt = decide.RunEffect(attempt=1, policy=retry.parse_retry_policy({"maxAttempts": 1}), new=True)
     lifetime = dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
     timings = []
     per_instance = 100
@@ -97,9 +98,7 @@ def run(variant: str, url: str, steps: int) -> dict:
             began = time.perf_counter()
             ctx.commit_attempt(
                 name=f"s{i}",
-                attempt=1,
-                new=True,
-                policy={"maxAttempts": 1},
+                run=first_attempt,
                 started_at=now,
                 outcome=decide.AttemptSucceeded(result={"i": i}),
                 now=now,

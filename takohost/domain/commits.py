@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
 
 from takohost.domain import decide, history
 
@@ -39,20 +37,21 @@ class Commit:
 def attempt(
     *,
     name: str,
-    attempt: int,
-    new: bool,
-    policy: Mapping[str, Any],
+    run: decide.RunEffect,
     started_at: dt.datetime,
     outcome: decide.Outcome,
     lifetime_ends_at: dt.datetime,
 ) -> Commit:
-    """A finished attempt of ``step.do(name)``: success, a retry (pending, next attempt time, a
-    ``retry`` timer unless the delay is 0) or the final failure (``step_failed``).
+    """The attempt ``run`` of ``step.do(name)`` finished with ``outcome``: success, a retry (pending,
+    next attempt time, a ``retry`` timer unless the delay is 0) or the final failure
+    (``step_failed``). ``run`` is ``decide``'s decision to run it (its 1-based number, the
+    step's retry policy, stored as ``RetryPolicy.to_json``, and whether the name is new).
 
     ``StepAttemptStarted`` is written here, with its real start time, in the same commit as the
     attempt's outcome (one commit per step, docs/performance.md); an attempt whose worker died before its
     outcome was committed leaves no record and runs again (at-least-once).
     """
+    attempt, new, policy = run.attempt, run.new, run.policy.to_json()
     events = [history.attempt_started(name, attempt, at=started_at, policy=policy)]
     config = {"policy": policy}
     if isinstance(outcome, decide.AttemptSucceeded):

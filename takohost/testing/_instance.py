@@ -491,9 +491,7 @@ class _Context:
         instance._apply(
             commits.attempt(
                 name=name,
-                attempt=decision.attempt,
-                new=decision.new,
-                policy=decision.policy.to_json(),
+                run=decision,
                 started_at=started_at,
                 outcome=outcome,
                 lifetime_ends_at=instance.lifetime_ends_at,

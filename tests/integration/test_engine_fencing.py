@@ -15,7 +15,7 @@ from models import instances as inst_models
 from models.base import utcnow
 from services import instance_history, instance_stop, instances
 from services import leases as lease_service
-from takohost.domain import decide
+from takohost.domain import decide, retry
 from tests.support import workflows
 from workers.engine import context, store
 from workers.sandbox import heartbeat
@@ -157,13 +157,11 @@ def test_every_fenced_commit_kind_is_refused(db_url, space_token, zygote, monkey
     assert cs.start(version_uid=deployed.version, now=now)
     stale = store.ContextStore(conn, pk=pk, lifetime_ends_at=snapshot.lifetime_ends_at)
     stale.epoch = cs.epoch - 1  # the token of an earlier context
-    policy = {"maxAttempts": 1, "initialDelaySeconds": 0, "backoff": "constant", "maxDelaySeconds": 43200}
+    run = decide.RunEffect(attempt=1, policy=retry.parse_retry_policy({"maxAttempts": 1}), new=True)
     with pytest.raises(store.Fenced):
         stale.commit_attempt(
             name="a",
-            attempt=1,
-            new=True,
-            policy=policy,
+            run=run,
             started_at=now,
             outcome=decide.AttemptSucceeded({"v": 1}),
             now=now,
@@ -265,13 +263,11 @@ def test_a_context_fenced_by_a_delete_can_never_commit_later(db_url, space_token
     assert instance_stop.purge_workflow(deployed.workflow, now=now) is True  # no lease: nothing runs
     other = workflows.deploy(db_url, space=space, source=BLOCKING, class_name="Blocking")
     instances.create(space=space, workflow_uid=other.workflow, instance_id="doomed")
-    policy = {"maxAttempts": 1, "initialDelaySeconds": 0, "backoff": "constant", "maxDelaySeconds": 43200}
+    run = decide.RunEffect(attempt=1, policy=retry.parse_retry_policy({"maxAttempts": 1}), new=True)
     with pytest.raises(store.Fenced):
         owner.commit_attempt(
             name="a",
-            attempt=1,
-            new=True,
-            policy=policy,
+            run=run,
             started_at=now,
             outcome=decide.AttemptSucceeded({"v": 1}),
             now=now,

@@ -15,7 +15,7 @@ from models import db as models_db
 from models import instance_sql
 from models.base import utcnow
 from services import dispatch, instance_events, instance_history, instance_stop, instances
-from takohost.domain import decide, history
+from takohost.domain import decide, history, retry
 from tests.support import workflows
 from workers.engine import store
 
@@ -125,9 +125,7 @@ def test_history_stays_newest_last_in_time_when_a_commit_waited_for_a_later_even
     thread = threading.Thread(
         target=lambda: cs.commit_attempt(
             name="a",
-            attempt=1,
-            new=True,
-            policy={"maxAttempts": 1},
+            run=decide.RunEffect(attempt=1, policy=retry.parse_retry_policy({"maxAttempts": 1}), new=True),
             started_at=early,
             outcome=outcome,
             now=early,

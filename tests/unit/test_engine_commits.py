@@ -20,9 +20,7 @@ def _types(commit):
 def test_a_successful_attempt_records_start_and_completion_in_one_commit():
     commit = commits.attempt(
         name="a",
-        attempt=1,
-        new=True,
-        policy=POLICY.to_json(),
+        run=decide.RunEffect(attempt=1, policy=POLICY, new=True),
         started_at=NOW - dt.timedelta(seconds=1),
         outcome=decide.AttemptSucceeded({"v": 1}),
         lifetime_ends_at=LIFE,
@@ -31,6 +29,9 @@ def test_a_successful_attempt_records_start_and_completion_in_one_commit():
     assert commit.events[0].timestamp == NOW - dt.timedelta(seconds=1)  # the real start time
     assert commit.step.state == "succeeded" and commit.step.result == {"v": 1} and commit.new_steps == 1
     assert commit.status is None and not commit.touch and commit.timer is None
+    # The step's policy as the decision parsed it, in the row and in the history (what replay checks).
+    assert commit.step.config == {"policy": POLICY.to_json()} and commit.step.attempts == 1
+    assert commit.events[0].attributes == {"name": "a", "attempt": 1, "policy": POLICY.to_json()}
 
 
 def test_a_retry_keeps_the_step_pending_with_a_timer_unless_the_delay_is_zero():
@@ -39,9 +40,7 @@ def test_a_retry_keeps_the_step_pending_with_a_timer_unless_the_delay_is_zero():
     )
     commit = commits.attempt(
         name="a",
-        attempt=1,
-        new=False,
-        policy=POLICY.to_json(),
+        run=decide.RunEffect(attempt=1, policy=POLICY, new=False),
         started_at=NOW,
         outcome=outcome,
         lifetime_ends_at=LIFE,
@@ -53,9 +52,7 @@ def test_a_retry_keeps_the_step_pending_with_a_timer_unless_the_delay_is_zero():
     outcome = decide.decide_outcome(attempt=1, policy=zero, ok=False, now=NOW)
     commit = commits.attempt(
         name="a",
-        attempt=1,
-        new=True,
-        policy=zero.to_json(),
+        run=decide.RunEffect(attempt=1, policy=zero, new=True),
         started_at=NOW,
         outcome=outcome,
         lifetime_ends_at=LIFE,
@@ -69,9 +66,7 @@ def test_the_last_failure_is_step_failed():
     )
     commit = commits.attempt(
         name="a",
-        attempt=3,
-        new=False,
-        policy=POLICY.to_json(),
+        run=decide.RunEffect(attempt=3, policy=POLICY, new=False),
         started_at=NOW,
         outcome=outcome,
         lifetime_ends_at=LIFE,

@@ -535,20 +535,13 @@ class ReplayContext:
             outcome = self._outcome(message, decision)
             break
         self._log_attempt(name, decision.attempt, outcome)
-        policy = decision.policy.to_json()
         retrying = isinstance(outcome, decide.AttemptFailedRetry)
         if retrying or died:
             # Each attempt runs in a fresh context (even with delay 0, docs/spec/durable-workflow.md#dw-step-do):
             # the child goes first, then the attempt's outcome is committed.
             self._stop_child()
         self.store.commit_attempt(
-            name=name,
-            attempt=decision.attempt,
-            new=decision.new,
-            policy=policy,
-            started_at=started_at,
-            outcome=outcome,
-            now=self.clock(),
+            name=name, run=decision, started_at=started_at, outcome=outcome, now=self.clock()
         )
         self.observer.attempt_done(outcome)
         if isinstance(outcome, decide.AttemptFailedRetry):

@@ -32,7 +32,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -216,26 +215,17 @@ class ContextStore:
         self,
         *,
         name: str,
-        attempt: int,
-        new: bool,
-        policy: Mapping[str, Any],
+        run: decide.RunEffect,
         started_at: dt.datetime,
         outcome: decide.Outcome,
         now: dt.datetime,
     ) -> None:
-        """Record one finished attempt of ``step.do`` (``commits.attempt``). Raises :class:`Fenced`."""
-        self.apply(
-            commits.attempt(
-                name=name,
-                attempt=attempt,
-                new=new,
-                policy=policy,
-                started_at=started_at,
-                outcome=outcome,
-                lifetime_ends_at=self.lifetime_ends_at,
-            ),
-            now=now,
+        """Record the finished attempt ``run`` of ``step.do(name)`` (``commits.attempt``). Raises
+        :class:`Fenced`."""
+        commit = commits.attempt(
+            name=name, run=run, started_at=started_at, outcome=outcome, lifetime_ends_at=self.lifetime_ends_at
         )
+        self.apply(commit, now=now)
 
     def commit_sleep_completed(
         self, *, name: str, seconds: int | None, wake_at: dt.datetime, new: bool, now: dt.datetime
