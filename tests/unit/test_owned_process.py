@@ -5,10 +5,12 @@ reaps it and removes its directory."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
+import pytest
+
 from workers import owned_process
+from workers.sandbox import zygote
 
 # A helper: answers on its ready pipe, then exits once its control pipe is closed.
 HELPER = """
@@ -26,21 +28,12 @@ class Helper(owned_process.OwnedProcess):
         self.dropped = 0
         self._init_owned()
 
-    def start(self, timeout: float = 10.0) -> bytes:
+    def start(self, timeout: float = 10.0) -> bytes:  # type: ignore[override]  # the answer, for the tests
         self._make_dir(prefix="takohost-test-helper-", socket_name="helper.sock")
-        control_r, control_w = os.pipe()
-        ready_r, ready_w = os.pipe()
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", HELPER, str(control_r), str(ready_w), self.answer],
-                pass_fds=(control_r, ready_w),
-                start_new_session=True,
-            )
-        finally:
-            os.close(control_r)
-            os.close(ready_w)
-        self._owned(proc, control_w=control_w)
-        return self._await_ready(ready_r, timeout)
+        return self._launch(
+            lambda control, ready: [sys.executable, "-c", HELPER, str(control), str(ready), self.answer],
+            timeout=timeout,
+        )
 
     def _drop_client(self) -> None:
         self.dropped += 1
@@ -85,3 +78,39 @@ def test_no_answer_within_the_timeout_is_an_empty_answer():
         assert owned_process.OwnedProcess._await_ready(read_end, 0.05) == b""
     finally:
         os.close(write_end)
+
+
+def test_an_error_answer_stops_the_helper_and_is_the_reason():
+    helper = Helper("error no rules file")
+    answer = helper.start()
+    proc = helper._proc
+    with pytest.raises(RuntimeError, match="^no rules file$"):
+        helper._check_ready(answer, timeout=1.0)
+    assert proc is not None and proc.returncode is not None and not helper.running
+
+
+def test_a_connection_before_the_start_is_refused():
+    with pytest.raises(RuntimeError, match="the helper was not started"):
+        Helper("ready")._connection()
+
+
+#: An interpreter that answers the zygote's probe of its home, then, as the zygote, never says
+#: ready: it waits for its control pipe (``--control-fd``) to close.
+SILENT_INTERPRETER = """#!{python}
+import os, sys
+if sys.argv[1] == "-I":
+    print(sys.base_prefix + ":" + sys.base_exec_prefix)
+    sys.exit(0)
+os.read(int(sys.argv[sys.argv.index("--control-fd") + 1]), 1)
+"""
+
+
+def test_a_zygote_silent_at_the_timeout_did_not_become_ready(tmp_path):
+    # It is still running when the wait ends: its status is read before the stop reaps it.
+    python = tmp_path / "python"
+    python.write_text(SILENT_INTERPRETER.format(python=sys.executable))
+    python.chmod(0o755)
+    silent = zygote.Zygote(python=str(python))
+    with pytest.raises(zygote.ZygoteUnavailable, match=r"^the zygote did not become ready within 0.3 s$"):
+        silent.start(timeout=0.3)
+    assert not silent.running

@@ -12,17 +12,13 @@ made a connection).
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import itertools
 import logging
 import os
 import queue
 import socket
-import subprocess
 import sys
 import threading
-import weakref
 from typing import Any
 
 from core import units
@@ -76,66 +72,42 @@ class Session:
 class EgressProxy(owned_process.OwnedProcess):
     """Client (and, in the starting process, owner) of one egress proxy process."""
 
+    _name = "the egress proxy"
+    _unavailable = EgressUnavailable
+
     def __init__(self, *, python: str | None = None, environ: dict[str, str] | None = None) -> None:
         self._python = python or sys.executable
         self._environ = dict(os.environ if environ is None else environ)
         self._init_owned()
-        self._reset_client()
-        _INSTANCES.add(self)
 
     def _reset_client(self) -> None:
-        self._sock: socket.socket | None = None
-        self._sock_pid: int | None = None
-        self._lock = threading.Lock()
+        super()._reset_client()
         self._sessions: dict[str, Session] = {}
 
     def start(self, timeout: float = 10.0) -> None:
         """Start the proxy and wait until it listens. Raises :class:`EgressUnavailable` (with
         the configuration error, e.g. a bad ``TAKOHOST_EGRESS_RULES_FILE``)."""
         self._make_dir(prefix="takohost-egress-", socket_name="egress.sock")
-        assert self.socket_path is not None
-        control_r, control_w = os.pipe()
-        ready_r, ready_w = os.pipe()
-        command = [
-            self._python,
-            "-I",
-            "-B",
-            "-m",
-            "workers.egress.proxy",
-            "--socket",
-            self.socket_path,
-            "--control-fd",
-            str(control_r),
-            "--ready-fd",
-            str(ready_w),
-        ]
-        try:
-            proc = subprocess.Popen(
-                command,
-                env=self._environ,
-                close_fds=True,
-                pass_fds=(control_r, ready_w),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                cwd="/",
-                start_new_session=True,
-            )
-        finally:
-            os.close(control_r)
-            os.close(ready_w)
-        self._owned(proc, control_w=control_w)
-        answer = self._await_ready(ready_r, timeout)
-        if not answer.startswith(b"ready"):
-            self.stop()
-            if answer.startswith(b"error "):
-                raise EgressUnavailable(answer[6:].decode(errors="replace").strip())
-            raise EgressUnavailable("the egress proxy did not start (see its stderr)")
+        socket_path = self.socket_path
+        assert socket_path is not None
 
-    def _drop_client(self) -> None:
-        with self._lock:
-            if self._sock is not None:
-                self._sock.close()
-                self._sock = None
+        def command(control_fd: int, ready_fd: int) -> list[str]:
+            return [
+                self._python,
+                "-I",
+                "-B",
+                "-m",
+                "workers.egress.proxy",
+                "--socket",
+                socket_path,
+                "--control-fd",
+                str(control_fd),
+                "--ready-fd",
+                str(ready_fd),
+            ]
+
+        answer = self._launch(command, timeout=timeout, env=self._environ)
+        self._check_ready(answer, timeout=timeout, silent="the egress proxy did not start (see its stderr)")
 
     def open(self, *, space: str, fds: list[int]) -> Session:
         """Hand the proxy one context's listeners (``fds``, from the child's ``hello``; the caller
@@ -153,43 +125,26 @@ class EgressProxy(owned_process.OwnedProcess):
                 )
             except OSError as exc:
                 self._sessions.pop(key, None)
-                self._drop_connection()
+                self._close_connection()
                 raise EgressUnavailable(f"cannot reach the egress proxy: {exc}") from None
         return session
 
     def _send(self, message: dict[str, Any]) -> None:
         with self._lock:
-            if self._sock is None or self._sock_pid != os.getpid():
+            if self._client is None or self._client_pid != os.getpid():
                 return
             try:
-                self._sock.sendall(protocol.encode_frame(message))
+                self._client.sendall(protocol.encode_frame(message))
             except OSError:
-                self._drop_connection()
+                self._close_connection()
 
     def _forget(self, key: str) -> None:
         with self._lock:
             self._sessions.pop(key, None)
 
-    def _connection(self) -> socket.socket:
-        if self._sock is None or self._sock_pid != os.getpid():
-            if self.socket_path is None:
-                raise EgressUnavailable("the egress proxy was not started")
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(self.socket_path)
-            except OSError as exc:
-                sock.close()
-                raise EgressUnavailable(f"cannot reach the egress proxy: {exc}") from None
-            self._sock, self._sock_pid = sock, os.getpid()
-            reader = threading.Thread(target=self._read, args=(sock,), name="egress-records", daemon=True)
-            reader.start()
-        return self._sock
-
-    def _drop_connection(self) -> None:
-        if self._sock is not None:
-            with contextlib.suppress(OSError):
-                self._sock.close()
-        self._sock = None
+    def _connected(self, sock: socket.socket) -> None:
+        reader = threading.Thread(target=self._read, args=(sock,), name="egress-records", daemon=True)
+        reader.start()
 
     def _read(self, sock: socket.socket) -> None:
         """The records reader: routes each record to its context's session."""
@@ -228,31 +183,12 @@ class EgressProxy(owned_process.OwnedProcess):
             session.closed.set()
 
 
-_INSTANCES: weakref.WeakSet[EgressProxy] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for proxy in list(_INSTANCES):
-        proxy._reset_client()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-_default: EgressProxy | None = None
-_default_lock = threading.Lock()
+_DEFAULT = owned_process.ProcessDefault(EgressProxy)
 
 
 def get_egress_proxy() -> EgressProxy:
     """The process-wide egress proxy, started on first use (and restarted if it died)."""
-    global _default
-    with _default_lock:
-        if _default is None or not _default.running:
-            if _default is not None:
-                _default.stop()
-            _default = EgressProxy()
-            _default.start()
-            atexit.register(_default.stop)
-        return _default
+    return _DEFAULT.get()
 
 
 def job_part(space: str) -> dict[str, Any]:
@@ -296,9 +232,5 @@ def _size(value: object) -> str:
 def reset() -> None:
     """Stop this process's default proxy and forget the configuration (tests that change the
     environment of their own process)."""
-    global _default
-    with _default_lock:
-        if _default is not None:
-            _default.stop()
-        _default = None
+    _DEFAULT.reset()
     egress_config.reset()

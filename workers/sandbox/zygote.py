@@ -12,7 +12,6 @@ per-process default.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import logging
@@ -20,9 +19,7 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-import weakref
 from typing import Any
 
 from takohost.runtime import boot, isolation, protocol
@@ -56,7 +53,11 @@ class Zygote(owned_process.OwnedProcess):
 
     ``python`` is the interpreter to run (default ``sys.executable``); ``child_stderr`` keeps the
     children's stderr (tracebacks of the runtime itself) instead of ``/dev/null``, for debugging.
+    ``stop`` (the owner's) closes the control pipe: the zygote kills every child group and exits.
     """
+
+    _name = "the zygote"
+    _unavailable = ZygoteUnavailable
 
     def __init__(
         self,
@@ -75,13 +76,6 @@ class Zygote(owned_process.OwnedProcess):
             policy = dataclasses.replace(policy, packages_dir=_packages_dir())
         self.policy = policy
         self._init_owned()
-        self._reset_client()
-        _INSTANCES.add(self)
-
-    def _reset_client(self) -> None:
-        self._client: socket.socket | None = None
-        self._client_pid: int | None = None
-        self._lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -93,24 +87,25 @@ class Zygote(owned_process.OwnedProcess):
         if self._proc is not None:
             raise RuntimeError("this Zygote was already started")
         self._make_dir(prefix="takohost-zygote-", socket_name="zygote.sock")
-        control_r, control_w = os.pipe()
-        ready_r, ready_w = os.pipe()
+        flags, env = _interpreter_flags(self._python)
         # The interpreter runs as "takohost-sandbox" with the boot script read from a descriptor:
         # its command line (which every context inherits: sys.orig_argv, /proc/self/cmdline)
         # names no host path, and the SDK's modules are named by their place in a context
         # (takohost/runtime/boot.py).
         boot_fd = os.open(os.path.join(self.policy.sdk_dir, "runtime", "boot.py"), os.O_RDONLY)
-        flags, env = _interpreter_flags(self._python)
-        command = [
-            "takohost-sandbox",
-            *flags,
-            "-c",
-            boot.command(boot_fd),
-            "--control-fd",
-            str(control_r),
-            "--ready-fd",
-            str(ready_w),
-        ]
+
+        def command(control_fd: int, ready_fd: int) -> list[str]:
+            return [
+                "takohost-sandbox",
+                *flags,
+                "-c",
+                boot.command(boot_fd),
+                "--control-fd",
+                str(control_fd),
+                "--ready-fd",
+                str(ready_fd),
+            ]
+
         # On its standard input, not its command line: children inherit the zygote's memory.
         packages = boot.package_dirs()
         settings = (
@@ -121,60 +116,10 @@ class Zygote(owned_process.OwnedProcess):
                 "packages": packages,
             })
         ).encode()
-        try:
-            proc = subprocess.Popen(
-                command,
-                executable=self._python,
-                env=env,
-                close_fds=True,
-                pass_fds=(control_r, ready_w, boot_fd),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                cwd="/",
-                start_new_session=True,
-            )
-            assert proc.stdin is not None  # stdin=PIPE
-            try:
-                proc.stdin.write(settings)  # far below a pipe's buffer: never blocks
-                proc.stdin.close()
-            except OSError:
-                pass  # it died at once: the ready pipe says so
-        finally:
-            os.close(control_r)
-            os.close(ready_w)
-            os.close(boot_fd)
-        self._owned(proc, control_w=control_w)
-        answer = self._await_ready(ready_r, timeout)
-        if not answer.startswith(b"ready"):
-            self.stop()
-            if answer.startswith(b"error "):
-                raise ZygoteUnavailable(answer[6:].decode(errors="replace").strip())
-            status = proc.poll()
-            if status is not None:
-                raise ZygoteUnavailable(
-                    f"the zygote exited with status {status} while starting (see its stderr)"
-                )
-            raise ZygoteUnavailable(f"the zygote did not become ready within {timeout} s")
-
-    def _drop_client(self) -> None:
-        # (stop: closing the control pipe makes the zygote kill every child group and exit.)
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-    def _connection(self) -> socket.socket:
-        if self._client is None or self._client_pid != os.getpid():
-            if self.socket_path is None:
-                raise ZygoteUnavailable("the zygote was not started")
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(self.socket_path)
-            except OSError as exc:
-                sock.close()
-                raise ZygoteUnavailable(f"cannot reach the zygote: {exc}") from None
-            self._client, self._client_pid = sock, os.getpid()
-        return self._client
+        answer = self._launch(
+            command, timeout=timeout, pass_fds=(boot_fd,), stdin=settings, executable=self._python, env=env
+        )
+        self._check_ready(answer, timeout=timeout)
 
     def spawn(
         self, job: dict[str, Any] | None, *, space: str | None = None, hello_timeout: float = 5.0
@@ -221,8 +166,7 @@ class Zygote(owned_process.OwnedProcess):
                         raise OSError("the zygote closed the connection")
                     messages = buffer.feed(data)
             except (OSError, protocol.ProtocolError) as exc:
-                sock.close()
-                self._client = None
+                self._close_connection()
                 raise ZygoteUnavailable(f"spawn request failed: {exc}") from None
         reply = messages[0]
         if reply.get("op") != "spawned" or type(reply.get("pid")) is not int or len(received) not in (1, 2):
@@ -246,30 +190,10 @@ def _interpreter_flags(python: str) -> tuple[list[str], dict[str, str]]:
     return ["-s", "-P", "-B"], {**isolation.policy.CONTEXT_ENV, "PYTHONHOME": home}
 
 
-_INSTANCES: weakref.WeakSet[Zygote] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # Never share a zygote connection (or a lock possibly held at fork time) with the parent.
-    for zygote in list(_INSTANCES):
-        zygote._reset_client()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-_default: Zygote | None = None
-_default_lock = threading.Lock()
+_DEFAULT = owned_process.ProcessDefault(Zygote)
 
 
 def get_zygote() -> Zygote:
     """The process-wide zygote, started on first use (and restarted by its owner if it died).
     A process forked after it was started reuses it through a new connection."""
-    global _default
-    with _default_lock:
-        if _default is None or not _default.running:
-            if _default is not None:
-                _default.stop()
-            _default = Zygote()
-            _default.start()
-            atexit.register(_default.stop)
-        return _default
+    return _DEFAULT.get()
