@@ -106,6 +106,22 @@ def _stop_pid(pid: int, *, first: int, timeout: float) -> None:
         time.sleep(0.05)
 
 
+def _end_child(proc: subprocess.Popen, *steps: tuple[int, float]) -> None:
+    """Stop the child ``proc`` if it still runs: send each ``(signal, seconds)`` of ``steps`` in
+    turn and wait that long for it to exit, then ``SIGKILL`` it; it is reaped."""
+    if proc.poll() is not None:
+        return
+    for signum, seconds in steps:
+        proc.send_signal(signum)
+        try:
+            proc.wait(seconds)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    proc.kill()
+    proc.wait()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -372,17 +388,8 @@ class EmbeddedPostgres:
     def stop(self, *, timeout: float = 30.0) -> None:
         """Fast shutdown (``SIGINT``: clients are disconnected, a checkpoint is written); after
         ``timeout`` seconds, ``SIGQUIT`` then ``SIGKILL``. Idempotent."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.send_signal(signal.SIGQUIT)
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
+        if self.proc is not None:
+            _end_child(self.proc, (signal.SIGINT, timeout), (signal.SIGQUIT, 10))
         if self._alias_parent is not None:
             shutil.rmtree(self._alias_parent, ignore_errors=True)
             self._alias_parent = self._client_socket_dir = None
@@ -514,13 +521,8 @@ class EmbeddedRedis:
 
     def stop(self, *, timeout: float = 15.0) -> None:
         """``SIGTERM``, then ``SIGKILL`` after ``timeout`` seconds. Idempotent."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            _end_child(self.proc, (signal.SIGTERM, timeout))
         if self._alias_parent is not None:
             shutil.rmtree(self._alias_parent, ignore_errors=True)
             self._alias_parent = self._socket = None
