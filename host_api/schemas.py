@@ -21,7 +21,7 @@ from marshmallow import fields, validate
 
 from core import cron, progress
 from models.errors import DomainError
-from services import forms, ids, operations, replay_checks
+from services import forms, ids, instance_common, operations, replay_checks
 from takohost.domain import documents, identifiers
 from takohost.domain import requirements as pins
 
@@ -422,6 +422,14 @@ class _Timestamp(fields.String):
         return None if value is None else operations.rfc3339(value)
 
 
+class _Milliseconds(fields.String):
+    """An aware ``datetime`` on the wire as RFC 3339 UTC with milliseconds (``services.instance_common.rfc3339``:
+    ``2026-10-05T12:05:00.123Z``), the time format of the instance and log answers."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
+        return None if value is None else instance_common.rfc3339(value)
+
+
 class ErrorDetail(ma.Schema):
     """The error object of docs/spec/http-api.md#api-errors."""
 
@@ -553,30 +561,35 @@ class InstanceId(_Answer):
     id = fields.String(required=True)
 
 
-class InstanceSummary(ma.Schema):
-    """One row of the instance list."""
+class InstanceSummary(_Answer):
+    """One row of the instance list (``services.instances.InstanceSummary``)."""
 
     id = fields.String(required=True)
     status = fields.String(required=True)
-    createdAt = fields.String(required=True, metadata={"format": "date-time"})
+    created_at = _Milliseconds(required=True, data_key="createdAt", metadata={"format": "date-time"})
 
 
-class InstanceList(ma.Schema):
-    """``{"instances": [...], "nextPageToken"?}``."""
+class InstanceList(_Answer):
+    """``{"instances": [...], "nextPageToken"?}``, dumped from ``services.instances.InstancePage``."""
+
+    OMITTED_WHEN_NONE = ("nextPageToken",)
 
     instances = fields.List(fields.Nested(InstanceSummary), required=True)
-    nextPageToken = fields.String()
+    next_page_token = fields.String(data_key="nextPageToken")
 
 
-class InstanceFailure(ma.Schema):
-    """``{"reason", "message"?}``."""
+class InstanceFailure(_Answer):
+    """``{"reason", "message"?}`` (the instance's stored error, docs/spec/durable-workflow.md#dw-status)."""
 
     reason = fields.String(required=True)
     message = fields.String()
 
 
-class InstanceStatus(ma.Schema):
-    """``{"id", "status", "output"?, "error"?}``."""
+class InstanceStatus(_Answer):
+    """``{"id", "status", "output"?, "error"?}``, dumped from ``services.instances.InstanceStatus``:
+    ``output`` only when complete, ``error`` only when errored."""
+
+    OMITTED_WHEN_NONE = ("output", "error")
 
     id = fields.String(required=True)
     status = fields.String(
@@ -600,17 +613,19 @@ class EventBody(_Closed):
     payload = fields.Dict(metadata={"description": "a document (docs/spec/durable-workflow.md#dw-doc)"})
 
 
-class QueuedEvent(ma.Schema):
-    """One unconsumed event."""
+class QueuedEvent(_Answer):
+    """One unconsumed event (``services.instance_events.QueuedEvent``); ``payload`` only when sent."""
+
+    OMITTED_WHEN_NONE = ("payload",)
 
     sequence = fields.Integer(required=True)
     type = fields.String(required=True)
     payload = fields.Dict()
-    acceptedAt = fields.String(required=True, metadata={"format": "date-time"})
+    accepted_at = _Milliseconds(required=True, data_key="acceptedAt", metadata={"format": "date-time"})
 
 
-class EventList(ma.Schema):
-    """``{"events": [...]}`` in acceptance order."""
+class EventList(_Answer):
+    """``{"events": [...]}`` in acceptance order, dumped from ``{"events": services.instance_events.inbox(…)}``."""
 
     events = fields.List(fields.Nested(QueuedEvent), required=True)
 
@@ -655,8 +670,10 @@ class InstanceProgress(ma.Schema):
     message = fields.String()
 
 
-class HistoryEvent(ma.Schema):
-    """One history event (docs/spec/durable-workflow.md#dw-history)."""
+class HistoryEvent(_Answer):
+    """One history event (docs/spec/durable-workflow.md#dw-history), dumped from the document the
+    history serves (``takohost.domain.history.served``: keyed by these wire names, the data replay
+    reads)."""
 
     eventId = fields.Integer(required=True)
     eventTimestamp = fields.String(required=True, metadata={"format": "date-time"})
@@ -664,11 +681,14 @@ class HistoryEvent(ma.Schema):
     attributes = fields.Dict(required=True)
 
 
-class HistoryPage(ma.Schema):
-    """``{"events": [...], "nextPageToken"?}``, newest last."""
+class HistoryPage(_Answer):
+    """``{"events": [...], "nextPageToken"?}``, newest last, dumped from
+    ``services.instance_history.HistoryPage``."""
+
+    OMITTED_WHEN_NONE = ("nextPageToken",)
 
     events = fields.List(fields.Nested(HistoryEvent), required=True)
-    nextPageToken = fields.String()
+    next_page_token = fields.String(data_key="nextPageToken")
 
 
 class CronStartedInstance(ma.Schema):
@@ -710,11 +730,11 @@ class CronRunList(ma.Schema):
     nextPageToken = fields.String()
 
 
-class LogLine(ma.Schema):
+class LogLine(_Answer):
     """One captured line of an instance (docs/spec/host-features.md#hf-observability; README "What your code printed, and why it failed"): ``stream`` ``stdout``/``stderr``
     (the tenant's) or ``host`` (markers, failures with their traceback, replay diagnostics)."""
 
-    time = fields.String(required=True, metadata={"format": "date-time"})
+    time = _Milliseconds(required=True, metadata={"format": "date-time"})
     epoch = fields.Integer(required=True, allow_none=True)
     step = fields.String(required=True, allow_none=True)
     attempt = fields.Integer(required=True, allow_none=True)
@@ -727,30 +747,34 @@ class LogLine(ma.Schema):
     )
 
 
-class LogPage(ma.Schema):
-    """``{"logs": [...], "nextPageToken", "removedLines"}``, oldest first; the token is a cursor
-    after the last line (always present: poll with it to follow)."""
+class LogPage(_Answer):
+    """``{"logs": [...], "nextPageToken", "removedLines"}``, oldest first, dumped from
+    ``services.tenant_logs.LogPage``; the token is a cursor after the last line (always present:
+    poll with it to follow)."""
 
     logs = fields.List(fields.Nested(LogLine), required=True)
-    nextPageToken = fields.String(required=True)
-    removedLines = fields.Integer(required=True, metadata={"description": "oldest lines removed by the cap"})
+    next_page_token = fields.String(required=True, data_key="nextPageToken")
+    removed_lines = fields.Integer(
+        required=True, data_key="removedLines", metadata={"description": "oldest lines removed by the cap"}
+    )
 
 
-class RunLogLine(ma.Schema):
+class RunLogLine(_Answer):
     """One captured line of a cron run: ``delivery`` 1 for the match's first delivery, 2 …"""
 
-    time = fields.String(required=True, metadata={"format": "date-time"})
+    time = _Milliseconds(required=True, metadata={"format": "date-time"})
     delivery = fields.Integer(required=True)
     stream = fields.String(required=True, validate=validate.OneOf(["stdout", "stderr", "host"]))
     message = fields.String(required=True)
 
 
-class RunLogPage(ma.Schema):
-    """``{"logs": [...], "nextPageToken", "removedLines"}`` of one cron run, oldest first."""
+class RunLogPage(_Answer):
+    """``{"logs": [...], "nextPageToken", "removedLines"}`` of one cron run, oldest first, dumped
+    from ``services.tenant_logs.LogPage``."""
 
     logs = fields.List(fields.Nested(RunLogLine), required=True)
-    nextPageToken = fields.String(required=True)
-    removedLines = fields.Integer(required=True)
+    next_page_token = fields.String(required=True, data_key="nextPageToken")
+    removed_lines = fields.Integer(required=True, data_key="removedLines")
 
 
 class QuotaUse(ma.Schema):
@@ -783,7 +807,7 @@ class SpaceUsage(ma.Schema):
     quotas = fields.Nested(SpaceQuotas, required=True)
 
 
-class Empty(ma.Schema):
+class Empty(_Answer):
     """``{}``."""
 
 

@@ -17,6 +17,7 @@ module must not import ``workers.engine`` (the API imports it).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -49,7 +50,7 @@ def send_event(
     payload: Any = instance_common.ABSENT,
     idempotency: tuple[str, str] | None = None,
     now: dt.datetime | None = None,
-) -> dict:
+) -> None:
     """Durably accept an event for an instance in per-instance order (docs/spec/durable-workflow.md#dw-events sendEvent).
 
     ``payload`` ``ABSENT`` → no payload. ``idempotency`` = ``(key, request fingerprint)``: the same
@@ -57,8 +58,8 @@ def send_event(
     matching wait can take (accepted at or before its timeout) bypasses the queue limits and is
     consumed by that wait in the same commit — it is the oldest matching event, since a waiting wait
     left none in the inbox — and wakes the instance (status ``running``, the timeout timer
-    cancelled, a context dispatched after commit that replays the wait from its record). Returns
-    ``{}``.
+    cancelled, a context dispatched after commit that replays the wait from its record). The
+    answer is ``202 {}`` (a replayed key's stored answer is that same ``{}``).
 
     Raises DomainError: ``invalid_request`` (bad type), ``invalid_params`` / ``document_too_large``
     (payload), ``not_found`` (also while the DurableWorkflow is being deleted), ``unknown_instance``,
@@ -82,8 +83,7 @@ def send_event(
                 now=now,
             )
             if not claim.new:
-                assert claim.record is not None
-                return dict(claim.record.response_body or {})
+                return None
             idempotency_service.store_response_txn(
                 session, space=space, key=idempotency[0], status=202, body={}
             )
@@ -122,7 +122,6 @@ def send_event(
     lifecycle.event_sent(
         space=space, workflow_uid=workflow_uid, instance_id=instance_id, event_type=event_type, woke=direct, at=now
     )
-    return {}
 
 
 def _lock_instance_txn(
@@ -190,9 +189,22 @@ def _accept_event_txn(
             raise RuntimeError(f"instance {row.pk}: next_sequence moved under the row lock")
 
 
-def inbox(*, space: str, workflow_uid: str, instance_id: str) -> dict:
-    """``{"events": [{"sequence", "type", "payload"?, "acceptedAt"}]}``: accepted, unconsumed events
-    in acceptance order (the inspectable inbox, docs/spec/http-api.md#api-inst)."""
+@dataclasses.dataclass(frozen=True)
+class QueuedEvent:
+    """An accepted, unconsumed event: its per-instance ``sequence``, ``type``, ``payload`` (a
+    document; ``None``: sent without one) and acceptance time (aware UTC)."""
+
+    sequence: int
+    type: str
+    payload: dict | None
+    accepted_at: dt.datetime
+
+
+def inbox(*, space: str, workflow_uid: str, instance_id: str) -> list[QueuedEvent]:
+    """The accepted, unconsumed events of instance ``instance_id`` in acceptance order (the
+    inspectable inbox, docs/spec/http-api.md#api-inst).
+
+    Raises DomainError: ``invalid_request`` (bad id), ``not_found``, ``unknown_instance``."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
@@ -202,11 +214,7 @@ def inbox(*, space: str, workflow_uid: str, instance_id: str) -> dict:
             .where(inst_models.InboxEvent.instance_pk == instance.pk)
             .order_by(inst_models.InboxEvent.sequence)
         ).all()
-    events = []
-    for row in rows:
-        event: dict[str, Any] = {"sequence": row.sequence, "type": row.type}
-        if row.payload is not None:
-            event["payload"] = row.payload
-        event["acceptedAt"] = instance_common.rfc3339(row.accepted_at)
-        events.append(event)
-    return {"events": events}
+    return [
+        QueuedEvent(sequence=row.sequence, type=row.type, payload=row.payload, accepted_at=row.accepted_at)
+        for row in rows
+    ]

@@ -12,6 +12,7 @@ datetimes. This module must not import ``workers.engine`` (the API imports it).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import sqlalchemy as sa
@@ -62,6 +63,16 @@ def events_txn(session: orm.Session, *, instance_pk: int, after: int, size: int)
     return events, len(rows) > size
 
 
+@dataclasses.dataclass(frozen=True)
+class HistoryPage:
+    """One page of an instance's history, oldest first: ``events`` as the history serves them
+    (``{"eventId", "eventTimestamp", "eventType", "attributes"}``, ``takohost.domain.history.served``:
+    the documents replay reads); ``next_page_token`` ``None`` when no more follow."""
+
+    events: list[dict]
+    next_page_token: str | None = None
+
+
 def history(
     *,
     space: str,
@@ -69,10 +80,13 @@ def history(
     instance_id: str,
     page_token: str | None = None,
     limit: int | None = None,
-) -> dict:
-    """``{"events": [{"eventId", "eventTimestamp", "eventType", "attributes"}], "nextPageToken"?}``,
-    oldest first (docs/spec/durable-workflow.md#dw-history). ``StepCompleted`` of a ``do``/``wait`` step carries the recorded
-    ``result`` read from the step row (the data replay reads, not a copy)."""
+) -> HistoryPage:
+    """One page of the history of instance ``instance_id`` after ``page_token``, oldest first
+    (docs/spec/durable-workflow.md#dw-history). ``StepCompleted`` of a ``do``/``wait`` step carries
+    the recorded ``result`` read from the step row (the data replay reads, not a copy).
+
+    Raises DomainError: ``invalid_request`` (bad id, token or limit), ``not_found`` (no such
+    DurableWorkflow in ``space``), ``unknown_instance``."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     after = instance_pages.decode_token(page_token, maximum=instance_pages.MAX_EVENT_ID) or 0
     size = instance_pages.page_size(limit)
@@ -80,7 +94,6 @@ def history(
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
         events, more = events_txn(session, instance_pk=instance.pk, after=after, size=size)
-    body: dict[str, Any] = {"events": events}
-    if more:
-        body["nextPageToken"] = instance_pages.encode_token(events[-1]["eventId"])
-    return body
+    return HistoryPage(
+        events=events, next_page_token=instance_pages.encode_token(events[-1]["eventId"]) if more else None
+    )

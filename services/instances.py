@@ -17,6 +17,7 @@ imports it).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from typing import Any
@@ -44,14 +45,55 @@ def lifetime_seconds(settings: config.Settings | None = None) -> float:
     return settings.test_lifetime_seconds or LIFETIME_SECONDS
 
 
-def status_document(instance: inst_models.Instance) -> dict:
-    """``{"status", "output"?, "error"?}`` (docs/spec/durable-workflow.md#dw-status: output only when complete, error only when errored)."""
-    body: dict[str, Any] = {"status": instance.status}
-    if instance.status == "complete" and instance.output is not None:
-        body["output"] = instance.output
-    if instance.status == "errored" and instance.error is not None:
-        body["error"] = instance.error
-    return body
+@dataclasses.dataclass(frozen=True)
+class InstanceStatus:
+    """One instance's status (docs/spec/durable-workflow.md#dw-status): ``status`` one of the seven
+    statuses; ``output`` (a document) only when complete, ``error`` ``{"reason", "message"?}`` only
+    when errored (``None``: absent)."""
+
+    id: str
+    status: str
+    output: dict | None = None
+    error: dict | None = None
+
+    @classmethod
+    def of(cls, instance: inst_models.Instance) -> InstanceStatus:
+        """The status of an instance row (its ``output`` only when complete, ``error`` only when errored)."""
+        return cls(
+            id=instance.instance_id,
+            status=instance.status,
+            output=instance.output if instance.status == "complete" else None,
+            error=instance.error if instance.status == "errored" else None,
+        )
+
+    def document(self) -> dict[str, Any]:
+        """The spec's ``status()`` document ``{"status", "output"?, "error"?}`` (what a binding's
+        ``status`` answers workflow code and a replay check replays against): absent members are
+        left out."""
+        body: dict[str, Any] = {"status": self.status}
+        if self.output is not None:
+            body["output"] = self.output
+        if self.error is not None:
+            body["error"] = self.error
+        return body
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceSummary:
+    """One row of the instance list: its id, status and creation time (aware UTC)."""
+
+    id: str
+    status: str
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class InstancePage:
+    """One page of a DurableWorkflow's instances in creation order; ``next_page_token`` ``None``
+    when no more follow."""
+
+    instances: list[InstanceSummary]
+    next_page_token: str | None = None
 
 
 def _insert_instance_txn(session: orm.Session, **values: Any) -> tuple[bool, int | None, forms.Readiness]:
@@ -172,18 +214,23 @@ def get(*, space: str, workflow_uid: str, instance_id: str) -> str:
     return instance_id
 
 
-def status(*, space: str, workflow_uid: str, instance_id: str) -> dict:
-    """``{"status", "output"?, "error"?: {"reason", "message"?}}`` of an instance."""
+def describe(*, space: str, workflow_uid: str, instance_id: str) -> InstanceStatus:
+    """The status of instance ``instance_id`` (``GET …/instances/{id}``).
+
+    Raises DomainError: ``invalid_request`` (bad id), ``not_found`` (no such DurableWorkflow in
+    ``space``), ``unknown_instance``.
+    """
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-        return status_document(instance)
+        return InstanceStatus.of(instance)
 
 
-def describe(*, space: str, workflow_uid: str, instance_id: str) -> dict:
-    """The HTTP ``GET …/instances/{id}`` body: ``{"id", "status", "output"?, "error"?}``."""
-    return {"id": instance_id, **status(space=space, workflow_uid=workflow_uid, instance_id=instance_id)}
+def status(*, space: str, workflow_uid: str, instance_id: str) -> dict[str, Any]:
+    """The spec's ``status()`` document of an instance: ``{"status", "output"?, "error"?: {"reason",
+    "message"?}}`` (``InstanceStatus.document``); raises as :func:`describe`."""
+    return describe(space=space, workflow_uid=workflow_uid, instance_id=instance_id).document()
 
 
 def _page_query(*, workflow_uid: str, status: str | None, after: int, size: int) -> sa.Select:
@@ -221,8 +268,8 @@ def list_instances(
     status_filter: str | None = None,
     page_token: str | None = None,
     limit: int | None = None,
-) -> dict:
-    """``{"instances": [{"id", "status", "createdAt"}], "nextPageToken"?}`` in creation order.
+) -> InstancePage:
+    """One page of the instances of ``workflow_uid`` (of ``status_filter``) in creation order.
 
     Raises DomainError ``invalid_request`` for an unknown status, a bad token or limit.
     """
@@ -234,16 +281,9 @@ def list_instances(
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         query = _page_query(workflow_uid=workflow_uid, status=status_filter, after=after or 0, size=size + 1)
         rows = session.execute(query).all()
-    body: dict[str, Any] = {
-        "instances": [
-            {
-                "id": row.instance_id,
-                "status": row.status,
-                "createdAt": instance_common.rfc3339(row.created_at),
-            }
-            for row in rows[:size]
-        ]
-    }
-    if len(rows) > size:
-        body["nextPageToken"] = instance_pages.encode_token(rows[size - 1].pk)
-    return body
+    return InstancePage(
+        instances=[
+            InstanceSummary(id=row.instance_id, status=row.status, created_at=row.created_at) for row in rows[:size]
+        ],
+        next_page_token=instance_pages.encode_token(rows[size - 1].pk) if len(rows) > size else None,
+    )

@@ -10,7 +10,8 @@ their traceback, replay diagnostics; ``replayed`` true for a tenant line printed
 replayed the steps its history recorded: the same code printed it in an earlier context). A run line is ``{"time", "delivery", "stream", "message"}``
 (``delivery``: 1 for the match's first delivery, 2 for a redelivery …).
 
-Unlike the history, the logs always answer ``nextPageToken``: a cursor after the last line
+The functions return :class:`LogPage` values (``host_api.schemas.LogPage`` and ``RunLogPage`` write
+them as those bodies). Unlike the history, the logs always answer ``nextPageToken``: a cursor after the last line
 returned, so a follower (``takohost instances logs --follow``) polls with it; a page shorter than
 the limit means there is nothing more yet. ``removedLines`` counts the oldest lines that gave way
 to the per-instance (per-delivery) cap ``tenant_logs.MAX_STORED_LINES``.
@@ -22,9 +23,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime as dt
 import json
-from typing import Any
+from typing import Generic, TypeVar
 
 import sqlalchemy as sa
 
@@ -33,7 +35,7 @@ from models import db as models_db
 from models import log_sql
 from models import resources as res_models
 from models.errors import DomainError
-from services import cron_runs, instance_common, instance_pages
+from services import instance_common, instance_pages
 
 #: Lines per page: default and largest ``limit``.
 DEFAULT_PAGE = 500
@@ -41,8 +43,42 @@ MAX_PAGE = 1000
 _MAX_SEQ = 2**63 - 1
 
 
-def _time(value: dt.datetime) -> str:
-    return cron_runs.rfc3339_ms(value)
+@dataclasses.dataclass(frozen=True)
+class InstanceLine:
+    """One line of an instance (see the module doc): ``time`` aware UTC; ``epoch``, ``step`` and
+    ``attempt`` ``None`` where the module doc says ``null``."""
+
+    time: dt.datetime
+    epoch: int | None
+    step: str | None
+    attempt: int | None
+    stream: str
+    message: str
+    replayed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLine:
+    """One line of a cron run: ``delivery`` 1 for the match's first delivery, 2 for a redelivery …"""
+
+    time: dt.datetime
+    delivery: int
+    stream: str
+    message: str
+
+
+#: A page's line type: ``InstanceLine`` or ``RunLine``.
+LineT = TypeVar("LineT", InstanceLine, RunLine)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogPage(Generic[LineT]):
+    """One page of lines, oldest first: ``next_page_token`` the cursor after the last line (always
+    given: poll with it to follow), ``removed_lines`` the oldest lines that gave way to the cap."""
+
+    logs: list[LineT]
+    next_page_token: str
+    removed_lines: int
 
 
 def _page_size(limit: int | None) -> int:
@@ -64,7 +100,7 @@ def instance_logs(
     instance_id: str,
     page_token: str | None = None,
     limit: int | None = None,
-) -> dict[str, Any]:
+) -> LogPage[InstanceLine]:
     """One page of an instance's log lines after ``page_token`` (see module doc).
 
     Raises ``DomainError``: ``not_found`` (no such DurableWorkflow in ``space``),
@@ -79,23 +115,21 @@ def instance_logs(
         rows = log_sql.instance_page_txn(session, instance_pk=instance.pk, after=after, limit=size)
         first = rows[0].first if rows else log_sql.first_instance_seq_txn(session, instance_pk=instance.pk)
     logs = [
-        {
-            "time": _time(row.logged_at),
-            "epoch": row.epoch,
-            "step": _name(row.step),
-            "attempt": row.attempt,
-            "stream": row.stream,
-            "message": row.message,
-            "replayed": row.replayed,
-        }
+        InstanceLine(
+            time=row.logged_at,
+            epoch=row.epoch,
+            step=_name(row.step),
+            attempt=row.attempt,
+            stream=row.stream,
+            message=row.message,
+            replayed=row.replayed,
+        )
         for row in rows
     ]
     last = rows[-1].seq if rows else after
-    return {
-        "logs": logs,
-        "nextPageToken": instance_pages.encode_token(last),
-        "removedLines": max(0, (first or 1) - 1),
-    }
+    return LogPage(
+        logs=logs, next_page_token=instance_pages.encode_token(last), removed_lines=max(0, (first or 1) - 1)
+    )
 
 
 def parse_scheduled_time(text: str) -> dt.datetime:
@@ -146,7 +180,7 @@ def run_logs(
     scheduled_time: str,
     page_token: str | None = None,
     limit: int | None = None,
-) -> dict[str, Any]:
+) -> LogPage[RunLine]:
     """One page of the log lines of every delivery of one recorded cron match (see module doc).
 
     Raises ``DomainError``: ``not_found`` (not a live WorkerCronTrigger of ``space``, or no
@@ -172,10 +206,7 @@ def run_logs(
         if match_pk is None:
             raise DomainError("not_found", "no recorded run of this trigger at that scheduledTime")
         rows = log_sql.match_page_txn(session, match_pk=match_pk, delivery=delivery, after=after, limit=size)
-    logs = [
-        {"time": _time(row.logged_at), "delivery": row.n, "stream": row.stream, "message": row.message}
-        for row in rows
-    ]
+    logs = [RunLine(time=row.logged_at, delivery=row.n, stream=row.stream, message=row.message) for row in rows]
     removed = 0
     seen: set[int] = set()
     for row in rows:
@@ -183,4 +214,4 @@ def run_logs(
             seen.add(row.delivery_pk)
             removed += max(0, row.first - 1)
     token = _encode_run_token(rows[-1].n, rows[-1].seq) if rows else _encode_run_token(delivery, after)
-    return {"logs": logs, "nextPageToken": token, "removedLines": removed}
+    return LogPage(logs=logs, next_page_token=token, removed_lines=removed)

@@ -172,8 +172,8 @@ def _history(target: replay_checks.Target, *, space: str) -> tuple[list[dict], d
         page = instance_history.history(
             space=space, workflow_uid=target.workflow_uid, instance_id=target.instance_id, page_token=token, limit=1000
         )
-        events.extend(page["events"])
-        token = page.get("nextPageToken")
+        events.extend(page.events)
+        token = page.next_page_token
         if token is None:
             break
     return events, instances.status(space=space, workflow_uid=target.workflow_uid, instance_id=target.instance_id)

@@ -23,7 +23,10 @@ view runs (``host_api.auth``, ``host_api.app.check_path_ids``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import flask
+import marshmallow as ma
 
 from host_api import apidoc, query, schemas
 from host_api import body as request_body
@@ -75,6 +78,12 @@ def _limit() -> int | None:
     return query.count_param("limit")
 
 
+def _page(read: Callable[..., object], schema: type[ma.Schema], **instance: str) -> flask.Response:
+    """One page of an instance's ``read`` (``instance_history.history``, ``tenant_logs.instance_logs``),
+    from the query's ``pageToken`` and ``limit``, dumped through ``schema``."""
+    return _json(schema().dump(read(**instance, page_token=flask.request.args.get("pageToken"), limit=_limit())))
+
+
 def _object_or_empty_body() -> dict:
     """The body as a JSON object; an empty body means ``{}``. Any other root (``null``, ``[]``, a
     number) is ``invalid_request`` — ``null`` is a body, not the absence of one."""
@@ -120,15 +129,10 @@ def create_instance(space: str, uid: str) -> flask.Response:
 def list_instances(space: str, uid: str) -> flask.Response:
     """``GET …/instances[?status=&pageToken=&limit=]`` → ``{"instances", "nextPageToken"?}``."""
     args = flask.request.args
-    return _json(
-        instances.list_instances(
-            space=space,
-            workflow_uid=uid,
-            status_filter=args.get("status"),
-            page_token=args.get("pageToken"),
-            limit=_limit(),
-        )
+    page = instances.list_instances(
+        space=space, workflow_uid=uid, status_filter=args.get("status"), page_token=args.get("pageToken"), limit=_limit()
     )
+    return _json(schemas.InstanceList().dump(page))
 
 
 @bp.get(ONE)
@@ -139,7 +143,7 @@ def list_instances(space: str, uid: str) -> flask.Response:
 )
 def describe_instance(space: str, uid: str, instance_id: str) -> flask.Response:
     """``GET …/instances/{id}`` → ``{"id", "status", "output"?, "error"?}``."""
-    return _json(instances.describe(space=space, workflow_uid=uid, instance_id=instance_id))
+    return _json(schemas.InstanceStatus().dump(instances.describe(space=space, workflow_uid=uid, instance_id=instance_id)))
 
 
 @bp.post(OF_ONE + "/events")
@@ -159,7 +163,7 @@ def send_event(space: str, uid: str, instance_id: str) -> flask.Response:
     if "type" not in body:
         raise ApiError("invalid_request", "type is required")
     idempotency = None if key is None else (key, request_body.request_fingerprint(body))
-    answer = instance_events.send_event(
+    instance_events.send_event(
         space=space,
         workflow_uid=uid,
         instance_id=instance_id,
@@ -167,7 +171,7 @@ def send_event(space: str, uid: str, instance_id: str) -> flask.Response:
         payload=body.get("payload", instance_common.ABSENT),
         idempotency=idempotency,
     )
-    return _json(answer, 202)
+    return _json(schemas.Empty().dump({}), 202)
 
 
 @bp.get(OF_ONE + "/events")
@@ -178,7 +182,8 @@ def send_event(space: str, uid: str, instance_id: str) -> flask.Response:
 )
 def inbox(space: str, uid: str, instance_id: str) -> flask.Response:
     """``GET …/instances/{id}/events`` → ``{"events"}``."""
-    return _json(instance_events.inbox(space=space, workflow_uid=uid, instance_id=instance_id))
+    events = instance_events.inbox(space=space, workflow_uid=uid, instance_id=instance_id)
+    return _json(schemas.EventList().dump({"events": events}))
 
 
 @bp.post(OF_ONE + "/terminate")
@@ -205,15 +210,7 @@ def terminate(space: str, uid: str, instance_id: str) -> flask.Response:
 )
 def history(space: str, uid: str, instance_id: str) -> flask.Response:
     """``GET …/instances/{id}/history[?pageToken=&limit=]`` → ``{"events", "nextPageToken"?}``."""
-    return _json(
-        instance_history.history(
-            space=space,
-            workflow_uid=uid,
-            instance_id=instance_id,
-            page_token=flask.request.args.get("pageToken"),
-            limit=_limit(),
-        )
-    )
+    return _page(instance_history.history, schemas.HistoryPage, space=space, workflow_uid=uid, instance_id=instance_id)
 
 
 @bp.get(OF_ONE + "/logs")
@@ -225,15 +222,7 @@ def history(space: str, uid: str, instance_id: str) -> flask.Response:
 )
 def logs(space: str, uid: str, instance_id: str) -> flask.Response:
     """``GET …/instances/{id}/logs[?pageToken=&limit=]`` → ``{"logs", "nextPageToken", "removedLines"}``."""
-    return _json(
-        tenant_logs.instance_logs(
-            space=space,
-            workflow_uid=uid,
-            instance_id=instance_id,
-            page_token=flask.request.args.get("pageToken"),
-            limit=_limit(),
-        )
-    )
+    return _page(tenant_logs.instance_logs, schemas.LogPage, space=space, workflow_uid=uid, instance_id=instance_id)
 
 
 @bp.get(OF_ONE + "/progress")

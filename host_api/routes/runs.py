@@ -57,12 +57,11 @@ def run_logs(space: str, uid: str, scheduled_time: str) -> flask.Response:
     unknown = set(flask.request.args) - {"pageToken", "limit"}
     if unknown:
         raise ApiError("invalid_request", f"unknown query parameter(s): {', '.join(sorted(unknown))}")
-    return flask.jsonify(
-        tenant_logs.run_logs(
-            space=space,
-            trigger_uid=uid,
-            scheduled_time=scheduled_time,
-            page_token=flask.request.args.get("pageToken"),
-            limit=query.count_param("limit"),
-        )
+    page = tenant_logs.run_logs(
+        space=space,
+        trigger_uid=uid,
+        scheduled_time=scheduled_time,
+        page_token=flask.request.args.get("pageToken"),
+        limit=query.count_param("limit"),
     )
+    return flask.jsonify(schemas.RunLogPage().dump(page))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from host_api import schemas
 from models.errors import DomainError
 from services import tenant_logs
 
@@ -65,8 +66,10 @@ def run_logs(*, space: str, trigger_uid: str, scheduled_time: str) -> Logs:
     """The log lines of every delivery of the run at ``scheduled_time`` (as the ledger writes it)."""
     try:
         return _follow(
-            lambda token: tenant_logs.run_logs(
-                space=space, trigger_uid=trigger_uid, scheduled_time=scheduled_time, page_token=token, limit=PAGE
+            lambda token: schemas.RunLogPage().dump(
+                tenant_logs.run_logs(
+                    space=space, trigger_uid=trigger_uid, scheduled_time=scheduled_time, page_token=token, limit=PAGE
+                )
             )
         )
     except DomainError as exc:

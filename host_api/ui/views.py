@@ -457,8 +457,8 @@ def history_page(ref: str) -> Response:
         uid=name,
         name=name,
         instance_id=instance_id,
-        events=body["events"],
-        next_page=body.get("nextPageToken"),
+        events=body.events,
+        next_page=body.next_page_token,
         paged=page is not None,
     )
 

@@ -93,7 +93,7 @@ def test_WF_13_terminate_returns_only_after_the_running_effect_stopped(db_url, s
     assert _status(space, d.workflow, "wf13") == {"status": "terminated"}
     time.sleep(9)
     assert not after.exists()  # the effect never ran on after terminate returned
-    history = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="wf13")["events"]
+    history = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="wf13").events
     assert "StepCompleted" not in [e["eventType"] for e in history]
 
 

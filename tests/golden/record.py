@@ -56,7 +56,7 @@ def _record(name: str, *, db_url: str, space: str, driver: workflows.Driver, tmp
     events = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id=instance_id, limit=1000)
     status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id=instance_id)
     recorded = testing.HistoryFile(
-        events=events["events"],
+        events=events.events,
         instance_id=instance_id,
         workflow=scenario["className"],
         status={k: v for k, v in status.items() if k in ("status", "output", "error")},

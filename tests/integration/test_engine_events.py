@@ -43,10 +43,10 @@ def test_WF_21_queue_limits_by_count_and_by_bytes_then_purge(db_url, space, driv
     instance_events.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
     instance_events.send_event(**ids, instance_id="wf21b", event_type="t", payload=big)
     assert _call(instance_events.send_event, **ids, instance_id="wf21b", event_type="t") == "event_queue_full"
-    inbox = instance_events.inbox(**ids, instance_id="wf21b")["events"]
-    assert [e["sequence"] for e in inbox] == [1, 2] and inbox[0]["payload"] == big
+    inbox = instance_events.inbox(**ids, instance_id="wf21b")
+    assert [e.sequence for e in inbox] == [1, 2] and inbox[0].payload == big
     assert instance_stop.terminate(**ids, instance_id="wf21b") == {"status": "terminated"}
-    assert instance_events.inbox(**ids, instance_id="wf21b") == {"events": []}
+    assert instance_events.inbox(**ids, instance_id="wf21b") == []
     assert (
         _call(instance_events.send_event, **ids, instance_id="wf21b", event_type="t") == "instance_terminal"
     )
@@ -75,13 +75,13 @@ def test_inbox_lists_unconsumed_events_in_acceptance_order(db_url, space, driver
     instances.create(**ids, instance_id="i")
     instance_events.send_event(**ids, instance_id="i", event_type="b", payload={"n": 1})
     instance_events.send_event(**ids, instance_id="i", event_type="a")
-    events = instance_events.inbox(**ids, instance_id="i")["events"]
-    assert [(e["sequence"], e["type"], e.get("payload")) for e in events] == [
+    events = instance_events.inbox(**ids, instance_id="i")
+    assert [(e.sequence, e.type, e.payload) for e in events] == [
         (1, "b", {"n": 1}),
         (2, "a", None),
     ]
-    assert "payload" not in events[1] and events[0]["acceptedAt"].endswith("Z")
-    history = instance_history.history(**ids, instance_id="i")["events"]
+    assert events[0].accepted_at.tzinfo is not None
+    history = instance_history.history(**ids, instance_id="i").events
     assert [e["attributes"] for e in history if e["eventType"] == "EventAccepted"] == [
         {"sequence": 1, "type": "b"},
         {"sequence": 2, "type": "a"},
@@ -102,7 +102,7 @@ def test_unknown_instances_and_bad_arguments(db_url, space, driver):
     assert _call(instances.create, **ids, params={"p": "a" * 1048569}) == "document_too_large"
     assert _call(instances.create, space=space, workflow_uid="no-such-uid") == "not_found"
     assert _call(instances.create, space="other-space", workflow_uid=d.workflow) == "not_found"
-    assert instances.list_instances(**ids) == {"instances": []}  # nothing was created
+    assert instances.list_instances(**ids).instances == []  # nothing was created
 
 
 WF_12 = """
@@ -128,7 +128,7 @@ def test_WF_12_terminate_a_sleeping_instance(db_url, space, driver):
     assert _call(instances.create, **ids, instance_id="wf12") == "instance_exists"
     assert driver.advance(3601) == []  # nothing runs at the old wake time
     assert instances.status(**ids, instance_id="wf12") == {"status": "terminated"}
-    types = [e["eventType"] for e in instance_history.history(**ids, instance_id="wf12")["events"]]
+    types = [e["eventType"] for e in instance_history.history(**ids, instance_id="wf12").events]
     assert types[-1] == "InstanceTerminated" and "SleepCompleted" not in types
 
 
@@ -213,7 +213,7 @@ def test_bindings_use_the_same_code_path_as_http(db_url, space, driver):
         "status": "complete",
         "output": {"got": {"from": "caller"}},
     }
-    assert len(instances.list_instances(**peer)["instances"]) == 2
+    assert len(instances.list_instances(**peer).instances) == 2
 
 
 SELF_TERMINATE = """
@@ -240,7 +240,7 @@ def test_an_instance_can_terminate_itself_and_no_line_runs_after(db_url, space, 
     }
     names = [
         e["attributes"].get("name")
-        for e in instance_history.history(space=space, workflow_uid=d.workflow, instance_id="me")["events"]
+        for e in instance_history.history(space=space, workflow_uid=d.workflow, instance_id="me").events
     ]
     assert "after" not in names and "before" in names
 
@@ -287,7 +287,7 @@ def test_purge_workflow_stops_and_deletes_only_that_uid(db_url, space, driver):
         _call(instances.status, space=space, workflow_uid=doomed.workflow, instance_id="a")
         == "unknown_instance"
     )
-    assert instances.list_instances(space=space, workflow_uid=doomed.workflow) == {"instances": []}
+    assert instances.list_instances(space=space, workflow_uid=doomed.workflow).instances == []
     assert instances.status(space=space, workflow_uid=kept.workflow, instance_id="a") == {
         "status": "sleeping"
     }
@@ -321,7 +321,7 @@ def test_terminate_that_cannot_prove_the_stop_is_backend_unavailable_and_can_be_
             == "backend_unavailable"
         )
         assert instances.status(**ids, instance_id="busy") == {"status": "sleeping"}  # nothing published
-        assert _call(instance_events.send_event, **ids, instance_id="busy", event_type="t") == {}
+        assert _call(instance_events.send_event, **ids, instance_id="busy", event_type="t") is None
         fenced_epoch = workflows.instance_row(db_url, workflow=d.workflow, instance_id="busy").epoch
         assert (
             _call(instance_stop.terminate, **ids, instance_id="busy", wait_seconds=0.1)
@@ -337,7 +337,7 @@ def test_terminate_that_cannot_prove_the_stop_is_backend_unavailable_and_can_be_
     assert row.stopping == "terminate" and row.epoch == fenced_epoch  # the same termination, one fence
     leases.release(held)
     assert instance_stop.terminate(**ids, instance_id="busy") == {"status": "terminated"}  # continues
-    assert instance_events.inbox(**ids, instance_id="busy") == {"events": []}
+    assert instance_events.inbox(**ids, instance_id="busy") == []
     assert driver.advance(3601) == []
 
 
@@ -402,7 +402,7 @@ def test_history_is_newest_last_in_time_too(db_url, space, driver):
         **ids, instance_id="t", event_type="go", now=driver.clock() + dt.timedelta(seconds=5)
     )
     assert driver.run() == ["complete"]
-    events = instance_history.history(**ids, instance_id="t")["events"]
+    events = instance_history.history(**ids, instance_id="t").events
     assert [e["eventId"] for e in events] == list(range(1, len(events) + 1))
     stamps = [e["eventTimestamp"] for e in events]
     assert stamps == sorted(stamps), stamps
@@ -480,9 +480,9 @@ class Waiter:
     assert driver.run() == ["waiting"]
     instance_events.send_event(**ids, instance_id="ü", event_type="go", payload={"k": "✓"})
     assert instances.status(**ids, instance_id="ü") == {"status": "running"}  # woken in the same commit
-    assert instance_events.inbox(**ids, instance_id="ü") == {"events": []}  # never queued
+    assert instance_events.inbox(**ids, instance_id="ü") == []  # never queued
     assert driver.run() == ["complete"]
     assert instances.status(**ids, instance_id="ü") == {"status": "complete", "output": {"got": {"k": "✓"}}}
-    events = instance_history.history(**ids, instance_id="ü")["events"]
+    events = instance_history.history(**ids, instance_id="ü").events
     consumed = [e for e in events if e["eventType"] == "EventConsumed"]
     assert [e["attributes"]["name"] for e in consumed] == ["承認 ✓\u2028"]

@@ -136,9 +136,7 @@ def test_a_context_whose_epoch_was_bumped_fails_its_next_commit_and_stops(
             )
             == 0
         )
-    history = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="fenced")[
-        "events"
-    ]
+    history = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="fenced").events
     assert "StepCompleted" not in [e["eventType"] for e in history]
     settings = config.load_settings()
     assert not lease_service.live_leases([pk], settings=settings)  # it stopped and dropped its lease
@@ -315,9 +313,7 @@ def test_a_child_lost_to_its_watchdog_because_the_host_stalled_is_not_a_failed_a
     assert log.stat().st_size == size
     types = [
         e["eventType"]
-        for e in instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="stall")[
-            "events"
-        ]
+        for e in instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="stall").events
     ]
     assert "StepAttemptFailed" not in types and "StepFailed" not in types
     assert instances.status(space=space, workflow_uid=deployed.workflow, instance_id="stall") == {

@@ -128,7 +128,7 @@ def test_a_stop_that_is_not_proven_publishes_nothing_and_keeps_the_lease(db_url,
     assert driver.run() == ["stop_unproven"]
     row = workflows.instance_row(db_url, workflow=deployed.workflow, instance_id="u")
     assert row.status == "running" and row.output is None and row.terminal_at is None
-    events = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="u")["events"]
+    events = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="u").events
     assert "InstanceCompleted" not in [e["eventType"] for e in events]
     # The lease stays until it expires: its expiry, with the child's watchdog, proves the stop.
     assert lease_service.live_leases([pk], settings=config.load_settings())

@@ -53,7 +53,7 @@ class Run:
     def history(self, instance_id):
         return instance_history.history(
             space=self.space, workflow_uid=self.workflow, instance_id=instance_id, limit=1000
-        )["events"]
+        ).events
 
     def event_types(self, instance_id):
         return [e["eventType"] for e in self.history(instance_id)]
@@ -156,9 +156,7 @@ def test_an_event_for_a_waiting_matching_wait_is_consumed_in_the_commit_that_acc
     # Before any context ran: consumed, recorded, woken; nothing queued, no wait timer left (the
     # lifetime's stays, as after any other step).
     assert run.status("direct") == {"status": "running"}
-    assert instance_events.inbox(space=run.space, workflow_uid=run.workflow, instance_id="direct") == {
-        "events": []
-    }
+    assert instance_events.inbox(space=run.space, workflow_uid=run.workflow, instance_id="direct") == []
     wait = run.steps("direct")["wait ✓ é"]
     assert wait.state == "succeeded" and wait.result == (
         None if payload is instance_common.ABSENT else payload
@@ -216,7 +214,7 @@ def test_WF_02_oldest_matching_event_per_wait_other_types_stay_leftovers_purged(
         "output": {"a": {"n": 1}, "b": {"n": 2}, "c": {"n": 9}},
     }
     inbox = instance_events.inbox(space=run.space, workflow_uid=run.workflow, instance_id="wf02")
-    assert inbox == {"events": []}  # t {'n': 3} purged at completion
+    assert inbox == []  # t {'n': 3} purged at completion
     with pytest.raises(Exception) as exc:
         run.send("wf02", "t")
     assert exc.value.code == "instance_terminal"

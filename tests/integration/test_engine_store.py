@@ -82,9 +82,7 @@ def test_a_terminal_commit_purges_an_event_committed_while_it_waited(db_url, sta
         instances.status(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")["status"]
         == "complete"
     )
-    assert instance_events.inbox(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i") == {
-        "events": []
-    }
+    assert instance_events.inbox(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i") == []
     with psycopg.connect(**models_db.connect_kwargs(db_url)) as conn:
         assert conn.execute(
             "SELECT count(*) FROM inbox_events WHERE instance_pk = %s", [cs.pk]
@@ -137,9 +135,7 @@ def test_history_stays_newest_last_in_time_when_a_commit_waited_for_a_later_even
     conn.commit()
     conn.close()
     thread.join(10)
-    events = instance_history.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i")[
-        "events"
-    ]
+    events = instance_history.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="i").events
     assert [e["eventId"] for e in events] == list(range(1, len(events) + 1))
     stamps = [e["eventTimestamp"] for e in events]
     assert stamps == sorted(stamps), stamps
@@ -283,7 +279,7 @@ def test_context_started_is_stored_as_the_builder_gives_it(db_url, space_token, 
     conn.close()
     built = [history.context_started(deployed.version, 1), history.context_started(version, 2)]
     assert rows == [(e.event_type, instance_sql.document(e.attributes)) for e in built]
-    served = instance_history.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="c")["events"]
+    served = instance_history.history(space=deployed.space, workflow_uid=deployed.workflow, instance_id="c").events
     assert [e["attributes"] for e in served if e["eventType"] == "ContextStarted"] == [
         {"versionUid": deployed.version, "epoch": 1},
         {"versionUid": version, "epoch": 2},

@@ -44,9 +44,9 @@ def _all_pages(space, workflow, *, status=None, limit=3):
     while True:
         page = instances.list_instances(space=space, workflow_uid=workflow, status_filter=status,
                                         page_token=token, limit=limit)
-        assert len(page["instances"]) <= limit
-        ids += [row["id"] for row in page["instances"]]
-        token = page.get("nextPageToken")
+        assert len(page.instances) <= limit
+        ids += [row.id for row in page.instances]
+        token = page.next_page_token
         if token is None:
             return ids
 

@@ -106,7 +106,7 @@ def test_a_queued_instance_that_no_version_can_run_still_ends_at_its_lifetime(db
     assert driver.advance(YEAR) == ["errored"]
     status = instances.status(space=space, workflow_uid=d.workflow, instance_id="q")
     assert status["status"] == "errored" and status["error"]["reason"] == "lifetime_exceeded"
-    events = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="q")["events"]
+    events = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="q").events
     assert [e["eventType"] for e in events] == ["InstanceCreated", "ContextStarted", "InstanceErrored"]
     assert events[1]["attributes"]["versionUid"] is None  # no code ran
 
@@ -178,7 +178,7 @@ def test_terminal_instances_are_kept_30_days_then_purged_by_the_beat_sweep(db_ur
             assert orphans == 0, model
     # a purged id is free again: a new instance with an empty history
     instances.create(**ids, instance_id="old", now=driver.clock())
-    types = [e["eventType"] for e in instance_history.history(**ids, instance_id="old")["events"]]
+    types = [e["eventType"] for e in instance_history.history(**ids, instance_id="old").events]
     assert types == ["InstanceCreated"]
 
 

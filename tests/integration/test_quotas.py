@@ -111,7 +111,7 @@ def test_live_instances_quota_refuses_the_create_and_keeps_every_accepted_instan
     # what was accepted is intact and runs
     assert driver.run() == ["sleeping"] * 3
     for name in ("a", "b", "c"):
-        events = instance_history.history(**ids, instance_id=name, limit=100)["events"]
+        events = instance_history.history(**ids, instance_id=name, limit=100).events
         assert events[0]["eventType"] == "InstanceCreated" and events[0]["attributes"]["instanceId"] == name
     assert assert_counters_exact(db_url, space)[quotas.LIVE_INSTANCES] == 3
     # a terminal instance frees its place
@@ -170,8 +170,8 @@ def test_stored_events_quota_refuses_the_event_and_keeps_the_inboxes(db_url, spa
     )
     assert response.status_code == 429 and response.get_json()["error"]["details"]["quota"] == "storedEvents"
     # nothing lost or reordered; the refused key is not spent
-    assert [e["payload"] for e in instance_events.inbox(**ids, instance_id="a")["events"]] == [{"n": 1}, {"n": 2}]
-    assert [(e["sequence"], e["payload"]) for e in instance_events.inbox(**ids, instance_id="b")["events"]] == [
+    assert [e.payload for e in instance_events.inbox(**ids, instance_id="a")] == [{"n": 1}, {"n": 2}]
+    assert [(e.sequence, e.payload) for e in instance_events.inbox(**ids, instance_id="b")] == [
         (1, {"n": 3})
     ]
     # a direct delivery to a waiting wait stores nothing and is never refused (docs/spec/durable-workflow.md)
@@ -187,16 +187,16 @@ def test_stored_events_quota_refuses_the_event_and_keeps_the_inboxes(db_url, spa
 # -- log bytes ----------------------------------------------------------------------------------
 
 
-def _lines(space: str, workflow: str, instance_id: str) -> list[dict]:
+def _lines(space: str, workflow: str, instance_id: str) -> list[log_service.InstanceLine]:
     lines, token = [], None
     while True:
         page = log_service.instance_logs(
             space=space, workflow_uid=workflow, instance_id=instance_id, page_token=token, limit=1000
         )
-        if not page["logs"]:
+        if not page.logs:
             return lines
-        lines += page["logs"]
-        token = page["nextPageToken"]
+        lines += page.logs
+        token = page.next_page_token
 
 
 def test_log_quota_keeps_what_fits_and_says_once_per_context_what_it_dropped(
@@ -210,19 +210,19 @@ def test_log_quota_keeps_what_fits_and_says_once_per_context_what_it_dropped(
     instances.create(**ids, instance_id="p1", params={"tag": "p1"})
     assert driver.run() == ["complete"]
     first = _lines(space, d.workflow, "p1")
-    tenant = [line for line in first if line["stream"] == "stdout"]
-    markers = [line for line in first if line["stream"] == "host"]
+    tenant = [line for line in first if line.stream == "stdout"]
+    markers = [line for line in first if line.stream == "host"]
     # the first 300 lines fit (in order, whole), the marker is one line whose count was rewritten
     # when the second batch dropped more
-    assert [line["message"][:7] for line in tenant] == [f"p1 {i:04d}" for i in range(300)]
-    assert all(len(line["message"]) == 100 for line in tenant)
-    assert [m["message"] for m in markers] == ["700 lines dropped: the Space's log quota"]
+    assert [line.message[:7] for line in tenant] == [f"p1 {i:04d}" for i in range(300)]
+    assert all(len(line.message) == 100 for line in tenant)
+    assert [m.message for m in markers] == ["700 lines dropped: the Space's log quota"]
     used = assert_counters_exact(db_url, space)
     assert used[quotas.LOG_BYTES] >= 300 * line_bytes  # at the quota (the marker is kept beyond it)
     # another context of the Space: nothing fits, one marker of its own; p1's lines untouched
     instances.create(**ids, instance_id="p2", params={"tag": "p2"})
     assert driver.run() == ["complete"]
-    assert [line["message"] for line in _lines(space, d.workflow, "p2")] == [
+    assert [line.message for line in _lines(space, d.workflow, "p2")] == [
         "1000 lines dropped: the Space's log quota"
     ]
     assert _lines(space, d.workflow, "p1") == first
@@ -234,7 +234,7 @@ def test_log_quota_keeps_what_fits_and_says_once_per_context_what_it_dropped(
     assert assert_counters_exact(db_url, space)[quotas.LOG_BYTES] == 0
     instances.create(**ids, instance_id="p3", params={"tag": "p3"})
     assert driver.run() == ["complete"]
-    assert len([line for line in _lines(space, d.workflow, "p3") if line["stream"] == "stdout"]) == 300
+    assert len([line for line in _lines(space, d.workflow, "p3") if line.stream == "stdout"]) == 300
 
 
 def test_log_counters_follow_the_per_instance_cap_and_a_workflow_purge(db_url, space_token, driver, monkeypatch):
@@ -359,10 +359,10 @@ def test_cron_delivery_lines_count_toward_the_log_quota_with_one_marker(db_url, 
     )
     [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
     assert cron_tasks.deliver(match_pk) == "ok"
-    lines = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute, limit=1000)["logs"]
-    tenant = [line["message"] for line in lines if line["stream"] == "stdout"]
+    lines = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute, limit=1000).logs
+    tenant = [line.message for line in lines if line.stream == "stdout"]
     assert tenant == [f"cron {i:04d} " + "y" * 90 for i in range(300)]
-    assert [line["message"] for line in lines if line["stream"] == "host"] == [
+    assert [line.message for line in lines if line.stream == "host"] == [
         "700 lines dropped: the Space's log quota"
     ]
     assert assert_counters_exact(db_url, space)[quotas.LOG_BYTES] >= 300 * line_bytes

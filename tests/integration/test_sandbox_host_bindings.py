@@ -188,7 +188,7 @@ def test_an_undeclared_binding_is_a_protocol_break_on_both_paths(
     status = instances.status(space=space, workflow_uid=d.workflow, instance_id="forger")
     assert status["status"] == "errored" and status["error"]["reason"] == "run_threw"
     assert "broke the host protocol: unknown binding 'NOPE'" in status["error"]["message"]
-    events = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="forger")["events"]
+    events = instance_history.history(space=space, workflow_uid=d.workflow, instance_id="forger").events
     assert events[-1]["eventType"] == "InstanceErrored"
 
     # The handler swallows whatever it is answered; before the shared host it was answered

@@ -62,9 +62,7 @@ def limited_driver(monkeypatch, zygote, db_url):
 
 
 def _history(space, workflow, instance_id):
-    return instance_history.history(space=space, workflow_uid=workflow, instance_id=instance_id, limit=1000)[
-        "events"
-    ]
+    return instance_history.history(space=space, workflow_uid=workflow, instance_id=instance_id, limit=1000).events
 
 
 def _still(path, seconds=0.6) -> bool:

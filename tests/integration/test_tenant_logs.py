@@ -42,7 +42,7 @@ class Run:
     def history(self, instance_id):
         return instance_history.history(
             space=self.space, workflow_uid=self.workflow, instance_id=instance_id, limit=1000
-        )["events"]
+        ).events
 
     def logs(self, instance_id, **kwargs):
         return log_service.instance_logs(space=self.space, workflow_uid=self.workflow, instance_id=instance_id, **kwargs)
@@ -51,10 +51,10 @@ class Run:
         lines, token = [], None
         while True:
             page = self.logs(instance_id, page_token=token, limit=1000)
-            if not page["logs"]:
+            if not page.logs:
                 return lines, page
-            lines += page["logs"]
-            token = page["nextPageToken"]
+            lines += page.logs
+            token = page.next_page_token
 
 
 @pytest.fixture()
@@ -85,8 +85,8 @@ def test_print_stderr_fd_and_logging_are_captured_and_tagged(deploy, driver):
     run.create("t1")
     assert driver.run() == ["complete"]
     lines, page = run.all_logs("t1")
-    assert page["removedLines"] == 0
-    seen = [(line["step"], line["attempt"], line["stream"], line["message"]) for line in lines]
+    assert page.removed_lines == 0
+    seen = [(line.step, line.attempt, line.stream, line.message) for line in lines]
     assert seen[:2] == [(None, None, "stdout", "imported"), (None, None, "stdout", "in run")]
     # descriptor 1 is a pipe drained beside the Python-level streams: same step, any order
     assert sorted(seen[2:]) == sorted(
@@ -97,9 +97,9 @@ def test_print_stderr_fd_and_logging_are_captured_and_tagged(deploy, driver):
             ("first", 1, "stderr", "WARNING:root:careful now"),  # logging as Python does it
         ]
     )
-    epochs = {line["epoch"] for line in lines}
+    epochs = {line.epoch for line in lines}
     assert epochs == {workflows.instance_row(run.db_url, workflow=run.workflow, instance_id="t1").epoch}
-    assert all(line["time"].endswith("Z") for line in lines)
+    assert all(line.time.tzinfo is not None for line in lines)
 
 
 def test_logs_are_paged_with_a_cursor_that_follows(deploy, driver):
@@ -117,10 +117,10 @@ class Many:
     run.create("p1")
     driver.run()
     first = run.logs("p1", limit=10)
-    assert [line["message"] for line in first["logs"]] == [f"line {i}" for i in range(10)]
-    rest = run.logs("p1", page_token=first["nextPageToken"], limit=1000)
-    assert len(rest["logs"]) == 15
-    assert run.logs("p1", page_token=rest["nextPageToken"])["logs"] == []
+    assert [line.message for line in first.logs] == [f"line {i}" for i in range(10)]
+    rest = run.logs("p1", page_token=first.next_page_token, limit=1000)
+    assert len(rest.logs) == 15
+    assert run.logs("p1", page_token=rest.next_page_token).logs == []
     with pytest.raises(Exception) as exc:
         run.logs("p1", page_token="forged")
     assert exc.value.code == "invalid_request"
@@ -176,10 +176,10 @@ def test_failures_carry_the_tenants_own_frames_and_status_keeps_its_shape(deploy
         error = session.scalar(sa.select(inst_models.Step.error).where(inst_models.Step.name == "charge"))
     assert "traceback" not in error
     lines, _ = run.all_logs("f1")
-    host = [line for line in lines if line["stream"] == "host"]
-    assert host[0]["step"] == "charge" and host[0]["attempt"] == 1
-    assert "KeyError: 'params'" in host[0]["message"] and 'File "main.py", line' in host[0]["message"]
-    assert "instance errored: run_threw" in host[-1]["message"] and "in parse" in host[-1]["message"]
+    host = [line for line in lines if line.stream == "host"]
+    assert host[0].step == "charge" and host[0].attempt == 1
+    assert "KeyError: 'params'" in host[0].message and 'File "main.py", line' in host[0].message
+    assert "instance errored: run_threw" in host[-1].message and "in parse" in host[-1].message
 
 
 CHATTY = """
@@ -201,13 +201,13 @@ def test_a_chatty_effect_is_bounded_and_the_cut_is_visible(deploy, driver):
     run.create("c1")
     assert driver.run() == ["complete"]
     lines, _ = run.all_logs("c1")
-    tenant = [line for line in lines if line["stream"] == "stdout"]
-    markers = [line for line in lines if line["stream"] == "host" and "dropped" in line["message"]]
+    tenant = [line for line in lines if line.stream == "stdout"]
+    markers = [line for line in lines if line.stream == "host" and "dropped" in line.message]
     assert limits.BURST_LINES <= len(tenant) < limits.BURST_LINES + 1000
     assert markers, "the dropped lines must be said"
     assert len(markers) <= 20  # one marker per written batch, not one per frame of the child
-    dropped = sum(int(m["message"].split()[0]) for m in markers)
-    assert len([t for t in tenant if t["message"].startswith("chatty line")]) + dropped >= 100000
+    dropped = sum(int(m.message.split()[0]) for m in markers)
+    assert len([t for t in tenant if t.message.startswith("chatty line")]) + dropped >= 100000
 
 
 def test_the_per_instance_cap_removes_the_oldest_lines_visibly(deploy, driver, monkeypatch):
@@ -226,8 +226,8 @@ class Cap:
     run.create("cap1")
     driver.run()
     lines, page = run.all_logs("cap1")
-    assert len(lines) == 50 and lines[-1]["message"] == "n 119"
-    assert run.logs("cap1")["removedLines"] == 70
+    assert len(lines) == 50 and lines[-1].message == "n 119"
+    assert run.logs("cap1").removed_lines == 70
 
 
 def test_logs_are_purged_with_the_instance(deploy, driver, db_url):
@@ -277,7 +277,7 @@ def test_replay_that_skips_recorded_steps_is_diagnosed(deploy, driver):
     assert diverged and diverged[0]["kind"] == "skipped"
     assert diverged[0]["names"][0].startswith("roll ") and diverged[0]["name"].startswith("roll ")
     lines, _ = run.all_logs("d1")
-    assert any(line["stream"] == "host" and "replay diverged (skipped)" in line["message"] for line in lines)
+    assert any(line.stream == "host" and "replay diverged (skipped)" in line.message for line in lines)
     # a diagnostic only: the new name ran its effect, the instance completed as docs/spec/durable-workflow.md#dw-replay allows
     assert run.status("d1") == {"status": "complete", "output": {"n": 4}}
 
@@ -348,9 +348,9 @@ def test_forged_log_frames_break_the_protocol(deploy, driver, mode):
     assert status["error"]["reason"] == "run_threw"
     assert "broke the host protocol" in status["error"]["message"]
     lines, _ = run.all_logs(f"forge-{mode}")
-    assert not [line for line in lines if line["stream"] == "host" and line["message"] == "instance completed"]
+    assert not [line for line in lines if line.stream == "host" and line.message == "instance completed"]
     # the host's own budget: a burst, plus what the rate refilled while the frames came in
-    assert len([line for line in lines if line["stream"] == "stdout"]) <= limits.BURST_LINES + limits.RATE_LINES
+    assert len([line for line in lines if line.stream == "stdout"]) <= limits.BURST_LINES + limits.RATE_LINES
 
 
 def test_frames_written_to_stdout_are_only_text(deploy, driver):
@@ -359,7 +359,7 @@ def test_frames_written_to_stdout_are_only_text(deploy, driver):
     assert driver.run() == ["complete"]
     assert run.status("forge-stdout") == {"status": "complete", "output": {"honest": True}}
     lines, _ = run.all_logs("forge-stdout")
-    assert any('"op": "run_returned"' in line["message"] for line in lines)
+    assert any('"op": "run_returned"' in line.message for line in lines)
 
 
 def test_nul_lone_surrogates_and_escapes_are_stored_safely(deploy, driver):
@@ -367,7 +367,7 @@ def test_nul_lone_surrogates_and_escapes_are_stored_safely(deploy, driver):
     run.create("forge-nul", params={"mode": "nul"})
     assert driver.run() == ["complete"]
     lines, _ = run.all_logs("forge-nul")
-    assert [line["message"] for line in lines] == ["a\ufffdb \ufffd \x1b[2J"]
+    assert [line.message for line in lines] == ["a\ufffdb \ufffd \x1b[2J"]
 
 
 def test_a_syntax_error_names_file_and_line(zygote):
@@ -410,13 +410,13 @@ def test_a_cron_run_keeps_its_logs_and_its_traceback(db_url, space_token):
     [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
     assert cron_tasks.deliver(match_pk) == "failed"
     page = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute)
-    messages = [(line["delivery"], line["stream"], line["message"]) for line in page["logs"]]
+    messages = [(line.delivery, line.stream, line.message) for line in page.logs]
     assert messages[:2] == [(1, "stdout", "handler starts 1898849100000"), (1, "stderr", "WARNING:root:about to fail")]
     assert messages[-1][1] == "host" and "RuntimeError: boom at 1898849100000 (main.py, line 9)" in messages[-1][2]
     assert 'File "main.py", line 6, in scheduled' in messages[-1][2]
     # the same run by epoch milliseconds; an unknown time is not_found
     by_ms = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time="1898849100000")
-    assert by_ms["logs"] == page["logs"]
+    assert by_ms.logs == page.logs
     with pytest.raises(Exception) as exc:
         log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time="2030-03-04T10:06:00Z")
     assert exc.value.code == "not_found"
@@ -430,7 +430,7 @@ def test_forged_dropped_counts_add_up_into_one_marker(deploy, driver):
     run.create("forge-dropped", params={"mode": "dropped-spam"})
     assert driver.run() == ["complete"]
     lines, _ = run.all_logs("forge-dropped")
-    assert [line["message"].split(":")[0] for line in lines] == ["20000 lines dropped"]
+    assert [line.message.split(":")[0] for line in lines] == ["20000 lines dropped"]
 
 
 def test_the_logs_routes_over_http(db_url, space_token, driver, deploy):

@@ -40,7 +40,7 @@ def recorded(db_url, space, driver):
     driver.advance(1)
     assert instances.status(space=space, workflow_uid=deployed.workflow, instance_id="i-1")["status"] == "waiting"
     history = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="i-1", limit=1000)
-    return deployed, history["events"]
+    return deployed, history.events
 
 
 def _check(db_url, space, zygote, deployed, events, source, *, time_limit=10.0):
@@ -81,7 +81,7 @@ def test_a_candidate_replays_in_the_sandbox(db_url, space, zygote, recorded, cha
         assert outcome.replay.replayed == 2 and outcome.replay.stopped_at == "approve"
     # Nothing was written: the instance's history is as it was.
     after = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="i-1", limit=1000)
-    assert after["events"] == events
+    assert after.events == events
 
 
 def test_an_import_error_and_an_endless_run_are_errors_within_the_time_limit(db_url, space, zygote, recorded):

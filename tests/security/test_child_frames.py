@@ -158,9 +158,9 @@ def test_a_forged_eager_do_is_a_protocol_violation(monkeypatch, zygote, db_url, 
         assert status["error"]["reason"] == "run_threw"
         assert "broke the host protocol" in status["error"]["message"] and why in status["error"]["message"]
         page = instance_history.history(space=space, workflow_uid=workflow, instance_id=instance_id)
-        completed = [e for e in page["events"] if e["eventType"] == "StepCompleted"]
+        completed = [e for e in page.events if e["eventType"] == "StepCompleted"]
         assert [e["attributes"]["name"] for e in completed] == (["s0"] if after_a_step else [])
-        assert "forged" not in str(page["events"])
+        assert "forged" not in str(page.events)
     finally:
         workflows.clear_timers(db_url)
 

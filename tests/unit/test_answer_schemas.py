@@ -11,7 +11,9 @@ import json
 import pytest
 
 from host_api import schemas
+from models import instances as inst_models
 from models import resources as res_models
+from services import instance_events, instance_history, instances, tenant_logs
 
 # --- golden answers: every Operation state and kind, every resource Form -------------------------
 #
@@ -171,6 +173,89 @@ def test_a_resource_list_answers_fixed_json():
     assert _list_answer([], None) == '{"resources": []}'
 
 
+# --- instance answers: dumped from the services' values -------------------------------------------
+#
+# ``GET …/instances/{id}`` (and a binding's ``status``, the same without ``id``), the list, the
+# inbox, the history and the log pages; tests/integration/test_answer_bodies.py checks the same
+# texts through the app from stored rows.
+
+MS = "2026-10-05T12:05:00.123Z"
+
+
+def _instance(status: str, *, output=None, error=None) -> inst_models.Instance:
+    return inst_models.Instance(instance_id="i-1", status=status, output=output, error=error)
+
+
+STATUSES = [
+    pytest.param(_instance("complete", output={"b": 1, "a": [True, None]}),
+                 '{"id": "i-1", "status": "complete", "output": {"b": 1, "a": [true, null]}}', id="complete"),
+    pytest.param(_instance("complete"), '{"id": "i-1", "status": "complete"}', id="complete-without-output"),
+    pytest.param(_instance("errored", error={"reason": "run_threw", "message": "boom"}),
+                 '{"id": "i-1", "status": "errored", "error": {"reason": "run_threw", "message": "boom"}}', id="errored"),
+    pytest.param(_instance("errored", error={"reason": "lifetime_exceeded"}),
+                 '{"id": "i-1", "status": "errored", "error": {"reason": "lifetime_exceeded"}}',
+                 id="errored-without-message"),
+    pytest.param(_instance("running", output={"stale": 1}, error={"reason": "stale"}),
+                 '{"id": "i-1", "status": "running"}', id="output-and-error-only-when-terminal"),
+]
+
+
+@pytest.mark.parametrize("row, expected", STATUSES)
+def test_an_instance_status_answers_fixed_json(row, expected):
+    value = instances.InstanceStatus.of(row)
+    assert json.dumps(schemas.InstanceStatus().dump(value)) == expected
+    assert json.dumps(value.document()) == expected.replace('"id": "i-1", ', "", 1)  # a binding's status answer
+
+
+def test_the_instance_list_answers_fixed_json():
+    rows = [instances.InstanceSummary(id=f"i-{n}", status="queued", created_at=T0) for n in (1, 2)]
+    text = ", ".join(f'{{"id": "i-{n}", "status": "queued", "createdAt": "{MS}"}}' for n in (1, 2))
+    dump = schemas.InstanceList().dump
+    assert json.dumps(dump(instances.InstancePage(rows, "tok"))) == f'{{"instances": [{text}], "nextPageToken": "tok"}}'
+    assert json.dumps(dump(instances.InstancePage(rows))) == f'{{"instances": [{text}]}}'
+    assert json.dumps(dump(instances.InstancePage([]))) == '{"instances": []}'
+
+
+def test_the_inbox_answers_fixed_json():
+    events = [
+        instance_events.QueuedEvent(sequence=1, type="a", payload={"k": 1}, accepted_at=T0),
+        instance_events.QueuedEvent(sequence=2, type="b", payload=None, accepted_at=T1),
+    ]
+    assert json.dumps(schemas.EventList().dump({"events": events})) == (
+        f'{{"events": [{{"sequence": 1, "type": "a", "payload": {{"k": 1}}, "acceptedAt": "{MS}"}}, '
+        '{"sequence": 2, "type": "b", "acceptedAt": "2026-10-05T12:06:07.000Z"}]}'
+    )
+    assert json.dumps(schemas.Empty().dump({})) == "{}"  # sendEvent's 202
+
+
+def test_the_history_answers_fixed_json():
+    event = {"eventId": 1, "eventTimestamp": MS, "eventType": "InstanceCreated", "attributes": {"b": 1, "a": {}}}
+    text = f'{{"eventId": 1, "eventTimestamp": "{MS}", "eventType": "InstanceCreated", "attributes": {{"b": 1, "a": {{}}}}}}'
+    dump = schemas.HistoryPage().dump
+    assert json.dumps(dump(instance_history.HistoryPage([event], "tok"))) == f'{{"events": [{text}], "nextPageToken": "tok"}}'
+    assert json.dumps(dump(instance_history.HistoryPage([event]))) == f'{{"events": [{text}]}}'
+
+
+def test_the_log_pages_answer_fixed_json():
+    lines = [
+        tenant_logs.InstanceLine(time=T0, epoch=1, step="s", attempt=1, stream="stdout", message="one", replayed=False),
+        tenant_logs.InstanceLine(time=T0, epoch=None, step=None, attempt=None, stream="host", message="two", replayed=True),
+    ]
+    assert json.dumps(schemas.LogPage().dump(tenant_logs.LogPage(lines, "tok", 2))) == (
+        f'{{"logs": [{{"time": "{MS}", "epoch": 1, "step": "s", "attempt": 1, "stream": "stdout", "message": "one", '
+        f'"replayed": false}}, {{"time": "{MS}", "epoch": null, "step": null, "attempt": null, "stream": "host", '
+        '"message": "two", "replayed": true}], "nextPageToken": "tok", "removedLines": 2}'
+    )
+    run = [tenant_logs.RunLine(time=T0, delivery=2, stream="stderr", message="m")]
+    assert json.dumps(schemas.RunLogPage().dump(tenant_logs.LogPage(run, "tok", 0))) == (
+        f'{{"logs": [{{"time": "{MS}", "delivery": 2, "stream": "stderr", "message": "m"}}], "nextPageToken": "tok", '
+        '"removedLines": 0}'
+    )
+    assert json.dumps(schemas.LogPage().dump(tenant_logs.LogPage([], "tok", 0))) == (
+        '{"logs": [], "nextPageToken": "tok", "removedLines": 0}'
+    )
+
+
 @pytest.mark.parametrize("schema, value", [
     (schemas.OperationView, {"id": "op", "surprise": 1}),
     (schemas.OperationView, _operation("update", "failed", effect="none", error={"code": "c", "message": "m", "hint": "h"})),
@@ -178,6 +263,10 @@ def test_a_resource_list_answers_fixed_json():
     (schemas.ResourceList, {"resources": [], "nextPageToken": "t"}),  # the wire name, not the attribute
     (schemas.InstanceId, {"id": "x", "status": "queued"}),
     (schemas.TerminateAnswer, {"status": "terminated", "by": "me"}),
+    (schemas.InstanceStatus, instances.InstanceStatus(id="i", status="errored", error={"reason": "r", "hint": "h"})),
+    (schemas.HistoryPage, instance_history.HistoryPage([{"eventId": 1, "eventType": "X", "extra": 1}])),
+    (schemas.EventList, {"events": [], "nextPageToken": "t"}),
+    (schemas.Empty, {"accepted": True}),
 ])
 def test_an_undeclared_key_raises_instead_of_vanishing(schema, value):
     with pytest.raises(ValueError, match="does not declare"):
