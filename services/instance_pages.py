@@ -46,11 +46,11 @@ def decode_token(token: str | None, *, maximum: int) -> int | None:
         raise DomainError("invalid_request", "pageToken is not a token this API issued") from None
 
 
-def page_size(limit: int | None) -> int:
-    """The page size of a ``limit`` (``None`` → ``DEFAULT_PAGE``); else ``invalid_request`` unless
-    it is an integer ``1..MAX_PAGE``."""
+def page_size(limit: int | None, *, default: int = DEFAULT_PAGE) -> int:
+    """The page size of a ``limit`` (``None`` → ``default``); else ``invalid_request`` unless
+    it is an integer ``1..MAX_PAGE`` (the tenant logs share it with their own default)."""
     if limit is None:
-        return DEFAULT_PAGE
+        return default
     if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
         raise DomainError("invalid_request", f"limit must be an integer 1..{MAX_PAGE}")
     return limit

@@ -37,9 +37,9 @@ from models import resources as res_models
 from models.errors import DomainError
 from services import instance_common, instance_pages
 
-#: Lines per page: default and largest ``limit``.
+#: Lines per page: default and largest ``limit`` (the instance list's and history's largest).
 DEFAULT_PAGE = 500
-MAX_PAGE = 1000
+MAX_PAGE = instance_pages.MAX_PAGE
 _MAX_SEQ = 2**63 - 1
 
 
@@ -81,14 +81,6 @@ class LogPage(Generic[LineT]):
     removed_lines: int
 
 
-def _page_size(limit: int | None) -> int:
-    if limit is None:
-        return DEFAULT_PAGE
-    if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
-        raise DomainError("invalid_request", f"limit must be an integer 1..{MAX_PAGE}")
-    return limit
-
-
 def _name(value: bytes | memoryview | None) -> str | None:
     return None if value is None else bytes(value).decode("utf-8")
 
@@ -108,7 +100,7 @@ def instance_logs(
     """
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     after = instance_pages.decode_token(page_token, maximum=_MAX_SEQ) or 0
-    size = _page_size(limit)
+    size = instance_pages.page_size(limit, default=DEFAULT_PAGE)
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
@@ -188,7 +180,7 @@ def run_logs(
     """
     at = parse_scheduled_time(scheduled_time)
     delivery, after = _decode_run_token(page_token)
-    size = _page_size(limit)
+    size = instance_pages.page_size(limit, default=DEFAULT_PAGE)
     with models_db.session_scope() as session:
         trigger = session.get(res_models.Resource, trigger_uid)
         if (
