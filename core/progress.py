@@ -7,7 +7,8 @@ a context runs right now (published by its worker's heartbeat, at most one lease
 whether a Version can run it now — with the clock passed in. It is a view beside the spec's ``status()``,
 whose shape it never changes (docs/spec/durable-workflow.md#dw-binding), and it adds nothing to the history.
 
-Body (``TypedDict`` :class:`Progress`)::
+The answer is a :class:`Progress` value, which ``host_api.schemas.InstanceProgress`` dumps as
+(members that are ``None`` left out)::
 
     {"status": "running",                 # the seven statuses of status()
      "activity": "retrying",              # see ACTIVITIES
@@ -16,18 +17,17 @@ Body (``TypedDict`` :class:`Progress`)::
      "retryAt"?, "lastError"?: {"type", "message"},               # a do step between attempts
      "wakeAt"?,                                                    # a sleep
      "eventType"?, "timeoutAt"?,                                   # a wait
-     "context"?: {"epoch", "versionUid"?, "startedAt"},            # the latest replay context
+     "context"?: {"epoch", "startedAt", "versionUid"?},            # the latest replay context
      "reason"?: "no_version", "message"?: "…"}                     # why it is queued, if known
 
-Times are RFC 3339 UTC strings (``…Z``); ``attempt`` is 1-based: the attempt that runs next (or
-runs now, once its retry time has passed).
+Times are aware UTC datetimes (RFC 3339 UTC strings with milliseconds on the wire); ``attempt`` is
+1-based: the attempt that runs next (or runs now, once its retry time has passed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any, NotRequired, TypedDict
 
 #: ``activity`` values: ``queued`` (no context has started; ``reason`` may say why), ``starting``
 #: (a context is due or starting), ``running`` (a context runs the code), ``retrying`` (a ``do``
@@ -75,30 +75,37 @@ class ContextInfo:
     ended: bool = False
 
 
-class StepView(TypedDict):
+@dataclasses.dataclass(frozen=True)
+class StepView:
+    """The step an instance is on: ``kind`` do/sleep/wait; ``attempt`` (do steps only, 1-based) the
+    attempt that runs next or runs now."""
+
     name: str
     kind: str
-    attempt: NotRequired[int]
+    attempt: int | None = None
 
 
-class Progress(TypedDict):
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What an instance does or waits for (the module doc): ``activity`` one of :data:`ACTIVITIES`;
+    ``step`` the step it is on; ``since`` its running attempt's start; ``retry_at`` and
+    ``last_error`` (``{"type", "message"}``) a do step's next attempt and last failure; ``wake_at``
+    a sleep's deadline; ``event_type`` and ``timeout_at`` a wait's; ``context`` the latest replay
+    context (its ``ended`` is not part of the answer); ``reason`` ``no_version`` with its
+    ``message``, or the stop (``terminate``/``delete``) of a stopping instance. ``None``: absent."""
+
     status: str
     activity: str
-    step: NotRequired[StepView]
-    since: NotRequired[str]
-    retryAt: NotRequired[str]
-    lastError: NotRequired[dict]
-    wakeAt: NotRequired[str]
-    eventType: NotRequired[str]
-    timeoutAt: NotRequired[str]
-    context: NotRequired[dict]
-    reason: NotRequired[str]
-    message: NotRequired[str]
-
-
-def rfc3339(value: dt.datetime) -> str:
-    """``value`` (aware) as RFC 3339 UTC with milliseconds and ``Z``."""
-    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    step: StepView | None = None
+    since: dt.datetime | None = None
+    retry_at: dt.datetime | None = None
+    last_error: dict[str, str] | None = None
+    wake_at: dt.datetime | None = None
+    event_type: str | None = None
+    timeout_at: dt.datetime | None = None
+    context: ContextInfo | None = None
+    reason: str | None = None
+    message: str | None = None
 
 
 def progress(
@@ -120,72 +127,71 @@ def progress(
     heartbeat says a context runs (used only while it is the latest context's and no other step is
     pending: ``step`` and ``since``).
     """
-    body: dict[str, Any] = {"status": status}
-    if context is not None:
-        started: dict[str, Any] = {"epoch": context.epoch, "startedAt": rfc3339(context.started_at)}
-        if context.version_uid is not None:
-            started["versionUid"] = context.version_uid
-        body["context"] = started
     if status in TERMINAL:
-        body["activity"] = "finished"
-        return body  # type: ignore[return-value]
+        return Progress(status=status, activity="finished", context=context)
     if stopping is not None:
-        body["activity"] = "stopping"
-        body["reason"] = stopping
-        return body  # type: ignore[return-value]
+        return Progress(status=status, activity="stopping", reason=stopping, context=context)
     if running is not None and status == "running" and context is not None and running.epoch == context.epoch and (
         pending is None or (pending.kind == "do" and pending.name == running.name)
     ):
-        body["activity"] = "running"
-        body["step"] = {"name": running.name, "kind": "do", "attempt": running.attempt}
-        body["since"] = rfc3339(running.since)
-        if pending is not None and pending.error:
-            body["lastError"] = {
-                "type": pending.error.get("type", "Error"),
-                "message": pending.error.get("message", ""),
-            }
+        found = Progress(
+            status=status,
+            activity="running",
+            step=StepView(name=running.name, kind="do", attempt=running.attempt),
+            since=running.since,
+            last_error=None if pending is None else _last_error(pending.error),
+            context=context,
+        )
     elif pending is not None:
-        body.update(_pending(pending, status=status, context=context, now=now))
+        found = _pending(pending, status=status, context=context, now=now)
     elif status == "queued":
-        body["activity"] = "queued"
+        found = Progress(status=status, activity="queued", context=context)
     else:
         # No pending step: a context runs the code, unless the latest one stopped (an event woke
         # the instance by completing its wait: the next context is due).
-        body["activity"] = "running" if context is not None and not context.ended else "starting"
-    if no_version is not None and body["activity"] in ("queued", "starting", "running"):
-        body["reason"] = "no_version"
-        body["message"] = no_version
-        if body["activity"] == "running":  # no code can run it: nothing is running
-            body["activity"] = "starting"
-    return body  # type: ignore[return-value]
+        activity = "running" if context is not None and not context.ended else "starting"
+        found = Progress(status=status, activity=activity, context=context)
+    if no_version is not None and found.activity in ("queued", "starting", "running"):
+        # no code can run it: nothing is running
+        activity = "starting" if found.activity == "running" else found.activity
+        found = dataclasses.replace(found, activity=activity, reason="no_version", message=no_version)
+    return found
 
 
-def _pending(
-    step: PendingStep, *, status: str, context: ContextInfo | None, now: dt.datetime
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _last_error(error: dict | None) -> dict[str, str] | None:
+    """A do step's last failed attempt as ``{"type", "message"}`` (``None``: none failed)."""
+    return {"type": error.get("type", "Error"), "message": error.get("message", "")} if error else None
+
+
+def _pending(step: PendingStep, *, status: str, context: ContextInfo | None, now: dt.datetime) -> Progress:
     if step.kind == "do":
-        out["step"] = {"name": step.name, "kind": "do", "attempt": step.attempts + 1}
         if step.wake_at is not None and step.wake_at > now:
-            out["activity"] = "retrying"
+            activity = "retrying"
         else:  # the retry is due: running once a context started after it, else starting
             started = context is not None and (step.wake_at is None or context.started_at >= step.wake_at)
-            out["activity"] = "running" if status == "running" and started else "starting"
-        if step.wake_at is not None:
-            out["retryAt"] = rfc3339(step.wake_at)
-        if step.error:
-            out["lastError"] = {"type": step.error.get("type", "Error"), "message": step.error.get("message", "")}
-    elif step.kind == "sleep":
-        out["step"] = {"name": step.name, "kind": "sleep"}
+            activity = "running" if status == "running" and started else "starting"
+        return Progress(
+            status=status,
+            activity=activity,
+            step=StepView(name=step.name, kind="do", attempt=step.attempts + 1),
+            retry_at=step.wake_at,
+            last_error=_last_error(step.error),
+            context=context,
+        )
+    if step.kind == "sleep":
         due = step.wake_at is not None and step.wake_at <= now
-        out["activity"] = "sleeping" if status == "sleeping" and not due else "starting"
-        if step.wake_at is not None:
-            out["wakeAt"] = rfc3339(step.wake_at)
-    else:
-        out["step"] = {"name": step.name, "kind": "wait"}
-        out["activity"] = "waiting" if status == "waiting" else "starting"
-        if step.config and "type" in step.config:
-            out["eventType"] = step.config["type"]
-        if step.timeout_at is not None:
-            out["timeoutAt"] = rfc3339(step.timeout_at)
-    return out
+        return Progress(
+            status=status,
+            activity="sleeping" if status == "sleeping" and not due else "starting",
+            step=StepView(name=step.name, kind="sleep"),
+            wake_at=step.wake_at,
+            context=context,
+        )
+    return Progress(
+        status=status,
+        activity="waiting" if status == "waiting" else "starting",
+        step=StepView(name=step.name, kind="wait"),
+        event_type=step.config.get("type") if step.config else None,
+        timeout_at=step.timeout_at,
+        context=context,
+    )

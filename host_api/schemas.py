@@ -636,35 +636,46 @@ class TerminateAnswer(_Answer):
     status = fields.String(required=True)
 
 
-class ProgressStep(ma.Schema):
-    """The step an instance is on: ``{"name", "kind", "attempt"?}`` (``attempt``: do steps, 1-based)."""
+class ProgressStep(_Answer):
+    """The step an instance is on: ``{"name", "kind", "attempt"?}`` (``attempt``: do steps, 1-based),
+    dumped from ``core.progress.StepView``."""
+
+    OMITTED_WHEN_NONE = ("attempt",)
 
     name = fields.String(required=True)
     kind = fields.String(required=True, validate=validate.OneOf(["do", "sleep", "wait"]))
     attempt = fields.Integer()
 
 
-class ProgressContext(ma.Schema):
-    """The latest replay context: ``{"epoch", "startedAt", "versionUid"?}``."""
+class ProgressContext(_Answer):
+    """The latest replay context: ``{"epoch", "startedAt", "versionUid"?}``, dumped from
+    ``core.progress.ContextInfo``."""
+
+    OMITTED_WHEN_NONE = ("versionUid",)
 
     epoch = fields.Integer(required=True)
-    startedAt = fields.String(required=True, metadata={"format": "date-time"})
-    versionUid = fields.String()
+    started_at = _Milliseconds(required=True, data_key="startedAt", metadata={"format": "date-time"})
+    version_uid = fields.String(data_key="versionUid")
 
 
-class InstanceProgress(ma.Schema):
-    """``GET …/instances/{id}/progress``: what a non-terminal instance does or waits for
-    (``core.progress``); a view beside ``status()``, whose shape it leaves alone."""
+class InstanceProgress(_Answer):
+    """``GET …/instances/{id}/progress``: what a non-terminal instance does or waits for, dumped
+    from ``core.progress.Progress`` (absent members left out); a view beside ``status()``, whose
+    shape it leaves alone."""
+
+    OMITTED_WHEN_NONE = (
+        "step", "since", "retryAt", "lastError", "wakeAt", "eventType", "timeoutAt", "context", "reason", "message"
+    )
 
     status = fields.String(required=True)
     activity = fields.String(required=True, validate=validate.OneOf(list(progress.ACTIVITIES)))
     step = fields.Nested(ProgressStep)
-    since = fields.String(metadata={"format": "date-time"})
-    retryAt = fields.String(metadata={"format": "date-time"})
-    lastError = fields.Dict()
-    wakeAt = fields.String(metadata={"format": "date-time"})
-    eventType = fields.String()
-    timeoutAt = fields.String(metadata={"format": "date-time"})
+    since = _Milliseconds(metadata={"format": "date-time"})
+    retry_at = _Milliseconds(data_key="retryAt", metadata={"format": "date-time"})
+    last_error = fields.Dict(data_key="lastError")
+    wake_at = _Milliseconds(data_key="wakeAt", metadata={"format": "date-time"})
+    event_type = fields.String(data_key="eventType")
+    timeout_at = _Milliseconds(data_key="timeoutAt", metadata={"format": "date-time"})
     context = fields.Nested(ProgressContext)
     reason = fields.String()
     message = fields.String()

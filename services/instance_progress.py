@@ -29,8 +29,11 @@ from services import forms, instance_common, redis_client, redis_keys
 log = logging.getLogger(__name__)
 
 
-def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetime | None = None) -> dict:
-    """The ``progress`` body of instance ``instance_id`` (``core.progress.Progress``).
+def progress(
+    *, space: str, workflow_uid: str, instance_id: str, now: dt.datetime | None = None
+) -> progress_mod.Progress:
+    """What instance ``instance_id`` does or waits for (``core.progress.Progress``, the ``progress``
+    answer), at ``now`` (aware UTC; default: the current time).
 
     Raises DomainError: ``invalid_request`` (bad id), ``not_found`` (no such DurableWorkflow in
     ``space``), ``unknown_instance``.
@@ -88,16 +91,14 @@ def progress(*, space: str, workflow_uid: str, instance_id: str, now: dt.datetim
             pending is None or pending.kind != "do" or pending.wake_at is None or pending.wake_at <= now
         ):
             no_version = _no_version_reason(session, workflow)
-        return dict(
-            progress_mod.progress(
-                status=instance.status,
-                stopping=instance.stopping,
-                pending=pending,
-                context=context,
-                no_version=no_version,
-                now=now,
-                running=running,
-            )
+        return progress_mod.progress(
+            status=instance.status,
+            stopping=instance.stopping,
+            pending=pending,
+            context=context,
+            no_version=no_version,
+            now=now,
+            running=running,
         )
 
 

@@ -234,4 +234,5 @@ def logs(space: str, uid: str, instance_id: str) -> flask.Response:
 )
 def progress(space: str, uid: str, instance_id: str) -> flask.Response:
     """``GET …/instances/{id}/progress`` → what it runs or waits for."""
-    return _json(instance_progress.progress(space=space, workflow_uid=uid, instance_id=instance_id))
+    answer = instance_progress.progress(space=space, workflow_uid=uid, instance_id=instance_id)
+    return _json(schemas.InstanceProgress().dump(answer))

@@ -370,11 +370,13 @@ def _traceback(events: list[dict]) -> tuple[str, str] | None:
 
 
 def _progress(user: console_session.SignedIn, uid: str, instance_id: str, *, terminal: bool) -> dict:
-    """The progress body of a live instance (``{}`` for an ended one, or one gone since)."""
+    """The progress body of a live instance, as the API answers it (``{}`` for an ended one, or one
+    gone since)."""
     if terminal:
         return {}
     try:
-        return dict(instance_progress.progress(space=user.space, workflow_uid=uid, instance_id=instance_id))
+        answer = instance_progress.progress(space=user.space, workflow_uid=uid, instance_id=instance_id)
+        return schemas.InstanceProgress().dump(answer)
     except DomainError:  # gone since the page's other reads
         return {}
 

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
+from host_api import schemas
 from models import db as models_db
 from models import resources as res_models
 from services import instance_events, instance_progress, instance_stop, instances
@@ -124,7 +125,9 @@ def test_progress_says_what_each_instance_does(db_url, space_token, driver):
     driver.run()
 
     def where(instance_id):
-        return instance_progress.progress(space=space, workflow_uid=wf, instance_id=instance_id)
+        return schemas.InstanceProgress().dump(
+            instance_progress.progress(space=space, workflow_uid=wf, instance_id=instance_id)
+        )
 
     retry = where("retry")
     assert retry["status"] == "running" and retry["activity"] == "retrying"
@@ -160,9 +163,9 @@ def test_progress_says_no_version_when_no_deployment_can_run_it(db_url, space_to
             .where(res_models.Resource.uid == deployed.deployment)
             .values(deleted_at=dt.datetime.now(dt.UTC))
         )
-    body = instance_progress.progress(space=space, workflow_uid=deployed.workflow, instance_id="q")
-    assert body["status"] == "queued" and body["activity"] == "queued"
-    assert body["reason"] == "no_version" and "Deployment" in body["message"]
+    found = instance_progress.progress(space=space, workflow_uid=deployed.workflow, instance_id="q")
+    assert found.status == "queued" and found.activity == "queued"
+    assert found.reason == "no_version" and found.message is not None and "Deployment" in found.message
 
 
 BLOCKING = """

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from core import progress
 from host_api import schemas
 from models import instances as inst_models
 from models import resources as res_models
@@ -253,6 +254,43 @@ def test_the_log_pages_answer_fixed_json():
     )
     assert json.dumps(schemas.LogPage().dump(tenant_logs.LogPage([], "tok", 0))) == (
         '{"logs": [], "nextPageToken": "tok", "removedLines": 0}'
+    )
+
+
+def test_the_progress_answers_fixed_json():
+    # Keys in the schema's order whatever the path (before, a pending step's answer had ``step``
+    # before ``activity`` and a running one after it; clients parse objects, the members are the same).
+    context = progress.ContextInfo(epoch=3, started_at=T0, version_uid="v-1", ended=True)
+    retrying = progress.Progress(
+        status="running", activity="retrying", step=progress.StepView(name="charge", kind="do", attempt=2),
+        retry_at=T1, last_error={"type": "E", "message": "m"}, context=context,
+    )
+    assert json.dumps(schemas.InstanceProgress().dump(retrying)) == (
+        '{"status": "running", "activity": "retrying", "step": {"name": "charge", "kind": "do", "attempt": 2}, '
+        '"retryAt": "2026-10-05T12:06:07.000Z", "lastError": {"type": "E", "message": "m"}, '
+        f'"context": {{"epoch": 3, "startedAt": "{MS}", "versionUid": "v-1"}}}}'
+    )
+    waiting = progress.Progress(
+        status="waiting", activity="waiting", step=progress.StepView(name="ok", kind="wait"), event_type="approved",
+        timeout_at=T0, context=progress.ContextInfo(epoch=1, started_at=T0),
+    )
+    assert json.dumps(schemas.InstanceProgress().dump(waiting)) == (
+        f'{{"status": "waiting", "activity": "waiting", "step": {{"name": "ok", "kind": "wait"}}, "eventType": "approved", '
+        f'"timeoutAt": "{MS}", "context": {{"epoch": 1, "startedAt": "{MS}"}}}}'
+    )
+    running = progress.Progress(
+        status="running", activity="running", step=progress.StepView(name="s", kind="do", attempt=1), since=T0
+    )
+    assert json.dumps(schemas.InstanceProgress().dump(running)) == (
+        f'{{"status": "running", "activity": "running", "step": {{"name": "s", "kind": "do", "attempt": 1}}, "since": "{MS}"}}'
+    )
+    sleeping = progress.Progress(status="sleeping", activity="sleeping", step=progress.StepView("nap", "sleep"), wake_at=T0)
+    assert json.dumps(schemas.InstanceProgress().dump(sleeping)) == (
+        f'{{"status": "sleeping", "activity": "sleeping", "step": {{"name": "nap", "kind": "sleep"}}, "wakeAt": "{MS}"}}'
+    )
+    queued = progress.Progress(status="queued", activity="queued", reason="no_version", message="no Deployment")
+    assert json.dumps(schemas.InstanceProgress().dump(queued)) == (
+        '{"status": "queued", "activity": "queued", "reason": "no_version", "message": "no Deployment"}'
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from core import progress as p
+from host_api import schemas
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(minutes=5)
@@ -12,10 +13,35 @@ EARLIER = NOW - dt.timedelta(minutes=5)
 CONTEXT = p.ContextInfo(epoch=3, started_at=EARLIER, version_uid="v-1")
 
 
+def answer(value: p.Progress) -> dict:
+    """The ``progress`` answer of a decision, as the API dumps it."""
+    return schemas.InstanceProgress().dump(value)
+
+
 def decide(status: str, pending: p.PendingStep | None = None, *, context=CONTEXT, stopping=None, no_version=None):
-    return p.progress(
-        status=status, stopping=stopping, pending=pending, context=context, no_version=no_version, now=NOW
+    return answer(
+        p.progress(status=status, stopping=stopping, pending=pending, context=context, no_version=no_version, now=NOW)
     )
+
+
+def test_the_decision_is_a_value_of_datetimes_and_steps():
+    step = p.PendingStep(name="charge card", kind="do", attempts=2, wake_at=LATER, error={"type": "KeyError"})
+    decided = p.progress(status="running", stopping=None, pending=step, context=CONTEXT, no_version=None, now=NOW)
+    assert decided == p.Progress(
+        status="running",
+        activity="retrying",
+        step=p.StepView(name="charge card", kind="do", attempt=3),
+        retry_at=LATER,
+        last_error={"type": "KeyError", "message": ""},
+        context=CONTEXT,
+    )
+    # the ended flag of the latest context is not part of the answer
+    ended = p.ContextInfo(epoch=3, started_at=EARLIER, ended=True)
+    assert decide("complete", context=ended) == {
+        "status": "complete",
+        "activity": "finished",
+        "context": {"epoch": 3, "startedAt": "2026-12-01T11:55:00.000Z"},
+    }
 
 
 def test_queued_before_any_context_and_why():
@@ -121,16 +147,16 @@ def test_the_cli_says_it_in_one_line():
 
 def test_the_step_a_context_runs_now_as_its_heartbeat_published_it():
     running = p.RunningStep(name="charge", attempt=1, since=EARLIER, epoch=3)
-    body = p.progress(status="running", stopping=None, pending=None, context=CONTEXT, no_version=None,
-                      now=NOW, running=running)
+    body = answer(p.progress(status="running", stopping=None, pending=None, context=CONTEXT, no_version=None,
+                             now=NOW, running=running))
     assert body["activity"] == "running" and body["since"] == "2026-12-01T11:55:00.000Z"
     assert body["step"] == {"name": "charge", "kind": "do", "attempt": 1}
     stale = p.RunningStep(name="charge", attempt=1, since=EARLIER, epoch=2)  # an earlier context's
-    assert "step" not in p.progress(status="running", stopping=None, pending=None, context=CONTEXT,
-                                    no_version=None, now=NOW, running=stale)
+    assert "step" not in answer(p.progress(status="running", stopping=None, pending=None, context=CONTEXT,
+                                           no_version=None, now=NOW, running=stale))
     waiting = p.PendingStep(name="approval", kind="wait", timeout_at=LATER, config={"type": "ok"})
     assert p.progress(status="waiting", stopping=None, pending=waiting, context=CONTEXT, no_version=None,
-                      now=NOW, running=running)["activity"] == "waiting"
+                      now=NOW, running=running).activity == "waiting"
     from host_cli import instances as cli
 
     assert cli.progress_detail(body) == "running step 'charge' attempt 1 since 2026-12-01T11:55:00.000Z"
