@@ -32,7 +32,7 @@ from models import resources as res_models
 from models import status_counts
 from models import tenant_logs as tenant_log_models
 from models.errors import DomainError
-from services import cron_runs, forms, instance_common, instance_history
+from services import cron_runs, forms, instance_common, instance_events, instance_history
 
 #: Rows per page of the instance and Operation lists.
 PAGE_SIZE = 50
@@ -320,7 +320,8 @@ def instance_detail_txn(
     (times are aware datetimes; ``steps`` are the step rows by first use: ``{"name", "kind", "state", "attempts",
     "config"?, "wakeAt"?, "timeoutAt"?, "error"?, "createdAt", "updatedAt"}``; ``history`` the
     first ``history_cap`` history events as the API serves them, ``historyCut`` when more exist;
-    ``inbox`` the unconsumed events as ``GET …/events`` serves them).
+    ``inbox`` the unconsumed events, ``services.instance_events.QueuedEvent`` values as ``GET …/events``
+    serves them).
 
     Raises DomainError ``not_found`` / ``unknown_instance`` / ``invalid_request``.
     """
@@ -374,17 +375,7 @@ def instance_detail_txn(
             .order_by(event.event_id.desc())
             .limit(1)
         ) or {}
-    body["inbox"] = []  # as GET …/events serves it (instance_events.inbox), from the same rows
-    for inboxed in session.scalars(
-        sa.select(inst_models.InboxEvent)
-        .where(inst_models.InboxEvent.instance_pk == row.pk)
-        .order_by(inst_models.InboxEvent.sequence)
-    ):
-        item: dict[str, Any] = {"sequence": inboxed.sequence, "type": inboxed.type}
-        if inboxed.payload is not None:
-            item["payload"] = inboxed.payload
-        item["acceptedAt"] = instance_common.rfc3339(inboxed.accepted_at)
-        body["inbox"].append(item)
+    body["inbox"] = instance_events.inbox_txn(session, instance_pk=row.pk)
     return body
 
 

@@ -209,11 +209,17 @@ def inbox(*, space: str, workflow_uid: str, instance_id: str) -> list[QueuedEven
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
-        rows = session.scalars(
-            sa.select(inst_models.InboxEvent)
-            .where(inst_models.InboxEvent.instance_pk == instance.pk)
-            .order_by(inst_models.InboxEvent.sequence)
-        ).all()
+        return inbox_txn(session, instance_pk=instance.pk)
+
+
+def inbox_txn(session: orm.Session, *, instance_pk: int) -> list[QueuedEvent]:
+    """The accepted, unconsumed events of the instance row ``instance_pk`` in acceptance order (what
+    :func:`inbox` answers; the console's instance page reads them in its own transaction)."""
+    rows = session.scalars(
+        sa.select(inst_models.InboxEvent)
+        .where(inst_models.InboxEvent.instance_pk == instance_pk)
+        .order_by(inst_models.InboxEvent.sequence)
+    ).all()
     return [
         QueuedEvent(sequence=row.sequence, type=row.type, payload=row.payload, accepted_at=row.accepted_at)
         for row in rows

@@ -197,3 +197,26 @@ def test_the_workflow_page_shows_the_deployed_versions_replay_check(app, db_url)
             operation_id=str(uuid.uuid4()), terminal=5, results=[fine], now=utcnow()))
     html = client.get(f"/ui/workflows/{deployed.workflow}").text
     assert "replay check passed" in html and "1 compatible (with up to 5 ended instances)" in html
+
+
+def test_the_inbox_lists_the_unconsumed_events_as_the_api_serves_them(signed_in, db_url):
+    client, wf = signed_in
+    accepted = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    with models_db.session_scope(db_url) as session:
+        pk = session.scalar(
+            sa.select(inst_models.Instance.pk).where(
+                inst_models.Instance.workflow_uid == wf, inst_models.Instance.instance_id == "a-002"
+            )
+        )
+        session.execute(sa.insert(inst_models.InboxEvent), [
+            {"instance_pk": pk, "sequence": 2, "type": "bare", "payload": None, "canonical_bytes": 0,
+             "accepted_at": accepted},
+            {"instance_pk": pk, "sequence": 1, "type": "approved", "payload": {"by": "<ann>"}, "canonical_bytes": 12,
+             "accepted_at": accepted},
+        ])
+    page = client.get(f"/ui/workflows/{wf}/instance?id=a-002").text
+    rows = re.findall(r"<tr><td class=\"num\">(\d+)</td><td>([^<]*)</td><td>(.*?)</td><td>([^<]*)</td></tr>", page)
+    assert rows == [
+        ("1", "approved", '<code>{&#34;by&#34;: &#34;&lt;ann&gt;&#34;}</code>', "2026-01-02 03:04:05.678 UTC"),
+        ("2", "bare", "", "2026-01-02 03:04:05.678 UTC"),
+    ]
