@@ -326,8 +326,9 @@ def instance_detail_txn(
     Raises DomainError ``not_found`` / ``unknown_instance`` / ``invalid_request``.
     """
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
-    instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-    row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+    row = instance_common.workflow_instance_txn(
+        session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+    )
     body: dict[str, Any] = {
         "pk": row.pk,
         "id": row.instance_id,
@@ -383,8 +384,9 @@ def instance_version_txn(session: orm.Session, *, space: str, workflow_uid: str,
     """A short string that changes whenever anything the instance page shows changes (a commit
     appends a history event, the inbox or the status moves): ``status:nextEventId:inboxCount``."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
-    instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-    row = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+    row = instance_common.workflow_instance_txn(
+        session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+    )
     return page_version(row.status, row.next_event_id, row.inbox_count, row.stopping,
                         latest_log_seq_txn(session, instance_pk=row.pk))
 

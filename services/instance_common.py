@@ -6,8 +6,8 @@ Shared by ``instances`` (create/get/status/list), ``instance_events`` (sendEvent
 
 * argument checks: :func:`id_or_error` (an instance id or event type; ``invalid_request``,
   docs/spec/host-limits.md#hl-decisions) and :func:`document_or_error` (a params/payload document; ``ABSENT`` when omitted);
-* row lookups in the caller's transaction: :func:`workflow_txn` (``not_found``) and
-  :func:`instance_txn` (``unknown_instance``);
+* row lookups in the caller's transaction: :func:`workflow_txn` (``not_found``),
+  :func:`instance_txn` (``unknown_instance``) and both in that order, :func:`workflow_instance_txn`;
 * :func:`rfc3339`, the time format of every instance answer.
 
 Domain failures are ``models.errors.DomainError`` with docs/spec/http-api.md#api-errors codes. Helpers
@@ -96,6 +96,17 @@ def instance_txn(
     if instance is None:
         raise DomainError("unknown_instance", "no such instance (unknown, or no longer retained)")
     return instance
+
+
+def workflow_instance_txn(
+    session: orm.Session, *, space: str, workflow_uid: str, instance_id: str, lock: bool = False
+) -> inst_models.Instance:
+    """The instance ``instance_id`` of the live DurableWorkflow ``workflow_uid`` of ``space``
+    (``FOR UPDATE`` when ``lock``), what every call on one instance looks up: ``404 not_found``
+    when there is no such DurableWorkflow (checked first, :func:`workflow_txn`), else ``404
+    unknown_instance`` when it has no such instance (:func:`instance_txn`)."""
+    workflow_txn(session, space=space, workflow_uid=workflow_uid)
+    return instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id, lock=lock)
 
 
 def delete_instances_txn(session: orm.Session, pks: list[int]) -> None:

@@ -207,8 +207,9 @@ def inbox(*, space: str, workflow_uid: str, instance_id: str) -> list[QueuedEven
     Raises DomainError: ``invalid_request`` (bad id), ``not_found``, ``unknown_instance``."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
-        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        instance = instance_common.workflow_instance_txn(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+        )
         return inbox_txn(session, instance_pk=instance.pk)
 
 

@@ -91,8 +91,9 @@ def history(
     after = instance_pages.decode_token(page_token, maximum=instance_pages.MAX_EVENT_ID) or 0
     size = instance_pages.page_size(limit)
     with models_db.session_scope() as session:
-        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        instance = instance_common.workflow_instance_txn(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+        )
         events, more = events_txn(session, instance_pk=instance.pk, after=after, size=size)
     return HistoryPage(
         events=events, next_page_token=instance_pages.encode_token(events[-1]["eventId"]) if more else None

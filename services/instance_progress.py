@@ -16,13 +16,11 @@ import json
 import logging
 
 import sqlalchemy as sa
-from sqlalchemy import orm
 
 from core import config
 from core import progress as progress_mod
 from models import db as models_db
 from models import instances as inst_models
-from models import resources as res_models
 from models.base import utcnow
 from services import forms, instance_common, redis_client, redis_keys
 
@@ -41,8 +39,9 @@ def progress(
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     now = now or utcnow()
     with models_db.session_scope() as session:
-        workflow = instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        instance = instance_common.workflow_instance_txn(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+        )
         step = inst_models.Step
         row = session.scalars(
             sa.select(step)
@@ -90,7 +89,7 @@ def progress(
         if instance.status in ("queued", "running") and instance.stopping is None and (
             pending is None or pending.kind != "do" or pending.wake_at is None or pending.wake_at <= now
         ):
-            no_version = _no_version_reason(session, workflow)
+            no_version = forms.workflow_unready_reason_txn(session, workflow_uid=workflow_uid)
         return progress_mod.progress(
             status=instance.status,
             stopping=instance.stopping,
@@ -100,11 +99,6 @@ def progress(
             now=now,
             running=running,
         )
-
-
-def _no_version_reason(session: orm.Session, workflow: res_models.Resource) -> str | None:
-    """Why no applied Deployment can run ``workflow`` now (``None``: one can)."""
-    return forms.workflow_unready_reason_txn(session, workflow_uid=workflow.uid)
 
 
 def _running_step(instance_pk: int) -> progress_mod.RunningStep | None:

@@ -68,9 +68,8 @@ def terminate(
         raise DomainError("invalid_request", f"reason must be a string of at most {MAX_REASON} characters")
     note = {k: v for k, v in (("reason", reason or None), ("by", by)) if v}
     with models_db.session_scope() as session:
-        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-        instance = instance_common.instance_txn(
-            session, workflow_uid=workflow_uid, instance_id=instance_id, lock=True
+        instance = instance_common.workflow_instance_txn(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id, lock=True
         )
         if session.get(inst_models.WorkflowClosure, workflow_uid) is not None:
             raise DomainError("not_found", "this DurableWorkflow is being deleted")

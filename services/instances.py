@@ -209,8 +209,9 @@ def get(*, space: str, workflow_uid: str, instance_id: str) -> str:
     """Check that instance ``instance_id`` exists; returns its id (``unknown_instance`` if not)."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
-        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-        instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        instance_common.workflow_instance_txn(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+        )
     return instance_id
 
 
@@ -222,8 +223,9 @@ def describe(*, space: str, workflow_uid: str, instance_id: str) -> InstanceStat
     """
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
     with models_db.session_scope() as session:
-        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        instance = instance_common.workflow_instance_txn(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+        )
         return InstanceStatus.of(instance)
 
 

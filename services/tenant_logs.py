@@ -102,8 +102,9 @@ def instance_logs(
     after = instance_pages.decode_token(page_token, maximum=_MAX_SEQ) or 0
     size = instance_pages.page_size(limit, default=DEFAULT_PAGE)
     with models_db.session_scope() as session:
-        instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
-        instance = instance_common.instance_txn(session, workflow_uid=workflow_uid, instance_id=instance_id)
+        instance = instance_common.workflow_instance_txn(
+            session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
+        )
         rows = log_sql.instance_page_txn(session, instance_pk=instance.pk, after=after, limit=size)
         first = rows[0].first if rows else log_sql.first_instance_seq_txn(session, instance_pk=instance.pk)
     logs = [
