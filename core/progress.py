@@ -1,6 +1,6 @@
 """Where is it? What a DurableWorkflow instance is doing or waiting for (docs/spec/host-features.md#hf-observability); pure.
 
-:func:`progress` decides the body of ``GET …/instances/{id}/progress`` from what the store holds —
+:func:`progress` decides what ``GET …/instances/{id}/progress`` answers from what the store holds —
 the instance's status, its pending step (the steps table: at most one step is pending at a time,
 steps run one after the other), the latest ``ContextStarted`` event of its history, the step attempt
 a context runs right now (published by its worker's heartbeat, at most one lease renewal late) and

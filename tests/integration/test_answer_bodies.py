@@ -272,3 +272,13 @@ def test_a_runs_logs_answer_fixed_json(client, db_url, stored_instances):
     assert json.dumps(rest) == (
         f'{{"logs": [{lines[2]}], "nextPageToken": "{rest["nextPageToken"]}", "removedLines": 0}}'
     )
+
+
+def test_the_progress_answers_fixed_json(client, stored_instances):
+    space, token, workflow = stored_instances
+    url = _instances_url(space, workflow)
+    done = client.get(f"{url}/done/progress", headers=headers(token, None))
+    assert _answer(done) == '{"status": "complete", "activity": "finished"}'
+    # no pending step and no replay context yet: the next context is due
+    sleeper = client.get(f"{url}/sleeper/progress", headers=headers(token, None))
+    assert _answer(sleeper) == '{"status": "sleeping", "activity": "starting"}'
