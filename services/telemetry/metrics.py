@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from core import processes
+
 ENV_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 #: Seconds buckets for things that take milliseconds to seconds (commits, spawns, HTTP).
@@ -154,16 +156,6 @@ def base_dir() -> str:
     )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def prepare(role: str) -> str:
     """For the command ``role`` (``api``, ``worker``, ``beat``): remove the directories of commands
     that are gone, make ``<base>/<role>-<pid>`` fresh (mode 0700), export it as
@@ -172,7 +164,7 @@ def prepare(role: str) -> str:
     os.makedirs(base, mode=0o700, exist_ok=True)
     for entry in os.listdir(base):
         _, _, pid = entry.rpartition("-")
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not processes.running(int(pid)):
             shutil.rmtree(os.path.join(base, entry), ignore_errors=True)
     directory = os.path.join(base, f"{role}-{os.getpid()}")
     shutil.rmtree(directory, ignore_errors=True)

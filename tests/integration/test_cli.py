@@ -115,11 +115,11 @@ def _descendants(pid: int) -> set[int]:
 def _gone(pids: set[int], timeout: float = 60) -> set[int]:
     import time
 
-    from host_cli import embedded
+    from core import processes
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = {pid for pid in pids if embedded._alive(pid)}
+        left = {pid for pid in pids if processes.running(pid)}
         if not left:
             return set()
         time.sleep(0.2)
