@@ -35,8 +35,7 @@ __all__ = ["register"]
 
 @click.command("runs")
 @click.argument("trigger")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def runs(api: http.Client, *, trigger: str, as_json: bool) -> None:
     """List the recorded and skipped matches of a cron TRIGGER (name or UID), newest first, with
     the ids of the instances each run's handler started."""
@@ -88,8 +87,7 @@ _OPERATION_TIMEOUT = click.option(
     is_flag=True,
     help="Give the new Version the traffic even if live instances diverge when replayed on it.",
 )
-@common.json_option
-@common.client_command
+@common.json_client_command
 def deploy(api: http.Client, *, directory: str, timeout: float, force: bool, as_json: bool) -> None:
     """Create or update the Worker, a new Version, the Deployment, workflows and cron triggers of DIR.
 
@@ -115,8 +113,7 @@ def deploy(api: http.Client, *, directory: str, timeout: float, force: bool, as_
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--yes", "-y", "assume_yes", is_flag=True, help="Delete without asking.")
 @_OPERATION_TIMEOUT
-@common.json_option
-@common.client_command
+@common.json_client_command
 def undeploy(api: http.Client, *, directory: str, assume_yes: bool, timeout: float, as_json: bool) -> None:
     """Delete what `takohost deploy DIR` made: DIR's cron triggers and workflows (with their
     instances), the Worker's Deployment and every Version, then the Worker; asks first (--yes

@@ -41,6 +41,7 @@ __all__ = [
     "compact",
     "console_url",
     "emit_json",
+    "json_client_command",
     "json_option",
     "resolve",
     "resolve_named",
@@ -156,6 +157,12 @@ def _connection(url: str | None, token: str | None) -> tuple[str, str | None]:
 def json_option(fn: Callable[..., None]) -> Callable[..., None]:
     """Add ``--json`` (passed to ``fn`` as ``as_json: bool``)."""
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")(fn)
+
+
+def json_client_command(fn: Callable[..., None]) -> Callable[..., None]:
+    """A :func:`client_command` with :func:`json_option`: ``fn(api, as_json=…, **options)``, the
+    shape of every command that prints a JSON document on request."""
+    return json_option(client_command(fn))
 
 
 def emit_json(value: Any) -> None:

@@ -176,8 +176,7 @@ def instances() -> None:
     help="Instance id (1-256 characters); the host issues one if omitted.",
 )
 @click.option("--params", default=None, help="Params, a JSON object.")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def instances_create(
     api: http.Client, *, workflow: str, instance_id: str | None, params: str | None, as_json: bool
 ) -> None:
@@ -202,8 +201,7 @@ def instances_create(
     type=click.Choice(["queued", "running", "sleeping", "waiting", "complete", "errored", "terminated"]),
     help="Only instances with this status.",
 )
-@common.json_option
-@common.client_command
+@common.json_client_command
 def instances_list(api: http.Client, *, workflow: str | None, status: str | None, as_json: bool) -> None:
     """List the instances of WORKFLOW, or of every DurableWorkflow of the Space when none is named."""
     if workflow is not None:
@@ -336,8 +334,7 @@ def _with_status_options(fn: Callable[..., None]) -> Callable[..., None]:
 
 @instances.command("status")
 @_with_status_options
-@common.json_option
-@common.client_command
+@common.json_client_command
 def instances_status(api: http.Client, **options: Any) -> None:
     """Show the status of instance ID of WORKFLOW (--watch follows it until terminal)."""
     _status(api, **options)
@@ -345,8 +342,7 @@ def instances_status(api: http.Client, **options: Any) -> None:
 
 @click.command("status")
 @_with_status_options
-@common.json_option
-@common.client_command
+@common.json_client_command
 def status_alias(api: http.Client, **options: Any) -> None:
     """Show an instance's status (--watch: follow it until terminal); same as `instances status`."""
     _status(api, **options)
@@ -362,8 +358,7 @@ def status_alias(api: http.Client, **options: Any) -> None:
     default=None,
     help="Idempotency-Key for the call (default: a new random one; retries reuse it).",
 )
-@common.json_option
-@common.client_command
+@common.json_client_command
 def instances_send_event(
     api: http.Client,
     *,
@@ -392,8 +387,7 @@ def instances_send_event(
 @instances.command("terminate")
 @click.argument("workflow")
 @click.argument("instance_id", metavar="ID")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def instances_terminate(api: http.Client, *, workflow: str, instance_id: str, as_json: bool) -> None:
     """Terminate instance ID (returns once the host proved its code stopped)."""
     answer = api.terminate_instance(common.resolve(api, workflow, form="DurableWorkflow"), instance_id)
@@ -413,8 +407,7 @@ def instances_terminate(api: http.Client, *, workflow: str, instance_id: str, as
     default=None,
     help="Write a replayable history file (takohost.testing.replay; docs/testing.md) to this path.",
 )
-@common.json_option
-@common.client_command
+@common.json_client_command
 def instances_history(
     api: http.Client, *, workflow: str, instance_id: str, as_json: bool, export_path: str | None
 ) -> None:

@@ -139,8 +139,7 @@ _INTERVAL = click.option(
     is_flag=True,
     help="Also show the lines code printed again while a later context replayed the recorded steps.",
 )
-@common.json_option
-@common.client_command
+@common.json_client_command
 def instances_logs(
     api: http.Client, *, workflow: str, instance_id: str, follow: bool, interval: float, replayed: bool,
     as_json: bool,
@@ -172,8 +171,7 @@ def instances_logs(
 @click.argument("scheduled_time", metavar="SCHEDULED_TIME")
 @_FOLLOW
 @_INTERVAL
-@common.json_option
-@common.client_command
+@common.json_client_command
 def run_logs(
     api: http.Client, *, trigger: str, scheduled_time: str, follow: bool, interval: float, as_json: bool
 ) -> None:

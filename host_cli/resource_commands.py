@@ -83,8 +83,7 @@ def workflows() -> None:
 
 
 @workflows.command("list")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def workflows_list(api: http.Client, *, as_json: bool) -> None:
     """List the DurableWorkflows: name, UID, class, whether new instances are accepted (ready)
     and the instance counts (as last observed)."""
@@ -117,8 +116,7 @@ def triggers() -> None:
 
 
 @triggers.command("list")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def triggers_list(api: http.Client, *, as_json: bool) -> None:
     """List the cron triggers: name, UID, cron, next match (UTC, as last observed), phase."""
     rows = list(api.iter_resources(form=http.FORM_URLS["WorkerCronTrigger"]))
@@ -140,8 +138,7 @@ def triggers_list(api: http.Client, *, as_json: bool) -> None:
 @triggers.command("delete")
 @click.argument("trigger")
 @_TIMEOUT
-@common.json_option
-@common.client_command
+@common.json_client_command
 def triggers_delete(api: http.Client, *, trigger: str, timeout: float, as_json: bool) -> None:
     """Delete cron TRIGGER (name or UID): no match is recorded after it; running handlers are stopped."""
     _delete(api, _find(api, trigger, form="WorkerCronTrigger"), timeout=timeout, as_json=as_json)
@@ -157,8 +154,7 @@ def resources() -> None:
 
 @resources.command("list")
 @click.option("--form", "form", type=_FORM_CHOICE, default=None, help="Only resources of this Form.")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def resources_list(api: http.Client, *, form: str | None, as_json: bool) -> None:
     """List the live resources (oldest first): Form, name, UID, phase, generation."""
     rows = list(api.iter_resources(form=None if form is None else http.FORM_URLS[form]))
@@ -189,8 +185,7 @@ def resources_get(api: http.Client, *, name: str, form: str | None) -> None:
 @click.argument("name")
 @click.option("--form", "form", type=_FORM_CHOICE, default=None, help="The resource's Form.")
 @_TIMEOUT
-@common.json_option
-@common.client_command
+@common.json_client_command
 def resources_delete(api: http.Client, *, name: str, form: str | None, timeout: float, as_json: bool) -> None:
     """Delete resource NAME (or UID) and wait for its Operation (a DurableWorkflow takes its
     instances with it; a resource still referred to is refused with dependency_conflict)."""

@@ -51,8 +51,7 @@ def spaces() -> None:
 
 
 @spaces.command("usage")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def usage(api: http.Client, *, as_json: bool) -> None:
     """Show what the Space holds against each quota (live instances, stored events, log bytes,
     Version code bytes, package layer bytes); at a limit new work is refused (429 quota_exceeded)."""

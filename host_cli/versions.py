@@ -86,8 +86,7 @@ def _check_one(
 @click.option("--terminal", default=0, show_default=True, type=click.IntRange(min=0), help="Also check the N most recent terminal instances of each workflow.")
 @click.option("--instance-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.01), help="Seconds the code may run without a step request, per instance.")
 @click.option("--total-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0.01), help="Seconds for the whole check; instances left are reported as not checked.")
-@common.json_option
-@common.client_command
+@common.json_client_command
 def versions_check(
     api: http.Client,
     *,
