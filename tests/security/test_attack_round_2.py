@@ -221,7 +221,7 @@ X86_64_TBL = {
     "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
-    "mount_setattr": 442,
+    "mount_setattr": 442, "open_tree_attr": 467,
 }
 
 DENIED = """
@@ -249,7 +249,7 @@ def test_every_denied_call_keeps_its_x86_64_number_and_is_refused_by_the_kernel(
     wrong = {name: nr for name, nr in table.items() if X86_64_TBL.get(name) != nr}
     assert not wrong, f"denied names with another call's number on x86_64: {wrong}"
     assert set(X86_64_TBL) - set(table) == {"clone3"} and seccomp.CLONE3 == X86_64_TBL["clone3"]
-    assert {n for n in table.values() if n >= 424} == {425, 426, 427, 428, 429, 430, 431, 432, 433, 442}
+    assert {n for n in table.values() if n >= 424} == {425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 467}
     zygote = sandbox.Zygote(policy=isolation.policy.Policy(test_shared_dir=str(shared), memory_mb=300))
     zygote.start()
     try:

@@ -34,6 +34,7 @@ _UNIFIED_CALLS = {
     "fsmount": 432,
     "fspick": 433,
     "mount_setattr": 442,
+    "open_tree_attr": 467,  # Linux 6.15: open_tree with mount attributes
     "io_uring_setup": 425,
     "io_uring_enter": 426,
     "io_uring_register": 427,
