@@ -32,7 +32,6 @@ import http.client
 import json
 import os
 import platform
-import textwrap
 import threading
 import time
 import uuid
@@ -45,7 +44,7 @@ from models import resources as res_models
 from services import redis_client, redis_keys, tokens
 from takohost.runtime import isolation
 from takohost.runtime.isolation import seccomp
-from tests.support import workflows
+from tests.support import sandbox_jobs, workflows
 
 MACHINE = platform.machine()
 
@@ -70,24 +69,8 @@ def zygote(shared):
     z.stop()
 
 
-def _job(source: str, params: dict) -> dict:
-    return {
-        "kind": "workflow",
-        "mainModule": "main.py",
-        "modules": {"main.py": textwrap.dedent(source)},
-        "className": "W",
-        "event": {"instanceId": "i", "params": params},
-        "vars": {},
-        "bindings": [],
-    }
-
-
-def _run(zygote, source: str, params: dict, timeout: float = 30) -> dict:
-    with zygote.spawn(_job(source, params)) as handle:
-        answer = handle.recv(timeout=timeout)
-        handle.kill_and_wait()
-    assert answer.get("op") == "run_returned", answer
-    return answer["output"]
+_job = sandbox_jobs.workflow_job
+_run = sandbox_jobs.run_output
 
 
 SYSCALLS = """

@@ -46,7 +46,7 @@ from models import db as models_db
 from services import instance_events, instance_history, instances, tokens
 from takohost.runtime import isolation
 from takohost.runtime.isolation import seccomp
-from tests.support import workflows
+from tests.support import sandbox_jobs, workflows
 
 MACHINE = platform.machine()
 
@@ -58,24 +58,8 @@ def shared(tmp_path_factory):
     return directory
 
 
-def _job(source: str, params: dict) -> dict:
-    return {
-        "kind": "workflow",
-        "mainModule": "main.py",
-        "modules": {"main.py": textwrap.dedent(source)},
-        "className": "W",
-        "event": {"instanceId": "i", "params": params},
-        "vars": {},
-        "bindings": [],
-    }
-
-
-def _run(zygote, source: str, params: dict, timeout: float = 30) -> dict:
-    with zygote.spawn(_job(source, params)) as handle:
-        answer = handle.recv(timeout=timeout)
-        handle.kill_and_wait()
-    assert answer.get("op") == "run_returned", answer
-    return answer["output"]
+_job = sandbox_jobs.workflow_job
+_run = sandbox_jobs.run_output
 
 
 def _links(pid: int | str) -> dict[str, str]:
