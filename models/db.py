@@ -86,13 +86,19 @@ def sessionmaker(url: str | None = None) -> orm.sessionmaker[orm.Session]:
 
 @contextlib.contextmanager
 def session_scope(url: str | None = None) -> Iterator[orm.Session]:
-    """Open a session, commit on success, roll back on error, always close."""
+    """Open a session, commit on success, roll back on error, always close.
+
+    The error is what propagates: a ``SystemExit`` or ``KeyboardInterrupt`` that a signal handler
+    raises while ``commit`` runs its after-commit hooks (Celery beat's SIGTERM handler does) finds
+    the transaction committed, where a rollback is refused (``InvalidRequestError``); it is raised
+    as it came, not hidden behind that refusal."""
     session = sessionmaker(url)()
     try:
         yield session
         session.commit()
     except BaseException:
-        session.rollback()
+        with contextlib.suppress(sa.exc.InvalidRequestError):  # committed already: nothing to undo
+            session.rollback()
         raise
     finally:
         session.close()

@@ -3,6 +3,7 @@ no ping on every checkout, and a connection that died while idle is replaced, no
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from models import db as models_db
@@ -40,3 +41,16 @@ def test_a_connection_killed_while_idle_is_replaced(db_url, monkeypatch):
     with _admin().connect() as conn:
         conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": first})
     assert _backend_pid(db_url) != first  # a fresh connection, no error
+
+
+def test_a_signal_raised_while_the_commit_ends_propagates_as_itself(db_url):
+    # Celery beat's SIGTERM handler raises SystemExit wherever the beat is; raised in the commit's
+    # after-commit hooks it found the transaction committed, and the rollback's refusal
+    # (InvalidRequestError, with a traceback in the beat's log) replaced it.
+    def stop(session):
+        raise SystemExit()
+
+    with pytest.raises(SystemExit):
+        with models_db.session_scope(db_url) as session:
+            sa.event.listen(session, "after_commit", stop)
+            session.execute(sa.text("SELECT 1"))
