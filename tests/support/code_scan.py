@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import io
 import pathlib
+import re
 import tokenize
+from collections.abc import Callable, Iterable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: The product's packages (the migrations, which create the tables, are left out by :func:`sources`).
@@ -44,4 +46,22 @@ def sources(root: pathlib.Path = ROOT) -> list[tuple[str, str]]:
             relative = path.relative_to(root).as_posix()
             if "/migrations/" not in relative:
                 found.append((relative, code_of(path.read_text(encoding="utf-8"))))
+    return found
+
+
+def found_outside(
+    homes: set[str],
+    find: Callable[[str, str], Iterable[re.Match[str]]],
+    root: pathlib.Path = ROOT,
+) -> list[str]:
+    """``path:line: text`` of each match that ``find(path, code)`` reports in a product module
+    under ``root`` other than ``homes`` (paths relative to ``root``), in path and then text order:
+    what the store scans list as writes built away from their store module."""
+    found = []
+    for relative, code in sources(root):
+        if relative in homes:
+            continue
+        for match in sorted(find(relative, code), key=lambda m: m.start()):
+            line = code.count("\n", 0, match.start()) + 1
+            found.append(f"{relative}:{line}: {match.group(0)}")
     return found

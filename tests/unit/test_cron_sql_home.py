@@ -25,14 +25,7 @@ HOMES = {"models/cron_sql.py"}
 
 def cron_writes_outside(root: pathlib.Path) -> list[str]:
     """``path:line: text`` of each cron write built outside :data:`HOMES` in the tree at ``root``."""
-    found = []
-    for relative, code in code_scan.sources(root):
-        if relative in HOMES:
-            continue
-        for match in WRITES.finditer(code):
-            line = code.count("\n", 0, match.start()) + 1
-            found.append(f"{relative}:{line}: {match.group(0)}")
-    return found
+    return code_scan.found_outside(HOMES, lambda _path, code: WRITES.finditer(code), root)
 
 
 def test_cron_writes_are_built_in_models_cron_sql_only():

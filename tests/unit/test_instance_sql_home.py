@@ -24,13 +24,9 @@ LOG_BYTES = re.compile(r"UPDATE instances\s+SET log_bytes\b|UPDATE instances\s*\
 
 
 def test_instance_writes_are_built_in_models_instance_sql_only():
-    found = []
-    for relative, code in code_scan.sources(code_scan.ROOT):
-        if relative in HOMES:
-            continue
-        for match in WRITES.finditer(code):
-            if relative == "models/log_sql.py" and LOG_BYTES.match(code, match.start()):
-                continue
-            line = code.count("\n", 0, match.start()) + 1
-            found.append(f"{relative}:{line}: {match.group(0)}")
+    def writes(path: str, code: str) -> list[re.Match[str]]:
+        return [match for match in WRITES.finditer(code)
+                if not (path == "models/log_sql.py" and LOG_BYTES.match(code, match.start()))]
+
+    found = code_scan.found_outside(HOMES, writes)
     assert found == [], "instance writes outside models/instance_sql.py:\n" + "\n".join(found)

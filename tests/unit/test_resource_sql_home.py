@@ -39,18 +39,14 @@ HOMES = {"models/resource_sql.py"}
 def resource_writes_outside(root: pathlib.Path) -> list[str]:
     """``path:line: text`` of each resource, Operation, reference or Idempotency-Key write built
     outside :data:`HOMES` in the tree at ``root``."""
-    found = []
-    for relative, code in code_scan.sources(root):
-        if relative in HOMES:
-            continue
+    def writes(_path: str, code: str) -> list[re.Match[str]]:
         matches = [*WRITES.finditer(code), *ROW_WRITES.finditer(code)]
         for alias in {m.group(1) for m in ALIAS.finditer(code)}:
             through = re.compile(rf"(sa\.(update|delete|insert)|postgresql\.insert)\(\s*{alias}\b")
             matches += through.finditer(code)
-        for match in sorted(matches, key=lambda m: m.start()):
-            line = code.count("\n", 0, match.start()) + 1
-            found.append(f"{relative}:{line}: {match.group(0)}")
-    return found
+        return matches
+
+    return code_scan.found_outside(HOMES, writes, root)
 
 
 def test_resource_writes_are_built_in_models_resource_sql_only():
