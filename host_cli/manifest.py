@@ -9,16 +9,17 @@ import pathlib
 
 from core import cron
 from takohost import manifest as base
-
-MANIFEST_FILE = base.MANIFEST_FILE
-ManifestError = base.ManifestError
-Manifest = base.Manifest
-Project = base.Project
-TriggerDecl = base.TriggerDecl
-WorkflowDecl = base.WorkflowDecl
-collect_modules = base.collect_modules
-content_digest = base.content_digest
-MAX_MODULE_BYTES = base.MAX_MODULE_BYTES
+from takohost.manifest import (  # noqa: F401 (re-exported: __all__ below)
+    MANIFEST_FILE,
+    MAX_MODULE_BYTES,
+    Manifest,
+    ManifestError,
+    Project,
+    TriggerDecl,
+    WorkflowDecl,
+    collect_modules,
+    content_digest,
+)
 
 __all__ = list(base.__all__)  # the same names; load, load_project and parse add the cron check
 
