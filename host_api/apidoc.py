@@ -126,6 +126,25 @@ RESOURCE_LIMIT = _limit(resources.MAX_PAGE_SIZE, resources.DEFAULT_PAGE_SIZE)
 INSTANCE_LIMIT = _limit(instance_pages.MAX_PAGE, instance_pages.DEFAULT_PAGE)
 LOG_LIMIT = _limit(tenant_logs.MAX_PAGE, tenant_logs.DEFAULT_PAGE)
 
+
+def page(
+    summary: str,
+    schema: type[ma.Schema],
+    *,
+    limit: dict | None = None,
+    filters: tuple[dict, ...] = (),
+    errors: tuple[str, ...] = (),
+) -> Callable[[F], F]:
+    """Decorator: :func:`operation` for a paged read: ``200`` with one page of ``schema``; the query
+    parameters ``filters``, then :data:`PAGE_TOKEN`, then ``limit`` (one of :data:`RESOURCE_LIMIT`,
+    :data:`INSTANCE_LIMIT`, :data:`LOG_LIMIT`; ``None`` where the host sets the page size); the codes
+    ``errors`` and ``invalid_request``, which every paged read answers for a ``pageToken`` the API
+    did not issue (docs/spec/http-api.md#api-errors)."""
+    parameters = (*filters, PAGE_TOKEN) if limit is None else (*filters, PAGE_TOKEN, limit)
+    codes = (*errors, "invalid_request")
+    return operation(summary, ok(schema, "one page"), parameters=parameters, errors=codes)
+
+
 #: The error codes any resource mutation may answer.
 MUTATION_ERRORS = (
     "invalid_json",

@@ -120,12 +120,7 @@ def create_instance(space: str, uid: str) -> flask.Response:
 
 
 @bp.get(COLLECTION, strict_slashes=False)
-@apidoc.operation(
-    "list instances",
-    apidoc.ok(schemas.InstanceList, "one page"),
-    parameters=(STATUS, apidoc.PAGE_TOKEN, apidoc.INSTANCE_LIMIT),
-    errors=("invalid_request",),
-)
+@apidoc.page("list instances", schemas.InstanceList, filters=(STATUS,), limit=apidoc.INSTANCE_LIMIT)
 def list_instances(space: str, uid: str) -> flask.Response:
     """``GET …/instances[?status=&pageToken=&limit=]`` → ``{"instances", "nextPageToken"?}``."""
     args = flask.request.args
@@ -202,11 +197,11 @@ def terminate(space: str, uid: str, instance_id: str) -> flask.Response:
 
 
 @bp.get(OF_ONE + "/history")
-@apidoc.operation(
+@apidoc.page(
     "the SWF-style history, newest last (§6)",
-    apidoc.ok(schemas.HistoryPage, "one page"),
-    parameters=(apidoc.PAGE_TOKEN, apidoc.INSTANCE_LIMIT),
-    errors=("unknown_instance", "invalid_request"),
+    schemas.HistoryPage,
+    limit=apidoc.INSTANCE_LIMIT,
+    errors=("unknown_instance",),
 )
 def history(space: str, uid: str, instance_id: str) -> flask.Response:
     """``GET …/instances/{id}/history[?pageToken=&limit=]`` → ``{"events", "nextPageToken"?}``."""
@@ -214,11 +209,11 @@ def history(space: str, uid: str, instance_id: str) -> flask.Response:
 
 
 @bp.get(OF_ONE + "/logs")
-@apidoc.operation(
+@apidoc.page(
     "what the instance's code printed, by step and attempt, oldest first",
-    apidoc.ok(schemas.LogPage, "one page"),
-    parameters=(apidoc.PAGE_TOKEN, apidoc.LOG_LIMIT),
-    errors=("unknown_instance", "invalid_request"),
+    schemas.LogPage,
+    limit=apidoc.LOG_LIMIT,
+    errors=("unknown_instance",),
 )
 def logs(space: str, uid: str, instance_id: str) -> flask.Response:
     """``GET …/instances/{id}/logs[?pageToken=&limit=]`` → ``{"logs", "nextPageToken", "removedLines"}``."""

@@ -85,11 +85,12 @@ def create_resource(space: str) -> flask.Response:
 
 
 @bp.get("/v2/spaces/<space>/resources")
-@apidoc.operation(
+@apidoc.page(
     "list live resources, oldest first",
-    apidoc.ok(schemas.ResourceList, "one page"),
-    parameters=(FORM, apidoc.PAGE_TOKEN, apidoc.RESOURCE_LIMIT),
-    errors=("unsupported_form", "invalid_request"),
+    schemas.ResourceList,
+    filters=(FORM,),
+    limit=apidoc.RESOURCE_LIMIT,
+    errors=("unsupported_form",),
 )
 def list_resources(space: str) -> flask.Response:
     """``GET …/resources[?form=&pageToken=&limit=]`` → ``{"resources", "nextPageToken"?}``.

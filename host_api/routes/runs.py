@@ -15,12 +15,7 @@ bp = flask.Blueprint("runs", __name__)
 
 
 @bp.get("/v2/spaces/<space>/resources/<uid>/runs")
-@apidoc.operation(
-    "a WorkerCronTrigger's recorded and skipped matches, newest first (§7)",
-    apidoc.ok(schemas.CronRunList, "one page"),
-    parameters=(apidoc.PAGE_TOKEN,),
-    errors=("invalid_request",),
-)
+@apidoc.page("a WorkerCronTrigger's recorded and skipped matches, newest first (§7)", schemas.CronRunList)
 def list_runs(space: str, uid: str) -> flask.Response:
     """``200 {"runs": [...], "nextPageToken"?}``, newest match first (recorded and skipped).
 
@@ -38,11 +33,11 @@ def list_runs(space: str, uid: str) -> flask.Response:
 
 
 @bp.get("/v2/spaces/<space>/resources/<uid>/runs/<scheduled_time>/logs")
-@apidoc.operation(
+@apidoc.page(
     "what one cron run's handler printed (every delivery of the match), oldest first",
-    apidoc.ok(schemas.RunLogPage, "one page"),
-    parameters=(apidoc.PAGE_TOKEN, apidoc.LOG_LIMIT),
-    errors=("not_found", "invalid_request"),
+    schemas.RunLogPage,
+    limit=apidoc.LOG_LIMIT,
+    errors=("not_found",),
 )
 def run_logs(space: str, uid: str, scheduled_time: str) -> flask.Response:
     """``200 {"logs": [{"time", "delivery", "stream", "message"}], "nextPageToken", "removedLines"}``:
