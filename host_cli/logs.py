@@ -14,6 +14,8 @@ instance (``instances status``) and of failed attempts (``instances history``) f
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +30,9 @@ from takohost.runtime import tracebacks
 
 __all__ = [
     "failure_frames",
+    "LogSource",
     "instances_logs",
+    "log_command",
     "print_failure",
     "print_tracebacks",
     "render_line",
@@ -121,47 +125,64 @@ def _follow(
                             "(--replayed shows them)[/dim]")
 
 
-_FOLLOW = click.option(
-    "--follow", "-f", is_flag=True, help="Keep printing new lines until the instance is terminal (the run finished)."
-)
-_INTERVAL = click.option(
-    "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between polls."
-)
+@dataclasses.dataclass(frozen=True)
+class LogSource:
+    """What a log command prints: ``fetch(page_token)`` reads one page of the API's log answer
+    (``{"logs", "nextPageToken", "removedLines"}``); ``done()`` is true once nothing more will be
+    written (polled by ``--follow``); ``replayed`` ``False`` hides the lines printed again while a
+    context replayed recorded steps."""
+
+    fetch: Callable[[str | None], dict[str, Any]]
+    done: Callable[[], bool]
+    replayed: bool = True
+
+
+def log_command(fn: Callable[..., LogSource]) -> Callable[..., None]:
+    """A client command that prints log lines: ``fn(api, as_json=…, **arguments)`` resolves its
+    arguments to a :class:`LogSource`; this adds ``--follow``, ``--interval`` (seconds) and
+    ``--json`` (which do not go together) and prints the source's pages."""
+
+    @functools.wraps(fn)
+    def command(api: http.Client, *, follow: bool, interval: float, as_json: bool, **arguments: Any) -> None:
+        if follow and as_json:
+            raise click.UsageError("--follow and --json do not go together")
+        source = fn(api, as_json=as_json, **arguments)
+        _follow(
+            source.fetch, follow=follow, interval=interval, as_json=as_json, done=source.done, replayed=source.replayed
+        )
+
+    follow_option = click.option(
+        "--follow", "-f", is_flag=True, help="Keep printing new lines until the instance is terminal (the run finished)."
+    )
+    interval_option = click.option(
+        "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05), help="Seconds between polls."
+    )
+    return follow_option(interval_option(common.json_client_command(command)))
 
 
 @click.command("logs")
 @click.argument("workflow")
 @click.argument("instance_id", metavar="ID")
-@_FOLLOW
-@_INTERVAL
 @click.option(
     "--replayed",
     is_flag=True,
     help="Also show the lines code printed again while a later context replayed the recorded steps.",
 )
-@common.json_client_command
-def instances_logs(
-    api: http.Client, *, workflow: str, instance_id: str, follow: bool, interval: float, replayed: bool,
-    as_json: bool,
-) -> None:
+@log_command
+def instances_logs(api: http.Client, *, workflow: str, instance_id: str, replayed: bool, as_json: bool) -> LogSource:
     """Print the log lines of instance ID of WORKFLOW (print, stderr, logging), oldest first.
 
     Code outside steps runs again in every context that replays the instance: the lines it
     printed again then are hidden unless --replayed (--json keeps every line, each with its
     "replayed" flag)."""
-    if follow and as_json:
-        raise click.UsageError("--follow and --json do not go together")
     workflow_uid = common.resolve(api, workflow, form="DurableWorkflow")
 
     def done() -> bool:
         return api.get_instance(workflow_uid, instance_id).get("status") in http.TERMINAL_STATUSES
 
-    _follow(
+    return LogSource(
         lambda token: api.get_logs(workflow_uid, instance_id, page_token=token),
-        follow=follow,
-        interval=interval,
-        as_json=as_json,
-        done=done,
+        done,
         replayed=replayed or as_json,
     )
 
@@ -169,15 +190,9 @@ def instances_logs(
 @click.command("run-logs")
 @click.argument("trigger")
 @click.argument("scheduled_time", metavar="SCHEDULED_TIME")
-@_FOLLOW
-@_INTERVAL
-@common.json_client_command
-def run_logs(
-    api: http.Client, *, trigger: str, scheduled_time: str, follow: bool, interval: float, as_json: bool
-) -> None:
+@log_command
+def run_logs(api: http.Client, *, trigger: str, scheduled_time: str, as_json: bool) -> LogSource:
     """Print the log lines of the run of cron TRIGGER at SCHEDULED_TIME (as `takohost runs` shows it)."""
-    if follow and as_json:
-        raise click.UsageError("--follow and --json do not go together")
     trigger_uid = common.resolve(api, trigger, form="WorkerCronTrigger")
 
     def done() -> bool:
@@ -189,13 +204,7 @@ def run_logs(
                 return bool(deliveries) and deliveries[-1].get("outcome") in ("ok", "failed")
         return True  # older than the ledger's first page: long finished
 
-    _follow(
-        lambda token: api.get_run_logs(trigger_uid, scheduled_time, page_token=token),
-        follow=follow,
-        interval=interval,
-        as_json=as_json,
-        done=done,
-    )
+    return LogSource(lambda token: api.get_run_logs(trigger_uid, scheduled_time, page_token=token), done)
 
 
 # --- tracebacks from the history ----------------------------------------------------------
