@@ -1,6 +1,7 @@
 """The steps every accepted resource mutation shares (docs/spec/http-api.md#api-res, #api-op): the
-Idempotency-Key claim, the locked read of the live resource, the flush that names a unique-index
-race, and the :class:`Accepted` answer.
+Idempotency-Key claim (a :class:`Claim`, which also adds the ``pending`` Operation its key names),
+the locked read of the live resource, the flush that names a unique-index race, and the
+:class:`Accepted` answer.
 
 Used by ``services.resources`` (create, update, delete) and ``services.replay_checks`` (a
 Version's check), which both sit above this module: neither imports the other for these
@@ -22,7 +23,7 @@ from sqlalchemy import orm
 from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
-from services import idempotency, ids
+from services import idempotency, ids, operations
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (docs/spec/house-rules.md#hr-errors).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
@@ -48,20 +49,58 @@ class Accepted:
     new: bool
 
 
-def claim_txn(
-    session: orm.Session, *, space: str, key: str, request_hash: str, now: dt.datetime
-) -> tuple[str, Accepted | None]:
-    """Claim the Idempotency-Key for a new Operation: ``(operation id, None)``, or ``(…, the
-    earlier call's Accepted)`` when the key already answered (docs/spec/http-api.md#api-op).
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A mutation's claimed Idempotency-Key (:func:`claim_txn`): ``operation_id``, the id of the
+    Operation the key's record names, in ``space``, accepted at ``now``. ``replay`` is the earlier
+    call's :class:`Accepted` when the key had already answered: the caller returns it and writes
+    nothing. Otherwise the caller runs its rules and adds the Operation with
+    :meth:`add_operation_txn`."""
+
+    space: str
+    operation_id: str
+    now: dt.datetime
+    replay: Accepted | None
+
+    def add_operation_txn(
+        self, session: orm.Session, *, kind: str, resource_uid: str, generation: int, request: dict | None
+    ) -> res_models.Operation:
+        """Add to ``session`` the Operation the key names: ``kind`` (``create``, ``update``,
+        ``delete``, ``check``) of resource ``resource_uid`` at ``generation``, with ``request``
+        (``{"spec": …}``, a check's ``{"terminal": N}``, or None), ``pending`` and due for the
+        sweep's re-dispatch ``services.operations.redispatch_after`` from ``now``. It is inserted
+        at the caller's next :func:`flush`, where ``uq_operations_active_resource`` decides a race
+        (``resource_busy``; docs/spec/http-api.md#api-op). Returns the row (the caller answers
+        with it)."""
+        return resource_sql.add_operation_txn(
+            session,
+            op_id=self.operation_id,
+            space=self.space,
+            kind=kind,
+            resource_uid=resource_uid,
+            generation=generation,
+            state=operations.PENDING,
+            request=request,
+            next_attempt_at=self.now + operations.redispatch_after(),
+            now=self.now,
+        )
+
+
+def claim_txn(session: orm.Session, *, space: str, key: str, request_hash: str, now: dt.datetime) -> Claim:
+    """Claim the Idempotency-Key ``key`` of ``space`` for a request with fingerprint
+    ``request_hash`` and a new Operation (its id is made here): a :class:`Claim` whose ``replay``
+    is the earlier call's Accepted when the key already answered (docs/spec/http-api.md#api-op).
 
     Raises:
-        DomainError: ``idempotency_key_reused``.
+        DomainError: ``idempotency_key_reused``; ``resource_busy`` (a concurrent request with this
+            key just rolled back; ``services.idempotency.claim_txn``).
     """
     op_id = ids.new_id()
     claim = idempotency.claim_txn(
         session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
     )
-    return op_id, (None if claim.new else _replay_txn(session, claim))
+    replay = None if claim.new else _replay_txn(session, claim)
+    return Claim(space=space, operation_id=op_id, now=now, replay=replay)
 
 
 def _replay_txn(session: orm.Session, claim: idempotency.Claim) -> Accepted:

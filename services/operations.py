@@ -68,34 +68,6 @@ def redispatch_after(settings: config.Settings | None = None) -> dt.timedelta:
     return dt.timedelta(seconds=max(2 * settings.sweep_interval_s, 1.0))
 
 
-def add_operation_txn(
-    session: orm.Session,
-    *,
-    op_id: str,
-    space: str,
-    kind: str,
-    resource_uid: str,
-    generation: int,
-    request: dict | None,
-    now: dt.datetime,
-) -> res_models.Operation:
-    """Add a ``pending`` Operation to ``session`` (inserted at its next flush, where
-    ``uq_operations_active_resource`` decides a race: docs/spec/http-api.md#api-op), due for the
-    sweep's re-dispatch :func:`redispatch_after` from ``now``; returns the row."""
-    return resource_sql.add_operation_txn(
-        session,
-        op_id=op_id,
-        space=space,
-        kind=kind,
-        resource_uid=resource_uid,
-        generation=generation,
-        state=PENDING,
-        request=request,
-        next_attempt_at=now + redispatch_after(),
-        now=now,
-    )
-
-
 def set_state(
     op: res_models.Operation,
     target: str,

@@ -123,15 +123,14 @@ def accept_check_txn(
         DomainError: ``not_found`` (no live resource ``uid`` in this Space, as everywhere),
             ``unsupported_form`` (not a WorkerVersion), ``idempotency_key_reused``, ``resource_busy``.
     """
-    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
-    if replay is not None:
-        return replay
+    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    if claim.replay is not None:
+        return claim.replay
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="no_key_update")
     if resource.form != "WorkerVersion":
         raise DomainError("unsupported_form", f"only a WorkerVersion is checked, not a {resource.form}")
-    op = operations.add_operation_txn(
-        session,
-        op_id=op_id, space=space, kind=KIND, resource_uid=uid, generation=resource.generation, request=request, now=now
+    op = claim.add_operation_txn(
+        session, kind=KIND, resource_uid=uid, generation=resource.generation, request=request
     )
     acceptance.flush(session)
     return acceptance.Accepted(operation=op, new=True)

@@ -26,7 +26,7 @@ from sqlalchemy import orm
 from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
-from services import acceptance, cron_schedules, forms, ids, operations, quotas, replay_checks
+from services import acceptance, cron_schedules, forms, ids, quotas, replay_checks
 from services.acceptance import Accepted
 
 DEFAULT_PAGE_SIZE = 100
@@ -51,9 +51,9 @@ def accept_create_txn(
             ``resource_busy``, ``name_conflict``, ``quota_exceeded`` (a WorkerVersion whose sources
             do not fit in the Space's ``versionCodeBytes`` quota; ``services.quotas``).
     """
-    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
-    if replay is not None:
-        return replay
+    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    if claim.replay is not None:
+        return claim.replay
     refs = forms.references(form, spec)
     resolved = forms.resolve_refs_txn(session, space=space, refs=refs)
     forms.check_create_txn(session, form=form, spec=spec, resolved=resolved)
@@ -67,20 +67,13 @@ def accept_create_txn(
         form=form,
         name=name,
         spec=spec,
-        operation_id=op_id,
+        operation_id=claim.operation_id,
         worker_uid=spec["worker"]["resourceUid"] if "worker" in spec else None,
         now=now,
     )
     acceptance.flush(session)
-    op = operations.add_operation_txn(
-        session,
-        op_id=op_id,
-        space=space,
-        kind="create",
-        resource_uid=uid,
-        generation=1,
-        request={"spec": spec},
-        now=now,
+    op = claim.add_operation_txn(
+        session, kind="create", resource_uid=uid, generation=1, request={"spec": spec}
     )
     acceptance.flush(session)
     replace_refs_txn(session, source_uid=uid, refs=refs)
@@ -107,9 +100,9 @@ def accept_update_txn(
         DomainError: ``not_found``, ``idempotency_key_reused``, ``invalid_spec``, ``immutable_field``,
             ``reference_not_found``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
-    if replay is not None:
-        return replay
+    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    if claim.replay is not None:
+        return claim.replay
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="no_key_update")
     form = resource.form
     spec = validate(body, form)
@@ -120,15 +113,8 @@ def accept_update_txn(
     if form == "WorkerDeployment":
         replay_checks.gate_txn(session, deployment=resource, spec=spec)
     generation = resource.generation + 1
-    op = operations.add_operation_txn(
-        session,
-        op_id=op_id,
-        space=space,
-        kind="update",
-        resource_uid=uid,
-        generation=generation,
-        request={"spec": spec},
-        now=now,
+    op = claim.add_operation_txn(
+        session, kind="update", resource_uid=uid, generation=generation, request={"spec": spec}
     )
     acceptance.flush(session)
     if form == "WorkerDeployment":
@@ -142,7 +128,12 @@ def accept_update_txn(
         ]
     # A WorkerVersion is re-validating: unverified until the reconcile records the outcome (§3.2).
     resource_sql.accept_update(
-        resource, spec=spec, generation=generation, operation_id=op_id, revalidate=form == "WorkerVersion", now=now
+        resource,
+        spec=spec,
+        generation=generation,
+        operation_id=claim.operation_id,
+        revalidate=form == "WorkerVersion",
+        now=now,
     )
     replace_refs_txn(session, source_uid=uid, refs=refs)
     acceptance.flush(session)
@@ -158,23 +149,16 @@ def accept_delete_txn(
     Raises:
         DomainError: ``not_found``, ``idempotency_key_reused``, ``dependency_conflict``, ``resource_busy``.
     """
-    op_id, replay = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
-    if replay is not None:
-        return replay
+    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    if claim.replay is not None:
+        return claim.replay
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="update")
     forms.check_delete_txn(session, resource=resource)
-    op = operations.add_operation_txn(
-        session,
-        op_id=op_id,
-        space=space,
-        kind="delete",
-        resource_uid=uid,
-        generation=resource.generation,
-        request=None,
-        now=now,
+    op = claim.add_operation_txn(
+        session, kind="delete", resource_uid=uid, generation=resource.generation, request=None
     )
     acceptance.flush(session)
-    resource_sql.accept_delete(resource, operation_id=op_id, now=now)
+    resource_sql.accept_delete(resource, operation_id=claim.operation_id, now=now)
     if resource.form == "WorkerCronTrigger":
         # The match boundary is the acceptance (docs/spec/cron-trigger.md "解除前後の一致境界"): no match after it is
         # recorded, even while no worker is free to run the reconcile. ``phase = "deleting"`` is
