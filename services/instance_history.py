@@ -21,6 +21,7 @@ from sqlalchemy import orm
 from models import db as models_db
 from models import instances as inst_models
 from services import instance_common, instance_pages
+from services.instance_pages import FIRST_PAGE, PageRequest
 from takohost.domain import history as domain_history
 
 
@@ -74,22 +75,17 @@ class HistoryPage:
 
 
 def history(
-    *,
-    space: str,
-    workflow_uid: str,
-    instance_id: str,
-    page_token: str | None = None,
-    limit: int | None = None,
+    *, space: str, workflow_uid: str, instance_id: str, page: PageRequest = FIRST_PAGE
 ) -> HistoryPage:
-    """One page of the history of instance ``instance_id`` after ``page_token``, oldest first
+    """The ``page`` of the history of instance ``instance_id`` (after its token), oldest first
     (docs/spec/durable-workflow.md#dw-history). ``StepCompleted`` of a ``do``/``wait`` step carries
     the recorded ``result`` read from the step row (the data replay reads, not a copy).
 
     Raises DomainError: ``invalid_request`` (bad id, token or limit), ``not_found`` (no such
     DurableWorkflow in ``space``), ``unknown_instance``."""
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
-    after = instance_pages.decode_token(page_token, maximum=instance_pages.MAX_EVENT_ID) or 0
-    size = instance_pages.page_size(limit)
+    after = instance_pages.decode_token(page.token, maximum=instance_pages.MAX_EVENT_ID) or 0
+    size = instance_pages.page_size(page.limit)
     with models_db.session_scope() as session:
         instance = instance_common.workflow_instance_txn(
             session, space=space, workflow_uid=workflow_uid, instance_id=instance_id

@@ -1,5 +1,8 @@
 """Paging of the instance list and of an instance's history (docs/spec/http-api.md#api-inst, docs/spec/durable-workflow.md#dw-history).
 
+A paged read (the instance list, the history, the tenant logs of ``services.tenant_logs``) is
+asked for one page by a :class:`PageRequest`: the client's ``pageToken`` and ``limit``, as sent.
+
 A page token is opaque to clients: unpadded URL-safe base64 of ``{"after": n}``, where ``n`` is
 the last instance pk (list) or event id (history) of the previous page. :func:`decode_token`
 accepts only what :func:`encode_token` can have produced, so a forged or mangled token is
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 
 from models.errors import DomainError
@@ -21,6 +25,21 @@ MAX_PAGE = 1000
 #: Largest ``after`` a page token may carry: instance pks are BIGINT, event ids INTEGER.
 MAX_INSTANCE_PK = 2**63 - 1
 MAX_EVENT_ID = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PageRequest:
+    """Which page a paged read answers: ``token`` the ``nextPageToken`` of the previous page
+    (``None``: the first page), ``limit`` the page size asked for (``None``: the read's default).
+    Both as the client sent them: the read checks them (:func:`decode_token` or its own token,
+    :func:`page_size`), so a bad one is its ``invalid_request``."""
+
+    token: str | None = None
+    limit: int | None = None
+
+
+#: The first page at the read's default size.
+FIRST_PAGE = PageRequest()
 
 
 def encode_token(value: int) -> str:

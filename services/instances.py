@@ -32,6 +32,7 @@ from models import instances as inst_models
 from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, forms, instance_common, instance_pages, quotas
+from services.instance_pages import FIRST_PAGE, PageRequest
 from services.telemetry import lifecycle
 from takohost.domain import decide, history
 
@@ -264,21 +265,16 @@ def _page_query(*, workflow_uid: str, status: str | None, after: int, size: int)
 
 
 def list_instances(
-    *,
-    space: str,
-    workflow_uid: str,
-    status_filter: str | None = None,
-    page_token: str | None = None,
-    limit: int | None = None,
+    *, space: str, workflow_uid: str, status_filter: str | None = None, page: PageRequest = FIRST_PAGE
 ) -> InstancePage:
-    """One page of the instances of ``workflow_uid`` (of ``status_filter``) in creation order.
+    """The ``page`` of the instances of ``workflow_uid`` (of ``status_filter``) in creation order.
 
     Raises DomainError ``invalid_request`` for an unknown status, a bad token or limit.
     """
     if status_filter is not None and status_filter not in inst_models.STATUSES:
         raise DomainError("invalid_request", f"status must be one of {', '.join(inst_models.STATUSES)}")
-    after = instance_pages.decode_token(page_token, maximum=instance_pages.MAX_INSTANCE_PK)
-    size = instance_pages.page_size(limit)
+    after = instance_pages.decode_token(page.token, maximum=instance_pages.MAX_INSTANCE_PK)
+    size = instance_pages.page_size(page.limit)
     with models_db.session_scope() as session:
         instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
         query = _page_query(workflow_uid=workflow_uid, status=status_filter, after=after or 0, size=size + 1)

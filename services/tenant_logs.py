@@ -36,6 +36,7 @@ from models import log_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import instance_common, instance_pages
+from services.instance_pages import FIRST_PAGE, PageRequest
 
 #: Lines per page: default and largest ``limit`` (the instance list's and history's largest).
 DEFAULT_PAGE = 500
@@ -86,21 +87,16 @@ def _name(value: bytes | memoryview | None) -> str | None:
 
 
 def instance_logs(
-    *,
-    space: str,
-    workflow_uid: str,
-    instance_id: str,
-    page_token: str | None = None,
-    limit: int | None = None,
+    *, space: str, workflow_uid: str, instance_id: str, page: PageRequest = FIRST_PAGE
 ) -> LogPage[InstanceLine]:
-    """One page of an instance's log lines after ``page_token`` (see module doc).
+    """The ``page`` of an instance's log lines (after its token; see module doc).
 
     Raises ``DomainError``: ``not_found`` (no such DurableWorkflow in ``space``),
     ``unknown_instance``, ``invalid_request`` (a token this API did not issue, a bad ``limit``).
     """
     instance_id = instance_common.id_or_error(instance_id, what="instance id")
-    after = instance_pages.decode_token(page_token, maximum=_MAX_SEQ) or 0
-    size = instance_pages.page_size(limit, default=DEFAULT_PAGE)
+    after = instance_pages.decode_token(page.token, maximum=_MAX_SEQ) or 0
+    size = instance_pages.page_size(page.limit, default=DEFAULT_PAGE)
     with models_db.session_scope() as session:
         instance = instance_common.workflow_instance_txn(
             session, space=space, workflow_uid=workflow_uid, instance_id=instance_id
@@ -167,21 +163,16 @@ def _decode_run_token(token: str | None) -> tuple[int, int]:
 
 
 def run_logs(
-    *,
-    space: str,
-    trigger_uid: str,
-    scheduled_time: str,
-    page_token: str | None = None,
-    limit: int | None = None,
+    *, space: str, trigger_uid: str, scheduled_time: str, page: PageRequest = FIRST_PAGE
 ) -> LogPage[RunLine]:
-    """One page of the log lines of every delivery of one recorded cron match (see module doc).
+    """The ``page`` of the log lines of every delivery of one recorded cron match (see module doc).
 
     Raises ``DomainError``: ``not_found`` (not a live WorkerCronTrigger of ``space``, or no
     recorded match at that ``scheduledTime``), ``invalid_request``.
     """
     at = parse_scheduled_time(scheduled_time)
-    delivery, after = _decode_run_token(page_token)
-    size = instance_pages.page_size(limit, default=DEFAULT_PAGE)
+    delivery, after = _decode_run_token(page.token)
+    size = instance_pages.page_size(page.limit, default=DEFAULT_PAGE)
     with models_db.session_scope() as session:
         trigger = session.get(res_models.Resource, trigger_uid)
         if (

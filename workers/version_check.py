@@ -29,6 +29,7 @@ from models import resources as res_models
 from models.base import utcnow
 from models.errors import DomainError
 from services import instance_history, instances, operations, replay_checks
+from services.instance_pages import PageRequest
 from takohost.runtime import protocol, replay_check
 from workers import sandbox
 from workers.engine import store
@@ -170,7 +171,10 @@ def _history(target: replay_checks.Target, *, space: str) -> tuple[list[dict], d
     token = None
     while True:
         page = instance_history.history(
-            space=space, workflow_uid=target.workflow_uid, instance_id=target.instance_id, page_token=token, limit=1000
+            space=space,
+            workflow_uid=target.workflow_uid,
+            instance_id=target.instance_id,
+            page=PageRequest(token=token, limit=1000),
         )
         events.extend(page.events)
         token = page.next_page_token

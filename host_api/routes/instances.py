@@ -72,16 +72,10 @@ def _json(value: object, status: int = 200) -> flask.Response:
     return response
 
 
-def _limit() -> int | None:
-    """``limit`` in ASCII digits (``str.isdigit`` would accept ``²`` or Arabic-Indic digits, which
-    ``int()`` refuses); the service checks the range 1..1000."""
-    return query.count_param("limit")
-
-
 def _page(read: Callable[..., object], schema: type[ma.Schema], **instance: str) -> flask.Response:
-    """One page of an instance's ``read`` (``instance_history.history``, ``tenant_logs.instance_logs``),
-    from the query's ``pageToken`` and ``limit``, dumped through ``schema``."""
-    return _json(schema().dump(read(**instance, page_token=flask.request.args.get("pageToken"), limit=_limit())))
+    """The page of an instance's ``read`` (``instance_history.history``, ``tenant_logs.instance_logs``)
+    that the query's ``pageToken`` and ``limit`` ask for (``query.page``), dumped through ``schema``."""
+    return _json(schema().dump(read(**instance, page=query.page())))
 
 
 def _object_or_empty_body() -> dict:
@@ -123,9 +117,8 @@ def create_instance(space: str, uid: str) -> flask.Response:
 @apidoc.page("list instances", schemas.InstanceList, filters=(STATUS,), limit=apidoc.INSTANCE_LIMIT)
 def list_instances(space: str, uid: str) -> flask.Response:
     """``GET …/instances[?status=&pageToken=&limit=]`` → ``{"instances", "nextPageToken"?}``."""
-    args = flask.request.args
     page = instances.list_instances(
-        space=space, workflow_uid=uid, status_filter=args.get("status"), page_token=args.get("pageToken"), limit=_limit()
+        space=space, workflow_uid=uid, status_filter=flask.request.args.get("status"), page=query.page()
     )
     return _json(schemas.InstanceList().dump(page))
 

@@ -53,10 +53,6 @@ def run_logs(space: str, uid: str, scheduled_time: str) -> flask.Response:
     if unknown:
         raise ApiError("invalid_request", f"unknown query parameter(s): {', '.join(sorted(unknown))}")
     page = tenant_logs.run_logs(
-        space=space,
-        trigger_uid=uid,
-        scheduled_time=scheduled_time,
-        page_token=flask.request.args.get("pageToken"),
-        limit=query.count_param("limit"),
+        space=space, trigger_uid=uid, scheduled_time=scheduled_time, page=query.page()
     )
     return flask.jsonify(schemas.RunLogPage().dump(page))

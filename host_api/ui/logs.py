@@ -17,6 +17,7 @@ from collections.abc import Callable
 from host_api import schemas
 from models.errors import DomainError
 from services import tenant_logs
+from services.instance_pages import PageRequest
 
 #: Log lines the console reads for one panel.
 MAX_LINES = 2000
@@ -68,7 +69,10 @@ def run_logs(*, space: str, trigger_uid: str, scheduled_time: str) -> Logs:
         return _follow(
             lambda token: schemas.RunLogPage().dump(
                 tenant_logs.run_logs(
-                    space=space, trigger_uid=trigger_uid, scheduled_time=scheduled_time, page_token=token, limit=PAGE
+                    space=space,
+                    trigger_uid=trigger_uid,
+                    scheduled_time=scheduled_time,
+                    page=PageRequest(token=token, limit=PAGE),
                 )
             )
         )

@@ -58,6 +58,7 @@ from services import (
     instances,
     quotas,
 )
+from services.instance_pages import PageRequest
 from takohost.domain import deepjson, divergence, jsonstrict
 from takohost.domain import tenant_logs as tenant_log_domain
 
@@ -447,13 +448,11 @@ def history_page(ref: str) -> Response:
     service of ``GET …/history``, with its page tokens)."""
     user = _user()
     instance_id = flask.request.args.get("id", "")
-    page = flask.request.args.get("page") or None
+    page = PageRequest(token=flask.request.args.get("page") or None, limit=HISTORY_PAGE)
     with models_db.session_scope() as session:
         workflow = console.workflow_by_ref_txn(session, space=user.space, ref=ref)
         uid, name = workflow.uid, workflow.name
-    body = instance_history.history(
-        space=user.space, workflow_uid=uid, instance_id=instance_id, page_token=page, limit=HISTORY_PAGE
-    )
+    body = instance_history.history(space=user.space, workflow_uid=uid, instance_id=instance_id, page=page)
     return _render(
         "history.html",
         uid=name,
@@ -461,7 +460,7 @@ def history_page(ref: str) -> Response:
         instance_id=instance_id,
         events=body.events,
         next_page=body.next_page_token,
-        paged=page is not None,
+        paged=page.token is not None,
     )
 
 

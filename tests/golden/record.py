@@ -12,6 +12,7 @@ import json
 import os
 
 from services import instance_common, instance_events, instance_history, instances
+from services.instance_pages import PageRequest
 from takohost import manifest, testing
 from tests.golden import scenarios
 from tests.support import workflows
@@ -53,7 +54,9 @@ def _record(name: str, *, db_url: str, space: str, driver: workflows.Driver, tmp
                 now=driver.clock(),
             )
             driver.run()
-    events = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id=instance_id, limit=1000)
+    events = instance_history.history(
+        space=space, workflow_uid=deployed.workflow, instance_id=instance_id, page=PageRequest(limit=1000)
+    )
     status = instances.status(space=space, workflow_uid=deployed.workflow, instance_id=instance_id)
     recorded = testing.HistoryFile(
         events=events.events,

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from models import db as models_db
 from models import instances as inst_models
 from services import instance_common, instance_events, instance_history, instances
+from services.instance_pages import PageRequest
 from tests.support import workflows
 
 
@@ -52,7 +53,7 @@ class Run:
 
     def history(self, instance_id):
         return instance_history.history(
-            space=self.space, workflow_uid=self.workflow, instance_id=instance_id, limit=1000
+            space=self.space, workflow_uid=self.workflow, instance_id=instance_id, page=PageRequest(limit=1000)
         ).events
 
     def event_types(self, instance_id):

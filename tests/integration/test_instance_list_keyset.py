@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from models import db as models_db
 from services import instances
+from services.instance_pages import PageRequest
 from tests.support import workflows
 
 SOURCE = """
@@ -43,7 +44,7 @@ def _all_pages(space, workflow, *, status=None, limit=3):
     ids, token = [], None
     while True:
         page = instances.list_instances(space=space, workflow_uid=workflow, status_filter=status,
-                                        page_token=token, limit=limit)
+                                        page=PageRequest(token, limit))
         assert len(page.instances) <= limit
         ids += [row.id for row in page.instances]
         token = page.next_page_token

@@ -19,6 +19,7 @@ from models import log_sql
 from models.errors import DomainError
 from services import instance_events, instance_history, instance_stop, instances, quotas, retention
 from services import tenant_logs as log_service
+from services.instance_pages import PageRequest
 from tests.integration.test_resources_support import create_ok, headers, post, settle, version_spec
 from tests.support import workflows
 
@@ -111,7 +112,7 @@ def test_live_instances_quota_refuses_the_create_and_keeps_every_accepted_instan
     # what was accepted is intact and runs
     assert driver.run() == ["sleeping"] * 3
     for name in ("a", "b", "c"):
-        events = instance_history.history(**ids, instance_id=name, limit=100).events
+        events = instance_history.history(**ids, instance_id=name, page=PageRequest(limit=100)).events
         assert events[0]["eventType"] == "InstanceCreated" and events[0]["attributes"]["instanceId"] == name
     assert assert_counters_exact(db_url, space)[quotas.LIVE_INSTANCES] == 3
     # a terminal instance frees its place
@@ -191,7 +192,7 @@ def _lines(space: str, workflow: str, instance_id: str) -> list[log_service.Inst
     lines, token = [], None
     while True:
         page = log_service.instance_logs(
-            space=space, workflow_uid=workflow, instance_id=instance_id, page_token=token, limit=1000
+            space=space, workflow_uid=workflow, instance_id=instance_id, page=PageRequest(token, 1000)
         )
         if not page.logs:
             return lines
@@ -359,7 +360,9 @@ def test_cron_delivery_lines_count_toward_the_log_quota_with_one_marker(db_url, 
     )
     [(match_pk, *_)] = decide(db_url, now=at(minute) + dt.timedelta(milliseconds=100), triggers=[stack.trigger_uid])
     assert cron_tasks.deliver(match_pk) == "ok"
-    lines = log_service.run_logs(space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute, limit=1000).logs
+    lines = log_service.run_logs(
+        space=space, trigger_uid=stack.trigger_uid, scheduled_time=minute, page=PageRequest(limit=1000)
+    ).logs
     tenant = [line.message for line in lines if line.stream == "stdout"]
     assert tenant == [f"cron {i:04d} " + "y" * 90 for i in range(300)]
     assert [line.message for line in lines if line.stream == "host"] == [

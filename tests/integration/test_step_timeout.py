@@ -18,6 +18,7 @@ import time
 import pytest
 
 from services import instance_history, instances
+from services.instance_pages import PageRequest
 from tests.support import workflows
 
 LIMIT_S = 1.5
@@ -62,7 +63,9 @@ def limited_driver(monkeypatch, zygote, db_url):
 
 
 def _history(space, workflow, instance_id):
-    return instance_history.history(space=space, workflow_uid=workflow, instance_id=instance_id, limit=1000).events
+    return instance_history.history(
+        space=space, workflow_uid=workflow, instance_id=instance_id, page=PageRequest(limit=1000)
+    ).events
 
 
 def _still(path, seconds=0.6) -> bool:

@@ -17,6 +17,7 @@ from models import instances as inst_models
 from models import tenant_logs as log_models
 from services import instance_common, instance_history, instances, retention
 from services import tenant_logs as log_service
+from services.instance_pages import PageRequest
 from takohost.domain import tenant_logs as limits
 from tests.support import workflows
 from workers.sandbox import validation
@@ -41,7 +42,7 @@ class Run:
 
     def history(self, instance_id):
         return instance_history.history(
-            space=self.space, workflow_uid=self.workflow, instance_id=instance_id, limit=1000
+            space=self.space, workflow_uid=self.workflow, instance_id=instance_id, page=PageRequest(limit=1000)
         ).events
 
     def logs(self, instance_id, **kwargs):
@@ -50,7 +51,7 @@ class Run:
     def all_logs(self, instance_id):
         lines, token = [], None
         while True:
-            page = self.logs(instance_id, page_token=token, limit=1000)
+            page = self.logs(instance_id, page=PageRequest(token, 1000))
             if not page.logs:
                 return lines, page
             lines += page.logs
@@ -116,13 +117,13 @@ class Many:
     )
     run.create("p1")
     driver.run()
-    first = run.logs("p1", limit=10)
+    first = run.logs("p1", page=PageRequest(limit=10))
     assert [line.message for line in first.logs] == [f"line {i}" for i in range(10)]
-    rest = run.logs("p1", page_token=first.next_page_token, limit=1000)
+    rest = run.logs("p1", page=PageRequest(first.next_page_token, 1000))
     assert len(rest.logs) == 15
-    assert run.logs("p1", page_token=rest.next_page_token).logs == []
+    assert run.logs("p1", page=PageRequest(token=rest.next_page_token)).logs == []
     with pytest.raises(Exception) as exc:
-        run.logs("p1", page_token="forged")
+        run.logs("p1", page=PageRequest(token="forged"))
     assert exc.value.code == "invalid_request"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from services import instance_history, instances
+from services.instance_pages import PageRequest
 from tests.support import workflows
 from workers import version_check
 
@@ -39,7 +40,9 @@ def recorded(db_url, space, driver):
     driver.run()
     driver.advance(1)
     assert instances.status(space=space, workflow_uid=deployed.workflow, instance_id="i-1")["status"] == "waiting"
-    history = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="i-1", limit=1000)
+    history = instance_history.history(
+        space=space, workflow_uid=deployed.workflow, instance_id="i-1", page=PageRequest(limit=1000)
+    )
     return deployed, history.events
 
 
@@ -80,7 +83,9 @@ def test_a_candidate_replays_in_the_sandbox(db_url, space, zygote, recorded, cha
     else:
         assert outcome.replay.replayed == 2 and outcome.replay.stopped_at == "approve"
     # Nothing was written: the instance's history is as it was.
-    after = instance_history.history(space=space, workflow_uid=deployed.workflow, instance_id="i-1", limit=1000)
+    after = instance_history.history(
+        space=space, workflow_uid=deployed.workflow, instance_id="i-1", page=PageRequest(limit=1000)
+    )
     assert after.events == events
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from services import instance_history, instances
+from services.instance_pages import PageRequest
 from tests.integration.test_resources_support import headers, settle
 from tests.integration.test_version_check import COOL, FETCH, FLOW
 from tests.support import workflows
@@ -60,7 +61,9 @@ def test_a_check_replays_every_live_instance_in_the_sandbox(
 ):
     space, token = space_token
     monkeypatch.setenv("TAKOHOST_REPLAY_CHECK_INSTANCE_TIMEOUT_S", "1.5")
-    before = instance_history.history(space=space, workflow_uid=live.workflow, instance_id="i-1", limit=1000)
+    before = instance_history.history(
+        space=space, workflow_uid=live.workflow, instance_id="i-1", page=PageRequest(limit=1000)
+    )
     candidate = workflows.add_version(db_url, space=space, worker=live.worker, source=change(FLOW), class_names=["Flow"])
     op, check = _check(client, space, token, candidate)
     assert op["progress"] == {"checked": 2, "total": 2, "totals": check["totals"]}
@@ -78,7 +81,9 @@ def test_a_check_replays_every_live_instance_in_the_sandbox(
     elif result == "error":
         assert all("definitely_missing_module" in d["message"] for d in check["divergent"])
     # Nothing was written to the instances.
-    assert instance_history.history(space=space, workflow_uid=live.workflow, instance_id="i-1", limit=1000) == before
+    assert instance_history.history(
+        space=space, workflow_uid=live.workflow, instance_id="i-1", page=PageRequest(limit=1000)
+    ) == before
 
 
 def test_the_total_time_limit_leaves_instances_not_checked(db_url, client, space_token, live, monkeypatch):
