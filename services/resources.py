@@ -26,7 +26,7 @@ from sqlalchemy import orm
 from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
-from services import acceptance, cron_schedules, forms, ids, quotas, replay_checks
+from services import acceptance, cron_schedules, forms, ids, instance_pages, quotas, replay_checks
 from services.acceptance import Accepted
 
 DEFAULT_PAGE_SIZE = 100
@@ -200,19 +200,20 @@ def list_txn(
     *,
     space: str,
     form: str | None,
-    page_token: str | None,
-    limit: int = DEFAULT_PAGE_SIZE,
+    page: instance_pages.PageRequest = instance_pages.FIRST_PAGE,
 ) -> tuple[list[res_models.Resource], str | None]:
-    """One page of live resources of ``space`` (optionally of short Form ``form``), oldest first.
+    """One page of live resources of ``space`` (optionally of short Form ``form``), oldest first:
+    the page after ``page.token``, of ``page.limit`` resources (``None``: ``DEFAULT_PAGE_SIZE``).
 
     Returns ``(resources, next_page_token or None)``. The token is opaque: unpadded URL-safe
     base64 of the JSON ``[createdAt (ISO 8601, UTC), uid]`` of the page's last row.
 
     Raises:
         DomainError: ``invalid_request`` for a ``limit`` outside 1..``MAX_PAGE_SIZE`` or a
-            ``page_token`` this API did not issue (docs/spec/http-api.md#api-errors: a bad query parameter is a
+            ``page.token`` this API did not issue (docs/spec/http-api.md#api-errors: a bad query parameter is a
             bad request; ``invalid_params`` is for documents).
     """
+    limit = DEFAULT_PAGE_SIZE if page.limit is None else page.limit
     if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
         raise DomainError("invalid_request", f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
     query = sa.select(res_models.Resource).where(
@@ -220,8 +221,8 @@ def list_txn(
     )
     if form is not None:
         query = query.where(res_models.Resource.form == form)
-    if page_token is not None:
-        after_time, after_uid = decode_page_token(page_token)
+    if page.token is not None:
+        after_time, after_uid = decode_page_token(page.token)
         query = query.where(
             sa.or_(
                 res_models.Resource.created_at > after_time,

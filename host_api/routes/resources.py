@@ -110,13 +110,9 @@ def list_resources(space: str) -> flask.Response:
                 "unsupported_form",
                 f"unsupported Form {args['form']!r}: a Form URL or one of {', '.join(forms.FORM_URLS)}",
             )
-    limit = query.count_param("limit")
-    if limit is None:
-        limit = resources.DEFAULT_PAGE_SIZE
+    page = query.page()
     with db.session() as session:
-        rows, next_token = resources.list_txn(
-            session, space=space, form=form, page_token=args.get("pageToken"), limit=limit
-        )
+        rows, next_token = resources.list_txn(session, space=space, form=form, page=page)
     return flask.jsonify(schemas.ResourceList().dump({"resources": rows, "next_page_token": next_token}))
 
 
