@@ -114,12 +114,13 @@ def _round(space: str, version: str, zygote) -> dict:
     from models import db as models_db
     from models import resources as res_models
     from services import operations, replay_checks
+    from services.idempotency import KeyedRequest
     from workers import version_check
 
     now = dt.datetime.now(dt.UTC)
     with models_db.session_scope() as session:
         accepted = replay_checks.accept_check_txn(
-            session, space=space, uid=version, key=str(uuid.uuid4()), request_hash="bench", request={}, now=now
+            session, space=space, uid=version, idempotency=KeyedRequest(str(uuid.uuid4()), "bench"), request={}, now=now
         )
         op_id = accepted.operation.id
     with models_db.session_scope() as session:

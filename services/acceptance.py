@@ -23,7 +23,8 @@ from sqlalchemy import orm
 from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
-from services import idempotency, ids, operations
+from services import idempotency as idempotency_keys
+from services import ids, operations
 
 #: Constraint name → (code, message) for IntegrityErrors at acceptance (docs/spec/house-rules.md#hr-errors).
 CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
@@ -86,9 +87,11 @@ class Claim:
         )
 
 
-def claim_txn(session: orm.Session, *, space: str, key: str, request_hash: str, now: dt.datetime) -> Claim:
-    """Claim the Idempotency-Key ``key`` of ``space`` for a request with fingerprint
-    ``request_hash`` and a new Operation (its id is made here): a :class:`Claim` whose ``replay``
+def claim_txn(
+    session: orm.Session, *, space: str, idempotency: idempotency_keys.KeyedRequest, now: dt.datetime
+) -> Claim:
+    """Claim the Idempotency-Key of ``space`` that ``idempotency`` carries, for that request and a
+    new Operation (its id is made here): a :class:`Claim` whose ``replay``
     is the earlier call's Accepted when the key already answered (docs/spec/http-api.md#api-op).
 
     Raises:
@@ -96,14 +99,12 @@ def claim_txn(session: orm.Session, *, space: str, key: str, request_hash: str, 
             key just rolled back; ``services.idempotency.claim_txn``).
     """
     op_id = ids.new_id()
-    claim = idempotency.claim_txn(
-        session, space=space, key=key, request_hash=request_hash, operation_id=op_id, now=now
-    )
+    claim = idempotency_keys.claim_txn(session, space=space, request=idempotency, operation_id=op_id, now=now)
     replay = None if claim.new else _replay_txn(session, claim)
     return Claim(space=space, operation_id=op_id, now=now, replay=replay)
 
 
-def _replay_txn(session: orm.Session, claim: idempotency.Claim) -> Accepted:
+def _replay_txn(session: orm.Session, claim: idempotency_keys.Claim) -> Accepted:
     record = claim.record
     op = session.get(res_models.Operation, record.operation_id) if record and record.operation_id else None
     if op is None:

@@ -22,6 +22,17 @@ RETENTION = dt.timedelta(days=31)
 
 
 @dataclasses.dataclass(frozen=True)
+class KeyedRequest:
+    """A request that carries an Idempotency-Key: ``key`` as the client sent it and
+    ``request_hash``, the fingerprint of its method, path and body
+    (``host_api.body.request_fingerprint``, hex). The same key with another fingerprint is
+    ``idempotency_key_reused``."""
+
+    key: str
+    request_hash: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
     """The outcome of :func:`claim_txn`: ``new`` when this request owns the key now; otherwise
     ``record`` is the first request's record (same fingerprint) to replay."""
@@ -34,12 +45,11 @@ def claim_txn(
     session: orm.Session,
     *,
     space: str,
-    key: str,
-    request_hash: str,
+    request: KeyedRequest,
     operation_id: str | None,
     now: dt.datetime,
 ) -> Claim:
-    """Claim ``key`` in ``space`` for a request with fingerprint ``request_hash``.
+    """Claim ``request.key`` in ``space`` for a request with fingerprint ``request.request_hash``.
 
     ``operation_id`` is the Operation this request will create (None for calls answered
     directly; record their answer later with :func:`store_response_txn`).
@@ -48,15 +58,20 @@ def claim_txn(
         DomainError: ``idempotency_key_reused`` (422) when the key was used for another request.
     """
     if resource_sql.claim_key_txn(
-        session, space=space, key=key, request_hash=request_hash, operation_id=operation_id, now=now
+        session,
+        space=space,
+        key=request.key,
+        request_hash=request.request_hash,
+        operation_id=operation_id,
+        now=now,
     ):
         return Claim(new=True, record=None)
-    record = session.get(res_models.IdempotencyRecord, (space, key), populate_existing=True)
+    record = session.get(res_models.IdempotencyRecord, (space, request.key), populate_existing=True)
     if record is None:  # the holder rolled back between our insert and read: rare; ask for a retry
         raise DomainError(
             "resource_busy", "a concurrent request with this Idempotency-Key just failed; retry"
         )
-    if record.request_hash != request_hash:
+    if record.request_hash != request.request_hash:
         raise DomainError(
             "idempotency_key_reused",
             "this Idempotency-Key was already used for a different request (method, path or body differ)",

@@ -48,12 +48,12 @@ def send_event(
     instance_id: str,
     event_type: str,
     payload: Any = instance_common.ABSENT,
-    idempotency: tuple[str, str] | None = None,
+    idempotency: idempotency_service.KeyedRequest | None = None,
     now: dt.datetime | None = None,
 ) -> None:
     """Durably accept an event for an instance in per-instance order (docs/spec/durable-workflow.md#dw-events sendEvent).
 
-    ``payload`` ``ABSENT`` → no payload. ``idempotency`` = ``(key, request fingerprint)``: the same
+    ``payload`` ``ABSENT`` → no payload. ``idempotency``: the request's Idempotency-Key and fingerprint: the same
     key and request replay the first answer without queueing twice. An event that a waiting
     matching wait can take (accepted at or before its timeout) bypasses the queue limits and is
     consumed by that wait in the same commit — it is the oldest matching event, since a waiting wait
@@ -75,17 +75,12 @@ def send_event(
         if idempotency is not None:
             instance_common.workflow_txn(session, space=space, workflow_uid=workflow_uid)
             claim = idempotency_service.claim_txn(
-                session,
-                space=space,
-                key=idempotency[0],
-                request_hash=idempotency[1],
-                operation_id=None,
-                now=now,
+                session, space=space, request=idempotency, operation_id=None, now=now
             )
             if not claim.new:
                 return None
             idempotency_service.store_response_txn(
-                session, space=space, key=idempotency[0], status=202, body={}
+                session, space=space, key=idempotency.key, status=202, body={}
             )
         row, wait = _lock_instance_txn(session, space=space, workflow_uid=workflow_uid, instance_id=instance_id)
         if row is None:

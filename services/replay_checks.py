@@ -32,6 +32,7 @@ from models import resource_sql
 from models import resources as res_models
 from models.errors import DomainError
 from services import acceptance, operations
+from services.idempotency import KeyedRequest
 
 KIND = "check"
 #: How many non-compatible instances ``observed.replayCheck.divergent`` keeps.
@@ -115,7 +116,13 @@ def parse_request(body: dict | None) -> dict:
 
 
 def accept_check_txn(
-    session: orm.Session, *, space: str, uid: str, key: str, request_hash: str, request: dict, now: dt.datetime
+    session: orm.Session,
+    *,
+    space: str,
+    uid: str,
+    idempotency: KeyedRequest,
+    request: dict,
+    now: dt.datetime,
 ) -> acceptance.Accepted:
     """Accept a check of WorkerVersion ``uid`` of ``space`` (``request`` from :func:`parse_request`).
 
@@ -123,7 +130,7 @@ def accept_check_txn(
         DomainError: ``not_found`` (no live resource ``uid`` in this Space, as everywhere),
             ``unsupported_form`` (not a WorkerVersion), ``idempotency_key_reused``, ``resource_busy``.
     """
-    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    claim = acceptance.claim_txn(session, space=space, idempotency=idempotency, now=now)
     if claim.replay is not None:
         return claim.replay
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="no_key_update")

@@ -28,6 +28,7 @@ from models import resources as res_models
 from models.errors import DomainError
 from services import acceptance, cron_schedules, forms, ids, instance_pages, quotas, replay_checks
 from services.acceptance import Accepted
+from services.idempotency import KeyedRequest
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -37,8 +38,7 @@ def accept_create_txn(
     session: orm.Session,
     *,
     space: str,
-    key: str,
-    request_hash: str,
+    idempotency: KeyedRequest,
     form: str,
     name: str,
     spec: dict,
@@ -51,7 +51,7 @@ def accept_create_txn(
             ``resource_busy``, ``name_conflict``, ``quota_exceeded`` (a WorkerVersion whose sources
             do not fit in the Space's ``versionCodeBytes`` quota; ``services.quotas``).
     """
-    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    claim = acceptance.claim_txn(session, space=space, idempotency=idempotency, now=now)
     if claim.replay is not None:
         return claim.replay
     refs = forms.references(form, spec)
@@ -85,8 +85,7 @@ def accept_update_txn(
     *,
     space: str,
     uid: str,
-    key: str,
-    request_hash: str,
+    idempotency: KeyedRequest,
     body: dict,
     validate: Callable[[dict, str], dict],
     now: dt.datetime,
@@ -100,7 +99,7 @@ def accept_update_txn(
         DomainError: ``not_found``, ``idempotency_key_reused``, ``invalid_spec``, ``immutable_field``,
             ``reference_not_found``, ``dependency_conflict``, ``resource_busy``.
     """
-    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    claim = acceptance.claim_txn(session, space=space, idempotency=idempotency, now=now)
     if claim.replay is not None:
         return claim.replay
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="no_key_update")
@@ -141,7 +140,7 @@ def accept_update_txn(
 
 
 def accept_delete_txn(
-    session: orm.Session, *, space: str, uid: str, key: str, request_hash: str, now: dt.datetime
+    session: orm.Session, *, space: str, uid: str, idempotency: KeyedRequest, now: dt.datetime
 ) -> Accepted:
     """Accept ``DELETE …/resources/{uid}``; the reconcile removes it (and, for a DurableWorkflow,
     stops and purges its instances first).
@@ -149,7 +148,7 @@ def accept_delete_txn(
     Raises:
         DomainError: ``not_found``, ``idempotency_key_reused``, ``dependency_conflict``, ``resource_busy``.
     """
-    claim = acceptance.claim_txn(session, space=space, key=key, request_hash=request_hash, now=now)
+    claim = acceptance.claim_txn(session, space=space, idempotency=idempotency, now=now)
     if claim.replay is not None:
         return claim.replay
     resource = acceptance.live_txn(session, space=space, uid=uid, lock="update")

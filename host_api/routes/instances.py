@@ -41,6 +41,7 @@ from services import (
     instances,
     tenant_logs,
 )
+from services.idempotency import KeyedRequest
 
 bp = flask.Blueprint("instances", __name__)
 
@@ -150,7 +151,7 @@ def send_event(space: str, uid: str, instance_id: str) -> flask.Response:
     _unknown_keys(body, _EVENT_KEYS)
     if "type" not in body:
         raise ApiError("invalid_request", "type is required")
-    idempotency = None if key is None else (key, request_body.request_fingerprint(body))
+    idempotency = None if key is None else KeyedRequest(key, request_body.request_fingerprint(body))
     instance_events.send_event(
         space=space,
         workflow_uid=uid,

@@ -16,6 +16,7 @@ from host_api import body as request_body
 from models.base import utcnow
 from models.errors import DomainError
 from services import dispatch, forms, operations, replay_checks, resources
+from services.idempotency import KeyedRequest
 
 bp = flask.Blueprint("resources", __name__)
 
@@ -56,7 +57,9 @@ def _accept(
     is dispatched after the commit."""
     fingerprint = request_body.request_fingerprint(parsed)
     with db.session() as session:
-        accepted = accept(session, space=space, key=key, request_hash=fingerprint, now=utcnow(), **fields)
+        accepted = accept(
+            session, space=space, idempotency=KeyedRequest(key, fingerprint), now=utcnow(), **fields
+        )
     op = accepted.operation
     if accepted.new or op.state in operations.UNFINISHED:
         dispatch.reconcile_operation(op.id)

@@ -43,6 +43,7 @@ def test_operation_survives_sigkill_of_its_worker(db_url, space_token):
     from models import db as models_db
     from models.base import utcnow
     from services import celery_app, resources
+    from services.idempotency import KeyedRequest
     from tests.support import processes
 
     space, _ = space_token
@@ -55,8 +56,7 @@ def test_operation_survives_sigkill_of_its_worker(db_url, space_token):
             worker = resources.accept_create_txn(
                 session,
                 space=space,
-                key=uuid.uuid4().hex,
-                request_hash="w",
+                idempotency=KeyedRequest(uuid.uuid4().hex, "w"),
                 form="ModuleWorker",
                 name="w",
                 spec={},
@@ -67,8 +67,7 @@ def test_operation_survives_sigkill_of_its_worker(db_url, space_token):
             accepted = resources.accept_create_txn(
                 session,
                 space=space,
-                key=uuid.uuid4().hex,
-                request_hash="v",
+                idempotency=KeyedRequest(uuid.uuid4().hex, "v"),
                 form="WorkerVersion",
                 name="slow",
                 spec=version_spec(
