@@ -1,7 +1,7 @@
 """Paging of the instance list and of an instance's history (docs/spec/http-api.md#api-inst, docs/spec/durable-workflow.md#dw-history).
 
-A paged read (the instance list, the history, the tenant logs of ``services.tenant_logs``) is
-asked for one page by a :class:`PageRequest`: the client's ``pageToken`` and ``limit``, as sent.
+A paged read (the instance list, the history, the tenant logs of ``services.tenant_logs``, and
+the resource list of ``services.resources``, which keeps its own token and sizes) is asked for one page by a :class:`PageRequest`: the client's ``pageToken`` and ``limit``, as sent.
 
 A page token is opaque to clients: unpadded URL-safe base64 of ``{"after": n}``, where ``n`` is
 the last instance pk (list) or event id (history) of the previous page. :func:`decode_token`
